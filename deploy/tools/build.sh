@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Builds the real control plane and helper tools into bin/ (git-ignored), skipping what is present.
+# Usage: deploy/tools/build.sh [BIN_DIR]
+# Everything comes from the Go module proxy; nothing else is downloaded.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+bin=${1:-$root/bin}
+mkdir -p "$bin"
+bin=$(cd "$bin" && pwd)
+
+K8S_VERSION=v1.36.3
+KWOK_VERSION=v0.8.0
+HELM_VERSION=v4.3.1
+export GOWORK=off GOFLAGS=-buildvcs=false
+
+pkg=k8s.io/component-base/version
+ldflags="-s -w -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=36 -X $pkg.gitTreeState=clean"
+
+build() { # name package [ldflags]
+  local name=$1 p=$2 flags=${3:-"-s -w"}
+  if [ -x "$bin/$name" ]; then echo "tools: $name present, skipping"; return; fi
+  echo "tools: building $name ($p)"
+  local start=$SECONDS
+  (cd "$here" && go build -trimpath -ldflags "$flags" -o "$bin/$name.tmp" "$p")
+  mv "$bin/$name.tmp" "$bin/$name"
+  echo "tools: built $name in $((SECONDS - start))s"
+}
+
+install() { # name module@version
+  local name=$1 p=$2
+  if [ -x "$bin/$name" ]; then echo "tools: $name present, skipping"; return; fi
+  echo "tools: installing $name ($p)"
+  GOBIN="$bin" go install -trimpath -ldflags "-s -w" "$p"
+}
+
+build etcd go.etcd.io/etcd/server/v3
+build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$ldflags"
+# The rest is needed by `make up` (and the chart tests), not by `make test`'s integration tests.
+if [ "${TOOLS_MINIMAL:-}" != "1" ]; then
+  build kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "$ldflags"
+  build kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler "$ldflags"
+  build kubectl k8s.io/kubernetes/cmd/kubectl "$ldflags"
+  install kwok "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+  install helm "helm.sh/helm/v4/cmd/helm@$HELM_VERSION"
+  # kwok has no default stages: keep the ones its module ships beside the binary.
+  if [ ! -d "$bin/kwok-stages" ]; then
+    src=$(go env GOMODCACHE)/sigs.k8s.io/kwok@$KWOK_VERSION/kustomize/stage
+    [ -d "$src" ] || (cd "$here" && go mod download -x "sigs.k8s.io/kwok@$KWOK_VERSION" >/dev/null 2>&1) || true
+    mkdir -p "$bin/kwok-stages"
+    for d in node/fast node/heartbeat-with-lease pod/fast; do
+      for f in "$src/$d/"*.yaml; do
+        [ "$(basename "$f")" = kustomization.yaml ] && continue
+        cp "$f" "$bin/kwok-stages/"
+      done
+    done
+    chmod -R u+w "$bin/kwok-stages"
+  fi
+fi
+echo "tools: done ($bin)"

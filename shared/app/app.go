@@ -1,0 +1,310 @@
+// Package app is the lifecycle every kcm-split binary shares: flags (each also read from a
+// KCM_SPLIT_ environment variable), logging, signals, the REST client, the metrics and health
+// server, and leader election on the controller's own Lease. The controller itself is built
+// and run only while this process leads.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/urfave/cli/v2"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/kcm-split/kcm-split/shared/health"
+	"github.com/kcm-split/kcm-split/shared/kube"
+	"github.com/kcm-split/kcm-split/shared/leader"
+	klog2 "github.com/kcm-split/kcm-split/shared/log"
+	"github.com/kcm-split/kcm-split/shared/metrics"
+)
+
+// Version is the kcm-split release, set at build time with
+// -ldflags "-X github.com/kcm-split/kcm-split/shared/app.Version=v0.1.0".
+var Version = "dev"
+
+// Exit codes.
+const (
+	ExitOK      = 0
+	ExitFailure = 1 // runtime failure, including a lost Lease
+	ExitUsage   = 2 // bad flags or environment
+)
+
+// Spec describes one controller binary.
+type Spec struct {
+	// ID is the controller ID: binary name, default Lease name, user agent.
+	ID string
+	// Usage is the one-line description shown by --help.
+	Usage string
+	// DefaultPort is the default port of the metrics and health server; each binary has its own
+	// so that all of them run side by side on one host.
+	DefaultPort int
+	// Flags are the controller's own flags under upstream names.
+	Flags []cli.Flag
+	// Validate checks the controller's flags; an error exits with ExitUsage and should name
+	// the flag (see FlagError).
+	Validate func(c *cli.Context) error
+	// Run builds informers and the controller and blocks until ctx ends. It is called only
+	// while this process holds the Lease.
+	Run func(ctx context.Context, rt *Runtime) error
+}
+
+// Runtime is what Spec.Run gets: flag values, clients, and hooks into health and metrics.
+type Runtime struct {
+	CLI      *cli.Context
+	Config   *rest.Config
+	Client   kubernetes.Interface
+	Registry *prometheus.Registry
+	Health   *health.Checks
+	Logger   logr.Logger
+
+	synced atomic.Pointer[func() bool]
+	events *record.EventBroadcaster
+	mu     sync.Mutex
+}
+
+// SetSynced registers the function /readyz asks while this process leads; until it returns
+// true (caches synced) the leader is not Ready.
+func (rt *Runtime) SetSynced(fn func() bool) { rt.synced.Store(&fn) }
+
+// EventRecorder returns a recorder that writes core/v1 Events as component. The broadcaster
+// is shared by every recorder of the process and stops when the controller stops.
+func (rt *Runtime) EventRecorder(ctx context.Context, component string) record.EventRecorder {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.events == nil {
+		b := record.NewBroadcaster(record.WithContext(ctx))
+		b.StartStructuredLogging(3)
+		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: rt.Client.CoreV1().Events("")})
+		context.AfterFunc(ctx, b.Shutdown)
+		rt.events = &b
+	}
+	return (*rt.events).NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})
+}
+
+// FlagError reports a bad flag value; Main prints it on one line and exits with ExitUsage.
+type FlagError = kube.FlagError
+
+// Main runs the binary and exits the process.
+func Main(spec Spec) {
+	os.Exit(Run(context.Background(), spec, os.Args, os.Stderr))
+}
+
+// Run is Main without os.Exit: it returns the exit code. SIGINT and SIGTERM end ctx's work
+// gracefully; a second signal exits at once.
+func Run(ctx context.Context, spec Spec, args []string, stderr io.Writer) int {
+	code := ExitOK
+	a := &cli.App{
+		Name:                 spec.ID,
+		Usage:                spec.Usage,
+		Version:              Version,
+		Flags:                withEnv(append(commonFlags(spec), spec.Flags...)),
+		HideHelpCommand:      true,
+		EnableBashCompletion: false,
+		Writer:               stderr,
+		ErrWriter:            stderr,
+		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
+			return usageError{err}
+		},
+		ExitErrHandler: func(*cli.Context, error) {},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usageError{fmt.Errorf("unexpected arguments: %v", c.Args().Slice())}
+			}
+			return run(ctx, spec, c, stderr)
+		},
+	}
+	err := a.Run(args)
+	var ue usageError
+	switch {
+	case err == nil:
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "%s: %v\n", spec.ID, ue.err)
+		code = ExitUsage
+	default:
+		fmt.Fprintf(stderr, "%s: %v\n", spec.ID, err)
+		code = ExitFailure
+	}
+	return code
+}
+
+// usageError marks errors that exit with ExitUsage.
+type usageError struct{ err error }
+
+func (u usageError) Error() string { return u.err.Error() }
+func (u usageError) Unwrap() error { return u.err }
+
+// options gathers and validates the common flags.
+type options struct {
+	kube     kube.Options
+	leader   leader.Config
+	log      klog2.Options
+	metrics  string
+	health   string
+	shutdown time.Duration
+}
+
+func parseOptions(spec Spec, c *cli.Context) (options, error) {
+	o := options{
+		kube: kube.Options{
+			Kubeconfig:  c.String(FlagKubeconfig),
+			Master:      c.String(FlagMaster),
+			QPS:         float32(c.Float64(FlagQPS)),
+			Burst:       c.Int(FlagBurst),
+			ContentType: c.String(FlagContentType),
+			UserAgent:   kube.UserAgent(spec.ID, Version),
+		},
+		leader: leader.Config{
+			Enabled:       c.Bool(FlagLeaderElect),
+			Namespace:     c.String(FlagLeaseNamespace),
+			Name:          c.String(FlagLeaseName),
+			LeaseDuration: c.Duration(FlagLeaseDuration),
+			RenewDeadline: c.Duration(FlagRenewDeadline),
+			RetryPeriod:   c.Duration(FlagRetryPeriod),
+			ShutdownGrace: c.Duration(FlagShutdownGracePeriod),
+		},
+		log:      klog2.Options{Level: c.String(FlagLogLevel), Format: c.String(FlagLogFormat)},
+		metrics:  c.String(FlagMetricsBindAddress),
+		health:   c.String(FlagHealthBindAddress),
+		shutdown: c.Duration(FlagShutdownGracePeriod),
+	}
+	if _, err := klog2.ParseLevel(o.log.Level); err != nil {
+		return o, &FlagError{Flag: FlagLogLevel, Err: err}
+	}
+	if err := klog2.ValidateFormat(o.log.Format); err != nil {
+		return o, &FlagError{Flag: FlagLogFormat, Err: err}
+	}
+	if err := o.kube.Validate(); err != nil {
+		return o, err
+	}
+	if err := o.leader.Validate(); err != nil {
+		return o, err
+	}
+	for flag, addr := range map[string]string{FlagMetricsBindAddress: o.metrics, FlagHealthBindAddress: o.health} {
+		if addr == "" && flag == FlagHealthBindAddress {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return o, &FlagError{Flag: flag, Err: err}
+		}
+	}
+	if o.shutdown < 0 {
+		return o, &FlagError{Flag: FlagShutdownGracePeriod, Err: fmt.Errorf("%s is negative", o.shutdown)}
+	}
+	if spec.Validate != nil {
+		if err := spec.Validate(c); err != nil {
+			return o, err
+		}
+	}
+	return o, nil
+}
+
+func run(parent context.Context, spec Spec, c *cli.Context, stderr io.Writer) error {
+	o, err := parseOptions(spec, c)
+	if err != nil {
+		return usageError{err}
+	}
+	zl, logger, err := klog2.New(o.log)
+	if err != nil {
+		return usageError{err}
+	}
+	defer func() { _ = zl.Sync() }()
+	klog2.RouteKlog(logger)
+	logger = logger.WithName(spec.ID)
+
+	ctx, stop := signalContext(parent, logger)
+	defer stop()
+	ctx = klog.NewContext(ctx, logger)
+
+	cfg, err := kube.RESTConfig(o.kube)
+	if err != nil {
+		return usageError{err}
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("building client: %w", err)
+	}
+
+	reg := metrics.NewRegistry()
+	checks := health.New()
+	rt := &Runtime{CLI: c, Config: cfg, Client: client, Registry: reg, Health: checks, Logger: logger}
+
+	elector, err := leader.New(o.leader, leaderClient(cfg, o.leader), reg)
+	if err != nil {
+		return err
+	}
+	checks.Add("leaderElection", elector.Check, health.Healthz, health.Livez)
+	checks.Add("controller", func(*http.Request) error {
+		if !elector.IsLeader() {
+			return nil // a standby is Ready: it serves metrics and health
+		}
+		fn := rt.synced.Load()
+		if fn == nil || !(*fn)() {
+			return errors.New("leading, caches not synced yet")
+		}
+		return nil
+	}, health.Readyz)
+
+	srv, err := serve(ctx, logger, o, reg, checks)
+	if err != nil {
+		return err
+	}
+	defer srv.shutdown()
+
+	logger.Info("Starting", "version", Version, "leaderElect", o.leader.Enabled, "lease", o.leader.Namespace+"/"+o.leader.Name, "identity", elector.Identity())
+	err = elector.Run(ctx, func(ctx context.Context) error {
+		return spec.Run(ctx, rt)
+	})
+	if err != nil {
+		logger.Error(err, "Exiting")
+		return err
+	}
+	logger.Info("Stopped")
+	return nil
+}
+
+// leaderClient is a client for the Lease alone, with a timeout under the renew deadline so a
+// hung request cannot use up the whole renewal window.
+func leaderClient(cfg *rest.Config, lc leader.Config) kubernetes.Interface {
+	c := rest.CopyConfig(cfg)
+	c.Timeout = lc.RenewDeadline / 2
+	c.UserAgent = cfg.UserAgent + "/leader-election"
+	return kubernetes.NewForConfigOrDie(c)
+}
+
+// signalContext ends ctx on the first SIGINT or SIGTERM and exits at once on the second.
+func signalContext(parent context.Context, logger logr.Logger) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(parent)
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		select {
+		case s := <-ch:
+			logger.Info("Received signal, shutting down", "signal", s.String())
+			cancel()
+		case <-ctx.Done():
+			return
+		}
+		s := <-ch
+		logger.Info("Received second signal, exiting now", "signal", s.String())
+		os.Exit(ExitFailure)
+	}()
+	return ctx, func() { signal.Stop(ch); cancel() }
+}

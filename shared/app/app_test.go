@@ -1,0 +1,192 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/kcm-split/kcm-split/shared/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) { testenv.Main(m, &env) }
+
+func testSpec(run func(ctx context.Context, rt *Runtime) error) Spec {
+	return Spec{
+		ID:          "test-controller",
+		DefaultPort: 0,
+		Flags:       []cli.Flag{&cli.IntFlag{Name: "concurrent-test-syncs", Value: 5, Usage: "workers"}},
+		Validate: func(c *cli.Context) error {
+			if c.Int("concurrent-test-syncs") < 1 {
+				return &FlagError{Flag: "concurrent-test-syncs", Err: fmt.Errorf("%d must be at least 1", c.Int("concurrent-test-syncs"))}
+			}
+			return nil
+		},
+		Run: run,
+	}
+}
+
+func TestBadFlagsExit2WithOneLine(t *testing.T) {
+	dir := t.TempDir()
+	garbage := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(garbage, []byte("clusters: {{{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"negative qps", []string{"--kube-api-qps=-1"}, nil, "invalid value for --kube-api-qps"},
+		{"qps from env", nil, map[string]string{"KCM_SPLIT_KUBE_API_QPS": "-5"}, "invalid value for --kube-api-qps"},
+		{"renew >= lease", []string{"--leader-elect-renew-deadline=15s"}, nil, "invalid value for --leader-elect-renew-deadline"},
+		{"unknown log level", []string{"--log-level=loud"}, nil, "invalid value for --log-level"},
+		{"unknown log format", []string{"--log-format=xml"}, nil, "invalid value for --log-format"},
+		{"missing kubeconfig", []string{"--kubeconfig=" + filepath.Join(dir, "nope")}, nil, "invalid value for --kubeconfig"},
+		{"unparseable kubeconfig", []string{"--kubeconfig=" + garbage}, nil, "does not parse"},
+		{"not a number", []string{"--kube-api-qps=fast"}, nil, "kube-api-qps"},
+		{"unknown flag", []string{"--kube-api-qpz=1"}, nil, "kube-api-qpz"},
+		{"controller flag", []string{"--concurrent-test-syncs=0"}, nil, "invalid value for --concurrent-test-syncs"},
+		{"bad bind address", []string{"--metrics-bind-address=nope"}, nil, "invalid value for --metrics-bind-address"},
+		{"stray argument", []string{"extra"}, nil, "unexpected arguments"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			var stderr bytes.Buffer
+			code := Run(context.Background(), testSpec(nil), append([]string{"test-controller"}, tc.args...), &stderr)
+			out := strings.TrimRight(stderr.String(), "\n")
+			if code != ExitUsage {
+				t.Fatalf("exit = %d, want %d; stderr:\n%s", code, ExitUsage, out)
+			}
+			if strings.Count(out, "\n") != 0 || !strings.Contains(out, tc.want) {
+				t.Fatalf("stderr = %q, want one line containing %q", out, tc.want)
+			}
+		})
+	}
+}
+
+func TestHelpShowsDefaultsAndEnv(t *testing.T) {
+	var out bytes.Buffer
+	if code := Run(context.Background(), testSpec(nil), []string{"test-controller", "--help"}, &out); code != ExitOK {
+		t.Fatalf("--help exit = %d", code)
+	}
+	for _, want := range []string{
+		"--kube-api-qps value", "(default: 20)", "$KCM_SPLIT_KUBE_API_QPS",
+		"--leader-elect-resource-name value", `(default: "test-controller")`,
+		"--leader-elect-lease-duration value", "(default: 15s)",
+		"--concurrent-test-syncs value", "$KCM_SPLIT_CONCURRENT_TEST_SYNCS",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("--help lacks %q", want)
+		}
+	}
+}
+
+func httpGet(url string) (int, string, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}
+
+// TestLifecycle runs a whole binary in-process against the real apiserver: it serves health
+// and metrics, is not Ready while leading with unsynced caches, becomes Ready once synced,
+// reports leadership, and exits 0 on shutdown.
+func TestLifecycle(t *testing.T) {
+	testenv.Require(t, env)
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	var synced atomic.Bool
+	started := make(chan *Runtime, 1)
+	spec := testSpec(func(ctx context.Context, rt *Runtime) error {
+		rt.SetSynced(synced.Load)
+		started <- rt
+		<-ctx.Done()
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	var stderr bytes.Buffer
+	go func() {
+		done <- Run(ctx, spec, []string{"test-controller",
+			"--kubeconfig=" + env.Kubeconfig,
+			fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", port),
+			"--leader-elect-resource-name=lifecycle-test",
+			"--leader-elect-retry-period=200ms",
+			"--log-level=error",
+		}, &stderr)
+	}()
+
+	select {
+	case rt := <-started:
+		if !strings.HasPrefix(rt.Config.UserAgent, "test-controller/") {
+			t.Errorf("user agent = %q", rt.Config.UserAgent)
+		}
+	case code := <-done:
+		t.Fatalf("exited early with %d: %s", code, stderr.String())
+	case <-time.After(20 * time.Second):
+		t.Fatal("never started leading")
+	}
+
+	if code, body, err := httpGet(base + "/readyz"); err != nil || code != http.StatusInternalServerError {
+		t.Fatalf("leader with unsynced caches: /readyz = %d %q %v, want 500", code, body, err)
+	}
+	synced.Store(true)
+	for _, p := range []string{"/readyz", "/healthz", "/livez"} {
+		if code, body, err := httpGet(base + p); err != nil || code != http.StatusOK {
+			t.Fatalf("%s = %d %q %v, want 200", p, code, body, err)
+		}
+	}
+	_, metrics, err := httpGet(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`leader_election_master_status{name="lifecycle-test"} 1`, "rest_client_requests_total", "go_goroutines", "process_resident_memory_bytes"} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+
+	cancel()
+	select {
+	case code := <-done:
+		if code != ExitOK {
+			t.Fatalf("graceful shutdown exit = %d: %s", code, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("did not exit after cancel")
+	}
+}
+
+func TestRunErrorExits1(t *testing.T) {
+	testenv.Require(t, env)
+	spec := testSpec(func(context.Context, *Runtime) error { return errors.New("informers never synced") })
+	var stderr bytes.Buffer
+	code := Run(context.Background(), spec, []string{"test-controller", "--kubeconfig=" + env.Kubeconfig,
+		"--metrics-bind-address=:0", "--leader-elect=false", "--log-level=error"}, &stderr)
+	if code != ExitFailure || !strings.Contains(stderr.String(), "informers never synced") {
+		t.Fatalf("exit = %d, stderr = %q", code, stderr.String())
+	}
+}

@@ -1,0 +1,92 @@
+package app
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/kcm-split/kcm-split/shared/kube"
+)
+
+// Common flag names, upstream's.
+const (
+	FlagKubeconfig          = "kubeconfig"
+	FlagMaster              = "master"
+	FlagQPS                 = "kube-api-qps"
+	FlagBurst               = "kube-api-burst"
+	FlagContentType         = "kube-api-content-type"
+	FlagLeaderElect         = "leader-elect"
+	FlagLeaseDuration       = "leader-elect-lease-duration"
+	FlagRenewDeadline       = "leader-elect-renew-deadline"
+	FlagRetryPeriod         = "leader-elect-retry-period"
+	FlagLeaseNamespace      = "leader-elect-resource-namespace"
+	FlagLeaseName           = "leader-elect-resource-name"
+	FlagMetricsBindAddress  = "metrics-bind-address"
+	FlagHealthBindAddress   = "health-probe-bind-address"
+	FlagLogLevel            = "log-level"
+	FlagLogFormat           = "log-format"
+	FlagShutdownGracePeriod = "shutdown-grace-period"
+)
+
+// EnvPrefix prefixes the environment variable of every flag: --kube-api-qps is also read from
+// KCM_SPLIT_KUBE_API_QPS.
+const EnvPrefix = "KCM_SPLIT_"
+
+// EnvVar returns the environment variable that sets flag name.
+func EnvVar(name string) string {
+	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
+
+func commonFlags(spec Spec) []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: FlagKubeconfig, Category: "Client", Usage: "path to a kubeconfig; empty means in-cluster credentials"},
+		&cli.StringFlag{Name: FlagMaster, Category: "Client", Usage: "address of the Kubernetes API server (overrides the kubeconfig's)"},
+		&cli.Float64Flag{Name: FlagQPS, Category: "Client", Value: 20, Usage: "QPS to use while talking with the API server"},
+		&cli.IntFlag{Name: FlagBurst, Category: "Client", Value: 30, Usage: "burst to use while talking with the API server"},
+		&cli.StringFlag{Name: FlagContentType, Category: "Client", Value: kube.ContentTypeProtobuf, Usage: "content type of requests sent to the API server"},
+
+		&cli.BoolFlag{Name: FlagLeaderElect, Category: "Leader election", Value: true, Usage: "hold a Lease while running, so that only one replica acts at a time"},
+		&cli.DurationFlag{Name: FlagLeaseDuration, Category: "Leader election", Value: 15 * time.Second, Usage: "how long a standby waits after the last renewal before taking over"},
+		&cli.DurationFlag{Name: FlagRenewDeadline, Category: "Leader election", Value: 10 * time.Second, Usage: "how long the leader keeps retrying a renewal before giving up; less than the lease duration"},
+		&cli.DurationFlag{Name: FlagRetryPeriod, Category: "Leader election", Value: 2 * time.Second, Usage: "how often candidates try to acquire or renew the Lease"},
+		&cli.StringFlag{Name: FlagLeaseNamespace, Category: "Leader election", Value: "kube-system", Usage: "namespace of the Lease"},
+		&cli.StringFlag{Name: FlagLeaseName, Category: "Leader election", Value: spec.ID, Usage: "name of the Lease"},
+
+		&cli.StringFlag{Name: FlagMetricsBindAddress, Category: "Serving", Value: fmt.Sprintf(":%d", spec.DefaultPort), Usage: "address serving /metrics (and the health endpoints unless --" + FlagHealthBindAddress + " differs); port 0 disables"},
+		&cli.StringFlag{Name: FlagHealthBindAddress, Category: "Serving", Usage: "address serving /healthz, /readyz and /livez; empty means the metrics address; port 0 disables"},
+		&cli.DurationFlag{Name: FlagShutdownGracePeriod, Category: "Serving", Value: 20 * time.Second, Usage: "how long to let workers finish after SIGTERM before releasing the Lease and exiting"},
+
+		&cli.StringFlag{Name: FlagLogLevel, Category: "Logging", Value: "info", Usage: "debug, info, warn, error, or a verbosity 0-10 (4 logs every sync)"},
+		&cli.StringFlag{Name: FlagLogFormat, Category: "Logging", Value: "json", Usage: "json or console"},
+	}
+}
+
+// withEnv gives every flag its KCM_SPLIT_ environment variable.
+func withEnv(flags []cli.Flag) []cli.Flag {
+	for _, f := range flags {
+		env := []string{EnvVar(f.Names()[0])}
+		switch f := f.(type) {
+		case *cli.StringFlag:
+			f.EnvVars = env
+		case *cli.BoolFlag:
+			f.EnvVars = env
+		case *cli.IntFlag:
+			f.EnvVars = env
+		case *cli.Int64Flag:
+			f.EnvVars = env
+		case *cli.UintFlag:
+			f.EnvVars = env
+		case *cli.Float64Flag:
+			f.EnvVars = env
+		case *cli.DurationFlag:
+			f.EnvVars = env
+		case *cli.StringSliceFlag:
+			f.EnvVars = env
+		default:
+			panic(fmt.Sprintf("app: flag --%s has a type (%T) withEnv does not know", f.Names()[0], f))
+		}
+	}
+	return flags
+}

@@ -1,0 +1,197 @@
+package leader
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/kcm-split/kcm-split/shared/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) { testenv.Main(m, &env) }
+
+func TestValidate(t *testing.T) {
+	ok := Config{Enabled: true, Namespace: "kube-system", Name: "x", LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("defaults rejected: %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		mod  func(*Config)
+		flag string
+	}{
+		{"renew equals lease", func(c *Config) { c.RenewDeadline = c.LeaseDuration }, "--leader-elect-renew-deadline"},
+		{"renew above lease", func(c *Config) { c.RenewDeadline = 20 * time.Second }, "--leader-elect-renew-deadline"},
+		{"zero lease", func(c *Config) { c.LeaseDuration = 0 }, "--leader-elect-lease-duration"},
+		{"retry too long", func(c *Config) { c.RetryPeriod = 9 * time.Second }, "--leader-elect-retry-period"},
+		{"empty name", func(c *Config) { c.Name = "" }, "--leader-elect-resource-name"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := ok
+			tc.mod(&c)
+			err := c.Validate()
+			if err == nil || !strings.Contains(err.Error(), tc.flag) {
+				t.Fatalf("err = %v, want one naming %s", err, tc.flag)
+			}
+		})
+	}
+	disabled := Config{Enabled: false}
+	if err := disabled.Validate(); err != nil {
+		t.Fatalf("disabled election validated timings: %v", err)
+	}
+}
+
+func fastConfig(name, identity string) Config {
+	return Config{Enabled: true, Namespace: "kube-system", Name: name, Identity: identity,
+		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond}
+}
+
+type candidate struct {
+	e       *Elector
+	reg     *prometheus.Registry
+	cancel  context.CancelFunc
+	result  chan error
+	leading chan struct{}
+}
+
+func startCandidate(t *testing.T, cfg Config) *candidate {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	e, err := New(cfg, env.Client(t), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &candidate{e: e, reg: reg, cancel: cancel, result: make(chan error, 1), leading: make(chan struct{})}
+	go func() {
+		c.result <- e.Run(ctx, func(ctx context.Context) error {
+			close(c.leading)
+			<-ctx.Done()
+			return nil
+		})
+	}()
+	t.Cleanup(cancel)
+	return c
+}
+
+func waitLeading(t *testing.T, c *candidate, within time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	select {
+	case <-c.leading:
+		return time.Since(start)
+	case <-time.After(within):
+		t.Fatalf("%s did not lead within %s", c.e.Identity(), within)
+		return 0
+	}
+}
+
+func TestHandoverOnRelease(t *testing.T) {
+	testenv.Require(t, env)
+	a := startCandidate(t, fastConfig("handover", "a"))
+	waitLeading(t, a, 10*time.Second)
+	b := startCandidate(t, fastConfig("handover", "b"))
+	// b must stay standby while a holds the Lease.
+	select {
+	case <-b.leading:
+		t.Fatal("two leaders at once")
+	case <-time.After(time.Second):
+	}
+	if got := testutil.ToFloat64(b.e.status); got != 0 {
+		t.Fatalf("standby leader_election_master_status = %v", got)
+	}
+	if got := testutil.ToFloat64(a.e.status); got != 1 {
+		t.Fatalf("leader leader_election_master_status = %v", got)
+	}
+
+	a.cancel()
+	if err := <-a.result; err != nil {
+		t.Fatalf("graceful stop returned %v", err)
+	}
+	// Released, so b takes over within about one retry period, not a lease duration.
+	if d := waitLeading(t, b, 3*time.Second); d > 2*time.Second {
+		t.Fatalf("handover took %s", d)
+	}
+	lease, err := env.Client(t).CoordinationV1().Leases("kube-system").Get(context.Background(), "handover", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *lease.Spec.HolderIdentity != "b" {
+		t.Fatalf("holder = %q, want b", *lease.Spec.HolderIdentity)
+	}
+}
+
+func TestLostLeaseEndsRunWithError(t *testing.T) {
+	testenv.Require(t, env)
+	a := startCandidate(t, fastConfig("stolen", "a"))
+	waitLeading(t, a, 10*time.Second)
+
+	// Someone else takes the Lease (as after a partition): a must notice and stop.
+	ctx := context.Background()
+	client := env.Client(t)
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
+		lease, err := client.CoordinationV1().Leases("kube-system").Get(ctx, "stolen", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		thief := "thief"
+		lease.Spec.HolderIdentity = &thief
+		now := metav1.NewMicroTime(time.Now())
+		lease.Spec.RenewTime = &now
+		_, err = client.CoordinationV1().Leases("kube-system").Update(ctx, lease, metav1.UpdateOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-a.result:
+		if !errors.Is(err, ErrLeaseLost) {
+			t.Fatalf("Run = %v, want ErrLeaseLost", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("leader kept running after its Lease was taken")
+	}
+	if a.e.IsLeader() {
+		t.Fatal("IsLeader still true after loss")
+	}
+}
+
+func TestDisabledRunsWithoutLease(t *testing.T) {
+	e, err := New(Config{Enabled: false, Name: "off"}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := false
+	if err := e.Run(context.Background(), func(context.Context) error { ran = true; return nil }); err != nil || !ran {
+		t.Fatalf("Run = %v, ran = %v", err, ran)
+	}
+}
+
+func TestLeadErrorIsReturnedAndLeaseReleased(t *testing.T) {
+	testenv.Require(t, env)
+	e, err := New(fastConfig("failing", "a"), env.Client(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("caches never synced")
+	if err := e.Run(context.Background(), func(context.Context) error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("Run = %v, want %v", err, boom)
+	}
+	lease, err := env.Client(t).CoordinationV1().Leases("kube-system").Get(context.Background(), "failing", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity != "" {
+		t.Fatalf("Lease still held by %q after lead failed", *lease.Spec.HolderIdentity)
+	}
+}

@@ -1,0 +1,465 @@
+// Package testenv starts a real etcd and kube-apiserver (v1.36.3, built by `make tools`) for
+// integration tests: free loopback ports, RBAC authorization on, an admin token for the test,
+// an audit log of every write so tests can count exactly what a controller wrote, and a clean
+// stop. Start it once per test package from TestMain.
+package testenv
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// BinDirEnv overrides where the control plane binaries are looked up.
+const BinDirEnv = "KCM_SPLIT_BIN_DIR"
+
+// AdminUser is the user name of the test's admin token (group system:masters).
+const AdminUser = "kcm-split-admin"
+
+// Options tune the control plane.
+type Options struct {
+	// BinDir holds etcd and kube-apiserver; empty means $KCM_SPLIT_BIN_DIR or <repo>/bin.
+	BinDir string
+	// ExtraAPIServerArgs are appended to the kube-apiserver command line.
+	ExtraAPIServerArgs []string
+	// StartTimeout bounds the wait for etcd and the apiserver; default 90s.
+	StartTimeout time.Duration
+}
+
+// Env is a running control plane.
+type Env struct {
+	// Config is an admin client configuration (system:masters).
+	Config *rest.Config
+	// Kubeconfig is a file holding the same admin credentials, for binaries under test.
+	Kubeconfig string
+	// Dir holds data, logs, certificates and the audit log; removed by Stop.
+	Dir string
+	// Host is the apiserver URL.
+	Host string
+	// ServiceAccountKey signs ServiceAccount tokens (TokenRequest works).
+	ServiceAccountKey string
+
+	etcd, apiserver *process
+	auditPath       string
+	keep            bool
+}
+
+type process struct {
+	name string
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+}
+
+// FindBinDir returns the directory holding the control plane binaries: $KCM_SPLIT_BIN_DIR, or
+// bin/ at the root of the repository (the directory holding go.work) above the working dir.
+func FindBinDir() (string, error) {
+	if d := os.Getenv(BinDirEnv); d != "" {
+		return d, nil
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
+			return filepath.Join(dir, "bin"), nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.work above the working directory; set " + BinDirEnv)
+		}
+		dir = parent
+	}
+}
+
+func binary(dir, name string) (string, error) {
+	p := filepath.Join(dir, name)
+	if st, err := os.Stat(p); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+		return "", fmt.Errorf("%s not found in %s: run `make tools` first (it builds etcd and kube-apiserver v1.36.3 into bin/)", name, dir)
+	}
+	return p, nil
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Start launches etcd and kube-apiserver and waits until the apiserver is ready.
+func Start(opts Options) (env *Env, err error) {
+	if opts.StartTimeout == 0 {
+		opts.StartTimeout = 90 * time.Second
+	}
+	binDir := opts.BinDir
+	if binDir == "" {
+		if binDir, err = FindBinDir(); err != nil {
+			return nil, err
+		}
+	}
+	etcdBin, err := binary(binDir, "etcd")
+	if err != nil {
+		return nil, err
+	}
+	apiBin, err := binary(binDir, "kube-apiserver")
+	if err != nil {
+		return nil, err
+	}
+
+	dir, err := os.MkdirTemp("", "kcm-split-testenv-")
+	if err != nil {
+		return nil, err
+	}
+	env = &Env{Dir: dir, keep: os.Getenv("KCM_SPLIT_KEEP_TESTENV") != ""}
+	defer func() {
+		if err != nil {
+			env.Stop()
+		}
+	}()
+
+	ctx, cancel := context.WithTimeout(context.Background(), opts.StartTimeout)
+	defer cancel()
+
+	// etcd
+	clientPort, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	peerPort, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", clientPort)
+	peerURL := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
+	env.etcd, err = env.spawn("etcd", etcdBin,
+		"--name=testenv",
+		"--data-dir="+filepath.Join(dir, "etcd"),
+		"--listen-client-urls="+etcdURL,
+		"--advertise-client-urls="+etcdURL,
+		"--listen-peer-urls="+peerURL,
+		"--initial-advertise-peer-urls="+peerURL,
+		"--initial-cluster=testenv="+peerURL,
+		"--log-level=warn",
+		// Test data is thrown away; fsync only slows the suite down on shared disks.
+		"--unsafe-no-fsync=true",
+	)
+	if err != nil {
+		return nil, err
+	}
+	if err := waitHTTP(ctx, env.etcd, etcdURL+"/health", nil); err != nil {
+		return nil, err
+	}
+
+	// Credentials: an admin token, a ServiceAccount signing key, an audit policy.
+	token, err := randomHex(16)
+	if err != nil {
+		return nil, err
+	}
+	tokens := filepath.Join(dir, "tokens.csv")
+	if err := os.WriteFile(tokens, fmt.Appendf(nil, "%s,%s,%s-uid,\"system:masters\"\n", token, AdminUser, AdminUser), 0o600); err != nil {
+		return nil, err
+	}
+	env.ServiceAccountKey = filepath.Join(dir, "sa.key")
+	if err := writeRSAKey(env.ServiceAccountKey); err != nil {
+		return nil, err
+	}
+	env.auditPath = filepath.Join(dir, "audit.log")
+	policy := filepath.Join(dir, "audit-policy.yaml")
+	if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
+		return nil, err
+	}
+
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	env.Host = fmt.Sprintf("https://127.0.0.1:%d", port)
+	args := []string{
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		fmt.Sprintf("--secure-port=%d", port),
+		"--cert-dir=" + filepath.Join(dir, "certs"),
+		"--token-auth-file=" + tokens,
+		"--authorization-mode=RBAC",
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + env.ServiceAccountKey,
+		"--service-account-signing-key-file=" + env.ServiceAccountKey,
+		"--api-audiences=https://kubernetes.default.svc.cluster.local",
+		"--service-cluster-ip-range=10.0.0.0/16",
+		// No serviceaccount controller runs in tests, so Pods must not need a default
+		// ServiceAccount to exist.
+		"--disable-admission-plugins=ServiceAccount",
+		"--audit-log-path=" + env.auditPath,
+		"--audit-policy-file=" + policy,
+		"--audit-log-mode=blocking",
+		"--v=0",
+	}
+	args = append(args, opts.ExtraAPIServerArgs...)
+	env.apiserver, err = env.spawn("kube-apiserver", apiBin, args...)
+	if err != nil {
+		return nil, err
+	}
+	if err := waitHTTP(ctx, env.apiserver, env.Host+"/readyz", &token); err != nil {
+		return nil, err
+	}
+
+	env.Config = &rest.Config{
+		Host:            env.Host,
+		BearerToken:     token,
+		TLSClientConfig: rest.TLSClientConfig{Insecure: true},
+		QPS:             -1, // tests create hundreds of objects quickly; no client-side throttling
+		UserAgent:       "kcm-split-testenv",
+	}
+	env.Kubeconfig = filepath.Join(dir, "admin.kubeconfig")
+	if err := writeKubeconfig(env.Kubeconfig, env.Host, token); err != nil {
+		return nil, err
+	}
+	// The apiserver creates the system namespaces shortly after it is ready.
+	client := kubernetes.NewForConfigOrDie(env.Config)
+	for _, ns := range []string{"default", "kube-system", "kube-node-lease"} {
+		if err := waitFor(ctx, func() bool {
+			_, err := client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+			return err == nil
+		}); err != nil {
+			return nil, fmt.Errorf("namespace %s never appeared: %w", ns, err)
+		}
+	}
+	return env, nil
+}
+
+// auditPolicy records every write at Metadata level and nothing else, so counting a
+// controller's writes is a matter of reading one file.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  verbs: ["create", "update", "patch", "delete", "deletecollection"]
+- level: None
+`
+
+func (env *Env) spawn(name, bin string, args ...string) (*process, error) {
+	logPath := filepath.Join(env.Dir, name+".log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	// Die with the test binary, even when it is killed: no control planes leak.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	p := &process{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
+	return p, nil
+}
+
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *process) stop() {
+	if p == nil || p.cmd.Process == nil || p.exited() {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// tail returns the last lines of a process log, for error messages.
+func (p *process) tail(n int) string {
+	b, err := os.ReadFile(p.log)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func waitHTTP(ctx context.Context, p *process, url string, token *string) error {
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	err := waitFor(ctx, func() bool {
+		if p.exited() {
+			return true
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if token != nil {
+			req.Header.Set("Authorization", "Bearer "+*token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return false
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	if p.exited() {
+		return fmt.Errorf("%s exited during start-up; last log lines (%s):\n%s", p.name, p.log, p.tail(20))
+	}
+	if err != nil {
+		return fmt.Errorf("%s not ready at %s: %w; last log lines (%s):\n%s", p.name, url, err, p.log, p.tail(20))
+	}
+	return nil
+}
+
+func waitFor(ctx context.Context, cond func() bool) error {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if cond() {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// Stop stops the apiserver, then etcd, and removes Dir (kept when KCM_SPLIT_KEEP_TESTENV is
+// set, for debugging).
+func (env *Env) Stop() {
+	if env == nil {
+		return
+	}
+	env.apiserver.stop()
+	env.etcd.stop()
+	if env.keep {
+		fmt.Fprintf(os.Stderr, "testenv: kept %s\n", env.Dir)
+		return
+	}
+	_ = os.RemoveAll(env.Dir)
+}
+
+// AuditEvent is the part of an audit event tests look at.
+type AuditEvent struct {
+	Verb      string `json:"verb"`
+	UserAgent string `json:"userAgent"`
+	User      struct {
+		Username string `json:"username"`
+	} `json:"user"`
+	ObjectRef struct {
+		Resource    string `json:"resource"`
+		Namespace   string `json:"namespace"`
+		Name        string `json:"name"`
+		Subresource string `json:"subresource"`
+	} `json:"objectRef"`
+	ResponseStatus struct {
+		Code int `json:"code"`
+	} `json:"responseStatus"`
+}
+
+// Writes returns every write (create, update, patch, delete, deletecollection) the apiserver
+// has completed so far for which keep returns true. The audit log is written in blocking
+// mode, so a write a client saw answered is already in it.
+func (env *Env) Writes(keep func(AuditEvent) bool) ([]AuditEvent, error) {
+	f, err := os.Open(env.auditPath)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []AuditEvent
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var ev AuditEvent
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			continue
+		}
+		if keep == nil || keep(ev) {
+			out = append(out, ev)
+		}
+	}
+	return out, sc.Err()
+}
+
+// ByUserAgentPrefix keeps events whose user agent starts with prefix (a controller ID).
+func ByUserAgentPrefix(prefix string, resources ...string) func(AuditEvent) bool {
+	return func(ev AuditEvent) bool {
+		if !strings.HasPrefix(ev.UserAgent, prefix) {
+			return false
+		}
+		if len(resources) == 0 {
+			return true
+		}
+		for _, r := range resources {
+			if ev.ObjectRef.Resource == r {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+func randomHex(n int) (string, error) {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b), nil
+}
+
+func writeRSAKey(path string) error {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return err
+	}
+	der := x509.MarshalPKCS1PrivateKey(key)
+	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: der}), 0o600)
+}
+
+func writeKubeconfig(path, host, token string) error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["testenv"] = &clientcmdapi.Cluster{Server: host, InsecureSkipTLSVerify: true}
+	cfg.AuthInfos[AdminUser] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts["testenv"] = &clientcmdapi.Context{Cluster: "testenv", AuthInfo: AdminUser}
+	cfg.CurrentContext = "testenv"
+	return clientcmd.WriteToFile(*cfg, path)
+}
