@@ -101,6 +101,9 @@ func Tune(cfg *rest.Config, o Options) {
 	if o.UserAgent != "" {
 		cfg.UserAgent = o.UserAgent
 	}
+	if cfg.WarningHandlerWithContext == nil && cfg.WarningHandler == nil {
+		cfg.WarningHandlerWithContext = &dedupWarnings{}
+	}
 }
 
 // UserAgent returns "<id>/<version> (<os>/<arch>) kcm-split", the user agent of a controller.

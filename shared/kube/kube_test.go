@@ -66,3 +66,15 @@ func TestRESTConfigAppliesTuning(t *testing.T) {
 		t.Fatalf("config not tuned: qps=%v burst=%v ct=%q ua=%q", cfg.QPS, cfg.Burst, cfg.ContentType, cfg.UserAgent)
 	}
 }
+
+func TestWarningsLoggedOnce(t *testing.T) {
+	d := &dedupWarnings{}
+	for range 3 {
+		d.HandleWarningHeaderWithContext(t.Context(), 299, "", "v1 Endpoints is deprecated")
+	}
+	n := 0
+	d.seen.Range(func(any, any) bool { n++; return true })
+	if n != 1 {
+		t.Fatalf("remembered %d warnings, want 1", n)
+	}
+}

@@ -1,0 +1,17 @@
+# Local control plane: etcd, kube-apiserver, kube-scheduler, KCM minus what kcm-split replaces,
+# kwok with 3 fake nodes, and every kcm-split controller. State in .local/ (git-ignored).
+# Included by the root Makefile.
+
+.PHONY: up down status clean-local
+
+up: ## Start the local control plane with every kcm-split controller (builds what is missing)
+	@bash deploy/local/up.sh
+
+down: ## Stop everything 'make up' started (logs stay in .local/logs)
+	@bash deploy/local/down.sh
+
+status: ## Show which local control-plane processes run, with their logs
+	@bash deploy/local/status.sh
+
+clean-local: down ## Stop the local control plane and delete .local/ (data, logs, PKI, kubeconfig)
+	rm -rf .local
