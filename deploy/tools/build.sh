@@ -13,6 +13,7 @@ bin=$(cd "$bin" && pwd)
 K8S_VERSION=v1.36.3
 KWOK_VERSION=v0.8.0
 HELM_VERSION=v4.3.1
+STATICCHECK_VERSION=v0.8.2
 export GOWORK=off GOFLAGS=-buildvcs=false
 
 pkg=k8s.io/component-base/version
@@ -36,6 +37,7 @@ install() { # name module@version
 }
 
 build etcd go.etcd.io/etcd/server/v3
+install staticcheck "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
 build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$ldflags"
 # The rest is needed by `make up` (and the chart tests), not by `make test`'s integration tests.
 if [ "${TOOLS_MINIMAL:-}" != "1" ]; then
