@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -78,6 +79,14 @@ type Runtime struct {
 	synced atomic.Pointer[func() bool]
 	events *record.EventBroadcaster
 	mu     sync.Mutex
+}
+
+// ResyncPeriod returns a random duration in [--min-resync-period, 2 x --min-resync-period),
+// upstream's choice: informers of different controllers do not resync in lockstep, and keys a
+// queue dropped after too many retries, or objects edited by hand, are reconciled eventually.
+func (rt *Runtime) ResyncPeriod() time.Duration {
+	base := rt.CLI.Duration(FlagMinResyncPeriod)
+	return base + time.Duration(rand.Int64N(int64(base)))
 }
 
 // SetSynced registers the function /readyz asks while this process leads; until it returns
@@ -204,6 +213,9 @@ func parseOptions(spec Spec, c *cli.Context) (options, error) {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			return o, &FlagError{Flag: flag, Err: err}
 		}
+	}
+	if d := c.Duration(FlagMinResyncPeriod); d <= 0 {
+		return o, &FlagError{Flag: FlagMinResyncPeriod, Err: fmt.Errorf("%s must be positive", d)}
 	}
 	if o.shutdown < 0 {
 		return o, &FlagError{Flag: FlagShutdownGracePeriod, Err: fmt.Errorf("%s is negative", o.shutdown)}

@@ -28,6 +28,7 @@ const (
 	FlagLogLevel            = "log-level"
 	FlagLogFormat           = "log-format"
 	FlagShutdownGracePeriod = "shutdown-grace-period"
+	FlagMinResyncPeriod     = "min-resync-period"
 )
 
 // EnvPrefix prefixes the environment variable of every flag: --kube-api-qps is also read from
@@ -51,6 +52,8 @@ func commonFlags(spec Spec) []cli.Flag {
 		&cli.DurationFlag{Name: FlagLeaseDuration, Category: "Leader election", Value: 15 * time.Second, Usage: "how long a standby waits after the last renewal before taking over"},
 		&cli.DurationFlag{Name: FlagRenewDeadline, Category: "Leader election", Value: 10 * time.Second, Usage: "how long the leader keeps retrying a renewal before giving up; less than the lease duration"},
 		&cli.DurationFlag{Name: FlagRetryPeriod, Category: "Leader election", Value: 2 * time.Second, Usage: "how often candidates try to acquire or renew the Lease"},
+		&cli.DurationFlag{Name: FlagMinResyncPeriod, Category: "Client", Value: 12 * time.Hour, Usage: "informers resync at a random period between this and twice this, so dropped keys and hand edits are eventually reconciled"},
+
 		&cli.StringFlag{Name: FlagLeaseNamespace, Category: "Leader election", Value: "kube-system", Usage: "namespace of the Lease"},
 		&cli.StringFlag{Name: FlagLeaseName, Category: "Leader election", Value: spec.ID, Usage: "name of the Lease"},
 

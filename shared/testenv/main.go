@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,6 +28,7 @@ func Main(m *testing.M, env **Env) {
 }
 
 func run(m *testing.M, env **Env) int {
+	defer removeBuilds()
 	if isShort() {
 		return m.Run()
 	}
@@ -98,15 +100,39 @@ func (env *Env) Namespace(t testing.TB) string {
 }
 
 // Build compiles the main package at pkg (a path relative to the current package, or an
-// import path) into a temporary directory and returns the binary's path. Integration tests
-// use it to run a controller exactly as it ships.
+// import path) and returns the binary's path. Integration tests use it to run a controller
+// exactly as it ships. Binaries live until the test binary exits (Main removes them), so a
+// package can build once and start the binary from many tests.
 func Build(t testing.TB, pkg string) string {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), filepath.Base(pkg))
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if buildDir == "" {
+		d, err := os.MkdirTemp("", "kcm-split-build-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		buildDir = d
+	}
+	out := filepath.Join(buildDir, filepath.Base(pkg))
 	cmd := exec.Command("go", "build", "-o", out, pkg)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("go build %s: %v", pkg, err)
 	}
 	return out
+}
+
+var (
+	buildMu  sync.Mutex
+	buildDir string
+)
+
+func removeBuilds() {
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if buildDir != "" {
+		_ = os.RemoveAll(buildDir)
+		buildDir = ""
+	}
 }

@@ -238,6 +238,8 @@ func Start(opts Options) (env *Env, err error) {
 		TLSClientConfig: rest.TLSClientConfig{Insecure: true},
 		QPS:             -1, // tests create hundreds of objects quickly; no client-side throttling
 		UserAgent:       "kcm-split-testenv",
+		// Tests write deprecated core/v1 Endpoints on purpose.
+		WarningHandler: rest.NoWarnings{},
 	}
 	env.Kubeconfig = filepath.Join(dir, "admin.kubeconfig")
 	if err := writeKubeconfig(env.Kubeconfig, env.Host, token); err != nil {

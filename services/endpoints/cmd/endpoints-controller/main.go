@@ -1,0 +1,13 @@
+// Command endpoints-controller runs kube-controller-manager's endpoints controller on its own:
+// it keeps the Endpoints of every Service with a selector in line with the Pods it selects.
+// See --help for flags; each can also be set through a KCM_SPLIT_<FLAG> environment variable.
+package main
+
+import (
+	"github.com/kcm-split/kcm-split/services/endpoints"
+	"github.com/kcm-split/kcm-split/shared/app"
+)
+
+func main() {
+	app.Main(endpoints.Spec())
+}

@@ -1,0 +1,292 @@
+// Package endpoints is kube-controller-manager's endpoints controller as a service of its own.
+// For every Service with a selector it maintains the core/v1 Endpoints object of the same
+// name: the IPs and ports of the Pods the Service selects, ready ones under addresses and the
+// others under notReadyAddresses. EndpointSlices are another controller's business.
+package endpoints
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/kcm-split/kcm-split/shared/worker"
+)
+
+// Event reasons, upstream's.
+const (
+	ReasonFailedToCreate = "FailedToCreateEndpoint"
+	ReasonFailedToUpdate = "FailedToUpdateEndpoint"
+)
+
+// Controller keeps Endpoints in step with Services and their Pods.
+type Controller struct {
+	client   kubernetes.Interface
+	recorder record.EventRecorder
+	opts     Options
+
+	services  corelisters.ServiceLister
+	pods      corelisters.PodLister
+	endpoints corelisters.EndpointsLister
+	synced    []cache.InformerSynced
+
+	queue    *worker.Queue[string]
+	stale    *staleTracker
+	triggers *triggerTracker
+
+	// setupErr is a failure to register an event handler (the informer had already been
+	// stopped); Run returns it.
+	setupErr error
+}
+
+// New builds the controller and registers its event handlers on the informers; it starts
+// nothing. The caller starts the informers' factory after New and then calls Run. Queue and
+// reconcile metrics go to reg (nil: none).
+func New(
+	pods coreinformers.PodInformer,
+	services coreinformers.ServiceInformer,
+	endpoints coreinformers.EndpointsInformer,
+	client kubernetes.Interface,
+	recorder record.EventRecorder,
+	opts Options,
+	reg prometheus.Registerer,
+) *Controller {
+	c := &Controller{
+		client:    client,
+		recorder:  recorder,
+		opts:      opts,
+		services:  services.Lister(),
+		pods:      pods.Lister(),
+		endpoints: endpoints.Lister(),
+		queue: worker.New(worker.Options[string]{
+			Name:       QueueName,
+			Controller: ControllerID,
+			Registerer: reg,
+		}),
+		stale:    newStaleTracker(),
+		triggers: newTriggerTracker(),
+	}
+	// Service updates are not filtered: nearly any change (selector, ports, labels, type,
+	// cluster IP) can matter, and a sync that finds nothing to change costs no API call.
+	c.register(services.Informer(), cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueue,
+		UpdateFunc: func(_, cur any) { c.enqueue(cur) },
+		DeleteFunc: c.enqueue,
+	})
+	c.register(pods.Informer(), cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.onPodAdd,
+		UpdateFunc: c.onPodUpdate,
+		DeleteFunc: c.onPodDelete,
+	})
+	// Of the Endpoints' own events only deletion matters: a deleted Endpoints whose Service
+	// still exists is recreated at once.
+	c.register(endpoints.Informer(), cache.ResourceEventHandlerFuncs{
+		DeleteFunc: c.enqueue,
+	})
+	return c
+}
+
+func (c *Controller) register(inf cache.SharedIndexInformer, h cache.ResourceEventHandler) {
+	r, err := inf.AddEventHandler(h)
+	if err != nil {
+		c.setupErr = errors.Join(c.setupErr, err)
+		return
+	}
+	// The registration is synced once the informer has listed and this handler has seen
+	// every listed object, so no Service is missed by the first syncs.
+	c.synced = append(c.synced, r.HasSynced)
+}
+
+// HasSynced reports whether the informers have listed and the handlers have seen every
+// listed object; /readyz of a leader waits for it.
+func (c *Controller) HasSynced() bool {
+	if c.setupErr != nil {
+		return false
+	}
+	for _, synced := range c.synced {
+		if !synced() {
+			return false
+		}
+	}
+	return true
+}
+
+// Run waits for the caches, queues every existing Endpoints so that those whose Service is
+// gone are deleted, and runs workers until ctx ends. It returns nil when ctx ends.
+func (c *Controller) Run(ctx context.Context, workers int) error {
+	defer c.queue.ShutDown()
+	if c.setupErr != nil {
+		return fmt.Errorf("registering event handlers: %w", c.setupErr)
+	}
+	logger := klog.FromContext(ctx)
+	logger.Info("Starting endpoints controller", "workers", workers, "batchPeriod", c.opts.BatchPeriod)
+	defer logger.Info("Shutting down endpoints controller")
+
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced...) {
+		return nil // ctx ended first
+	}
+	c.queueAllEndpoints(ctx)
+	c.queue.Run(ctx, workers, c.syncService)
+	return nil
+}
+
+// queueAllEndpoints queues the key of every Endpoints. A Service deleted while no controller
+// ran left its Endpoints behind with no event to bring them up; syncing the key deletes them.
+// Endpoints used as leader-election locks have no Service by design and are left alone.
+func (c *Controller) queueAllEndpoints(ctx context.Context) {
+	all, err := c.endpoints.List(labels.Everything())
+	if err != nil {
+		utilruntime.HandleErrorWithContext(ctx, err, "Cannot list Endpoints; orphaned ones stay until the next restart")
+		return
+	}
+	for _, ep := range all {
+		if _, lock := ep.Annotations[resourcelock.LeaderElectionRecordAnnotationKey]; lock {
+			continue
+		}
+		c.queue.Add(ep.Namespace + "/" + ep.Name)
+	}
+}
+
+// syncService brings the Endpoints of the Service named by key (namespace/name) in line with
+// the Service and its Pods, reading only from the informers' caches and writing only when
+// something differs. An error sends the key back for a retry with backoff.
+func (c *Controller) syncService(ctx context.Context, key string) error {
+	namespace, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		// Keys come from our own handlers; a malformed one could never succeed.
+		utilruntime.HandleErrorWithContext(ctx, err, "Dropping malformed key", "key", key)
+		return nil
+	}
+	// The key is ns/name already: logged as a string, it reads the same in every log format.
+	logger := klog.FromContext(ctx).WithValues("service", key)
+	ctx = klog.NewContext(ctx, logger)
+	start := time.Now()
+	defer func() {
+		logger.V(4).Info("Finished syncing service endpoints", "duration", time.Since(start))
+	}()
+
+	svc, err := c.services.Services(namespace).Get(name)
+	if apierrors.IsNotFound(err) {
+		return c.deleteEndpoints(ctx, namespace, name)
+	}
+	if err != nil {
+		return err
+	}
+	// An ExternalName Service is a DNS alias: there is nothing behind it to list.
+	if svc.Spec.Type == v1.ServiceTypeExternalName {
+		return nil
+	}
+	// A Service without a selector has Endpoints written by its owner, which must not be
+	// touched.
+	if svc.Spec.Selector == nil {
+		return nil
+	}
+
+	pods, err := c.pods.Pods(namespace).List(labels.SelectorFromValidatedSet(svc.Spec.Selector))
+	if err != nil {
+		return err
+	}
+	triggerTime, triggerState := c.triggers.compute(svc, pods)
+	if err := c.reconcile(ctx, svc, pods, triggerTime); err != nil {
+		return err
+	}
+	c.triggers.store(namespace, name, triggerState)
+	return nil
+}
+
+// reconcile computes the Service's Endpoints and writes them if they differ.
+func (c *Controller) reconcile(ctx context.Context, svc *v1.Service, pods []*v1.Pod, triggerTime time.Time) error {
+	logger := klog.FromContext(ctx)
+	subsets, truncated := truncateSubsets(desiredSubsets(svc, pods), maxAddresses)
+
+	current, err := c.endpoints.Endpoints(svc.Namespace).Get(svc.Name)
+	switch {
+	case apierrors.IsNotFound(err):
+		current = nil
+	case err != nil:
+		return err
+	case c.stale.isStale(current.Namespace, current.Name, current.ResourceVersion):
+		return fmt.Errorf("endpoints %s/%s: informer cache still has resourceVersion %s, which this controller has already replaced",
+			current.Namespace, current.Name, current.ResourceVersion)
+	}
+	if current != nil && upToDate(current, svc, subsets, truncated) {
+		logger.V(5).Info("Endpoints up to date")
+		return nil
+	}
+
+	desired := buildEndpoints(current, svc, subsets, truncated, triggerTime)
+	ready, notReady := 0, 0
+	for i := range subsets {
+		ready += len(subsets[i].Addresses)
+		notReady += len(subsets[i].NotReadyAddresses)
+	}
+	logger.V(4).Info("Writing endpoints", "create", current == nil,
+		"readyAddresses", ready, "notReadyAddresses", notReady, "truncated", truncated)
+	if current == nil {
+		return c.create(ctx, svc, desired)
+	}
+	return c.update(ctx, svc, current, desired)
+}
+
+func (c *Controller) create(ctx context.Context, svc *v1.Service, ep *v1.Endpoints) error {
+	_, err := c.client.CoreV1().Endpoints(svc.Namespace).Create(ctx, ep, metav1.CreateOptions{})
+	switch {
+	case err == nil:
+		return nil
+	case apierrors.IsForbidden(err) && apierrors.HasStatusCause(err, v1.NamespaceTerminatingCause):
+		// Nothing can be created in a terminating namespace, and the Service is about to
+		// go with it: retrying would only fail again.
+		klog.FromContext(ctx).V(5).Info("Not creating endpoints in a terminating namespace")
+		return nil
+	case apierrors.IsAlreadyExists(err):
+		// The informer has not delivered an Endpoints that exists, most often the one
+		// this controller created a moment ago. Not a failure worth an Event: retry once
+		// the cache has caught up.
+		return fmt.Errorf("endpoints %s/%s exist but are not in the informer cache yet: %w", svc.Namespace, svc.Name, err)
+	}
+	c.recorder.Eventf(ep, v1.EventTypeWarning, ReasonFailedToCreate,
+		"Failed to create endpoint for service %s/%s: %v", svc.Namespace, svc.Name, err)
+	return err
+}
+
+func (c *Controller) update(ctx context.Context, svc *v1.Service, current, ep *v1.Endpoints) error {
+	updated, err := c.client.CoreV1().Endpoints(svc.Namespace).Update(ctx, ep, metav1.UpdateOptions{})
+	if err != nil {
+		c.recorder.Eventf(ep, v1.EventTypeWarning, ReasonFailedToUpdate,
+			"Failed to update endpoint %s/%s: %v", svc.Namespace, svc.Name, err)
+		return err
+	}
+	// An update the API server turned into a no-op (admission may) keeps the version; the
+	// cached copy is then not behind.
+	if updated.ResourceVersion != current.ResourceVersion {
+		c.stale.replacedVersion(current.Namespace, current.Name, current.ResourceVersion)
+	}
+	return nil
+}
+
+// deleteEndpoints removes the Endpoints of a deleted Service. It is called even when the
+// cache has no such Endpoints, because the cache may simply not have caught up with one being
+// created.
+func (c *Controller) deleteEndpoints(ctx context.Context, namespace, name string) error {
+	err := c.client.CoreV1().Endpoints(namespace).Delete(ctx, name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	c.triggers.forget(namespace, name)
+	c.stale.forget(namespace, name)
+	return nil
+}

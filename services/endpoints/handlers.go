@@ -1,0 +1,171 @@
+package endpoints
+
+import (
+	"context"
+	"fmt"
+	"maps"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Event handlers stay thin: they turn an object into the Service keys it affects and queue
+// them. A Service and its Endpoints share namespace and name, so both map to one key.
+
+// enqueue queues the key of a Service or Endpoints, tombstones included.
+func (c *Controller) enqueue(obj any) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		utilruntime.HandleErrorWithContext(context.Background(), err, "Cannot get key of object", "object", obj)
+		return
+	}
+	c.queue.Add(key)
+}
+
+func (c *Controller) onPodAdd(obj any) {
+	if pod := podFrom(obj); pod != nil {
+		c.enqueuePodServices(c.servicesSelecting(pod.Namespace, pod.Labels))
+	}
+}
+
+func (c *Controller) onPodDelete(obj any) {
+	if pod := podFrom(obj); pod != nil {
+		c.enqueuePodServices(c.servicesSelecting(pod.Namespace, pod.Labels))
+	}
+}
+
+func (c *Controller) onPodUpdate(oldObj, newObj any) {
+	old, cur := podFrom(oldObj), podFrom(newObj)
+	if old == nil || cur == nil {
+		return
+	}
+	// Same version: an informer replaying its cache, not a change. Services are resynced
+	// through their own informer; fanning every Pod out to them again would add nothing.
+	if old.ResourceVersion == cur.ResourceVersion {
+		return
+	}
+	contentChanged, labelsChanged := podChange(old, cur)
+	switch {
+	case !contentChanged && !labelsChanged:
+		// Most Pod updates (annotations, container statuses, conditions other than Ready)
+		// cannot change any Endpoints.
+		return
+	case !labelsChanged:
+		c.enqueuePodServices(c.servicesSelecting(cur.Namespace, cur.Labels))
+	default:
+		before := c.servicesSelecting(old.Namespace, old.Labels)
+		after := c.servicesSelecting(cur.Namespace, cur.Labels)
+		c.enqueuePodServices(affectedServices(before, after, contentChanged))
+	}
+}
+
+// podChange tells whether a Pod update can change the address a Service gets from it
+// (contentChanged) or which Services select it (labelsChanged).
+func podChange(old, cur *v1.Pod) (contentChanged, labelsChanged bool) {
+	labelsChanged = !maps.Equal(old.Labels, cur.Labels)
+	contentChanged = !timesEqual(old.DeletionTimestamp, cur.DeletionTimestamp) ||
+		podReady(old) != podReady(cur) ||
+		isTerminal(old) != isTerminal(cur) ||
+		old.Spec.NodeName != cur.Spec.NodeName ||
+		old.Spec.Hostname != cur.Spec.Hostname ||
+		old.Spec.Subdomain != cur.Spec.Subdomain ||
+		!podIPsEqual(old.Status.PodIPs, cur.Status.PodIPs) ||
+		old.Status.PodIP != cur.Status.PodIP
+	return contentChanged, labelsChanged
+}
+
+// affectedServices picks the Services to sync after a Pod's labels changed: those that gained
+// or lost the Pod, and, if the Pod's address changed as well, also those that kept it.
+func affectedServices(before, after map[string]struct{}, contentChanged bool) map[string]struct{} {
+	out := map[string]struct{}{}
+	for k := range before {
+		if _, kept := after[k]; !kept || contentChanged {
+			out[k] = struct{}{}
+		}
+	}
+	for k := range after {
+		if _, kept := before[k]; !kept || contentChanged {
+			out[k] = struct{}{}
+		}
+	}
+	return out
+}
+
+// enqueuePodServices queues Services after a Pod change, delayed by the batch period so
+// that a burst of Pod changes becomes one sync per Service.
+func (c *Controller) enqueuePodServices(keys map[string]struct{}) {
+	for k := range keys {
+		c.queue.AddAfter(k, c.opts.BatchPeriod)
+	}
+}
+
+// servicesSelecting returns the keys of the Services in namespace whose selector matches
+// podLabels. A nil selector selects nothing (its Endpoints are managed by someone else); an
+// empty one selects every Pod. ExternalName Services are skipped: they never get Endpoints.
+func (c *Controller) servicesSelecting(namespace string, podLabels map[string]string) map[string]struct{} {
+	services, err := c.services.Services(namespace).List(labels.Everything())
+	if err != nil {
+		// A lister reads memory; this does not happen in practice.
+		utilruntime.HandleErrorWithContext(context.Background(), err, "Cannot list Services", "namespace", namespace)
+		return nil
+	}
+	keys := map[string]struct{}{}
+	for _, svc := range services {
+		if svc.Spec.Selector == nil || svc.Spec.Type == v1.ServiceTypeExternalName {
+			continue
+		}
+		if selectorMatches(svc.Spec.Selector, podLabels) {
+			keys[svc.Namespace+"/"+svc.Name] = struct{}{}
+		}
+	}
+	return keys
+}
+
+// selectorMatches is equality-based set selection, the only kind a Service selector has.
+func selectorMatches(selector, podLabels map[string]string) bool {
+	for k, v := range selector {
+		if pv, ok := podLabels[k]; !ok || pv != v {
+			return false
+		}
+	}
+	return true
+}
+
+// podFrom unwraps a Pod from an informer notification, tombstones included.
+func podFrom(obj any) *v1.Pod {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	pod, ok := obj.(*v1.Pod)
+	if !ok {
+		utilruntime.HandleErrorWithContext(context.Background(), nil, "Unexpected object in Pod notification", "type", fmt.Sprintf("%T", obj))
+		return nil
+	}
+	return pod
+}
+
+func isTerminal(pod *v1.Pod) bool {
+	return pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed
+}
+
+func podIPsEqual(a, b []v1.PodIP) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].IP != b[i].IP {
+			return false
+		}
+	}
+	return true
+}
+
+func timesEqual(a, b *metav1.Time) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Equal(b)
+}

@@ -1,0 +1,724 @@
+package endpoints_test
+
+// Integration tests: the endpoints-controller binary, built as it ships, against a real
+// etcd + kube-apiserver v1.36.3 (shared/testenv). Tests run one after another; each starts
+// the controller processes it needs and stops them when it ends.
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kcm-split/kcm-split/shared/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) { testenv.Main(m, &env) }
+
+const userAgentPrefix = "endpoints-controller/"
+
+var (
+	buildOnce sync.Once
+	binPath   string
+)
+
+// controllerBinary builds ./cmd/endpoints-controller once per test binary.
+func controllerBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() { binPath = testenv.Build(t, "./cmd/endpoints-controller") })
+	if binPath == "" {
+		t.Fatal("building the controller failed earlier")
+	}
+	return binPath
+}
+
+// proc is one running endpoints-controller process.
+type proc struct {
+	t    *testing.T
+	name string
+	cmd  *exec.Cmd
+	base string // http://127.0.0.1:port
+	log  string
+	done chan struct{}
+}
+
+func startController(t *testing.T, name string, args ...string) *proc {
+	t.Helper()
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(t.TempDir(), name+".log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := append([]string{
+		"--kubeconfig=" + env.Kubeconfig,
+		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", port),
+		"--log-level=2",
+	}, args...)
+	cmd := exec.Command(controllerBinary(t), all...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{t: t, name: name, cmd: cmd, base: fmt.Sprintf("http://127.0.0.1:%d", port), log: logPath, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
+	t.Cleanup(func() {
+		p.stop()
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("--- %s log ---\n%s", name, tail(string(b), 40))
+		}
+	})
+	return p
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop sends SIGTERM and waits for the process to exit.
+func (p *proc) stop() {
+	if p.exited() {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		p.t.Errorf("%s did not exit within 30s of SIGTERM", p.name)
+	}
+}
+
+func (p *proc) get(path string) (int, string) {
+	resp, err := http.Get(p.base + path)
+	if err != nil {
+		return 0, ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// metric returns the value of the first sample whose line starts with series, or -1.
+func (p *proc) metric(series string) float64 {
+	_, body := p.get("/metrics")
+	sc := bufio.NewScanner(strings.NewReader(body))
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, series+" ") {
+			v, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimPrefix(line, series)), 64)
+			if err == nil {
+				return v
+			}
+		}
+	}
+	return -1
+}
+
+func (p *proc) isLeader() bool {
+	return p.metric(`leader_election_master_status{name="endpoints-controller"}`) == 1
+}
+
+// waitLeadingAndSynced waits until p holds the Lease and its caches have synced (/readyz).
+func (p *proc) waitLeadingAndSynced(timeout time.Duration) {
+	p.t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		if p.exited() {
+			return false, fmt.Errorf("%s exited", p.name)
+		}
+		code, _ := p.get("/readyz")
+		return code == http.StatusOK && p.isLeader(), nil
+	})
+	if err != nil {
+		p.t.Fatalf("%s not leading and synced: %v", p.name, err)
+	}
+}
+
+// ---- object builders ----
+
+type podOpt func(*corev1.Pod)
+
+func notReady() podOpt {
+	return func(p *corev1.Pod) { setReady(p, false) }
+}
+func withPorts(ports ...corev1.ContainerPort) podOpt {
+	return func(p *corev1.Pod) { p.Spec.Containers[0].Ports = ports }
+}
+func withHostname(host, subdomain string) podOpt {
+	return func(p *corev1.Pod) { p.Spec.Hostname, p.Spec.Subdomain = host, subdomain }
+}
+
+func setReady(p *corev1.Pod, ready bool) {
+	status := corev1.ConditionTrue
+	if !ready {
+		status = corev1.ConditionFalse
+	}
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}
+}
+
+func makePod(ns, name, ip string, labels map[string]string, opts ...podOpt) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
+		Spec: corev1.PodSpec{
+			NodeName:   "node-1",
+			Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}},
+		},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}},
+	}
+	setReady(p, true)
+	for _, o := range opts {
+		o(p)
+	}
+	return p
+}
+
+// createPod creates the Pod and then writes its status, as a kubelet would.
+func createPod(t *testing.T, c kubernetes.Interface, p *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	status := p.Status
+	created, err := c.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create pod %s: %v", p.Name, err)
+	}
+	created.Status = status
+	updated, err := c.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, created, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatalf("pod %s status: %v", p.Name, err)
+	}
+	return updated
+}
+
+func makeService(ns, name string, selector map[string]string, ports ...corev1.ServicePort) *corev1.Service {
+	if len(ports) == 0 {
+		ports = []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}}
+	}
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"team": "web"}},
+		Spec:       corev1.ServiceSpec{Selector: selector, Ports: ports},
+	}
+}
+
+func createService(t *testing.T, c kubernetes.Interface, s *corev1.Service) *corev1.Service {
+	t.Helper()
+	out, err := c.CoreV1().Services(s.Namespace).Create(context.Background(), s, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create service %s: %v", s.Name, err)
+	}
+	return out
+}
+
+// waitEndpoints polls until cond holds for the Endpoints ns/name and returns it.
+func waitEndpoints(t *testing.T, c kubernetes.Interface, ns, name string, what string, cond func(*corev1.Endpoints) bool) *corev1.Endpoints {
+	t.Helper()
+	var last *corev1.Endpoints
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		ep, err := c.CoreV1().Endpoints(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			last = nil
+			return cond(nil), nil
+		}
+		if err != nil {
+			return false, nil
+		}
+		last = ep
+		return cond(ep), nil
+	})
+	if err != nil {
+		t.Fatalf("Endpoints %s/%s never became %s; last: %s", ns, name, what, describe(last))
+	}
+	return last
+}
+
+func describe(ep *corev1.Endpoints) string {
+	if ep == nil {
+		return "<none>"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "labels=%v annotations=%v", ep.Labels, ep.Annotations)
+	for i, s := range ep.Subsets {
+		fmt.Fprintf(&b, " subset[%d]{ready=%v notReady=%v ports=%v}", i, ips(s.Addresses), ips(s.NotReadyAddresses), s.Ports)
+	}
+	return b.String()
+}
+
+func ips(addrs []corev1.EndpointAddress) []string {
+	out := make([]string, 0, len(addrs))
+	for _, a := range addrs {
+		out = append(out, a.IP)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// readyIPs and notReadyIPs flatten all subsets.
+func readyIPs(ep *corev1.Endpoints) []string {
+	var out []string
+	for _, s := range ep.Subsets {
+		out = append(out, ips(s.Addresses)...)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func notReadyIPs(ep *corev1.Endpoints) []string {
+	var out []string
+	for _, s := range ep.Subsets {
+		out = append(out, ips(s.NotReadyAddresses)...)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func equal(a []string, b ...string) bool {
+	sort.Strings(b)
+	return strings.Join(a, ",") == strings.Join(b, ",")
+}
+
+// controllerWrites counts the writes the controller made to Endpoints in ns.
+func controllerWrites(t *testing.T, ns string) int {
+	t.Helper()
+	evs, err := env.Writes(testenv.ByUserAgentPrefix(userAgentPrefix, "endpoints"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, ev := range evs {
+		if ev.ObjectRef.Namespace == ns {
+			n++
+		}
+	}
+	return n
+}
+
+// ---- tests ----
+
+func TestReadyAndNotReadyAddresses(t *testing.T) {
+	testenv.Require(t, env)
+	c := env.Client(t)
+	ns := env.Namespace(t)
+	startController(t, "ctrl").waitLeadingAndSynced(30 * time.Second)
+
+	sel := map[string]string{"app": "web"}
+	createService(t, c, makeService(ns, "web", sel))
+	createPod(t, c, makePod(ns, "a", "10.1.0.1", sel))
+	createPod(t, c, makePod(ns, "b", "10.1.0.2", sel))
+	createPod(t, c, makePod(ns, "c", "10.1.0.3", sel, notReady()))
+	createPod(t, c, makePod(ns, "other", "10.1.0.9", map[string]string{"app": "db"}))
+
+	ep := waitEndpoints(t, c, ns, "web", "2 ready + 1 not ready", func(ep *corev1.Endpoints) bool {
+		return ep != nil && equal(readyIPs(ep), "10.1.0.1", "10.1.0.2") && equal(notReadyIPs(ep), "10.1.0.3")
+	})
+	if len(ep.Subsets) != 1 || len(ep.Subsets[0].Ports) != 1 || ep.Subsets[0].Ports[0].Port != 8080 || ep.Subsets[0].Ports[0].Name != "http" {
+		t.Fatalf("ports = %s", describe(ep))
+	}
+	if ep.Labels["team"] != "web" || ep.Labels["endpoints.kubernetes.io/managed-by"] != "endpoint-controller" {
+		t.Fatalf("labels = %v", ep.Labels)
+	}
+	if _, err := time.Parse(time.RFC3339Nano, ep.Annotations["endpoints.kubernetes.io/last-change-trigger-time"]); err != nil {
+		t.Fatalf("last-change-trigger-time: %v (annotations %v)", err, ep.Annotations)
+	}
+	for _, a := range ep.Subsets[0].Addresses {
+		if a.TargetRef == nil || a.TargetRef.Kind != "Pod" || a.TargetRef.Namespace != ns || a.TargetRef.UID == "" || a.NodeName == nil || *a.NodeName != "node-1" {
+			t.Fatalf("address %+v lacks targetRef or nodeName", a)
+		}
+	}
+}
+
+func TestNamedAndMultiplePorts(t *testing.T) {
+	testenv.Require(t, env)
+	c := env.Client(t)
+	ns := env.Namespace(t)
+	startController(t, "ctrl").waitLeadingAndSynced(30 * time.Second)
+
+	sel := map[string]string{"app": "multi"}
+	createService(t, c, makeService(ns, "multi", sel,
+		corev1.ServicePort{Name: "http", Port: 80, TargetPort: intstr.FromString("web"), Protocol: corev1.ProtocolTCP},
+		corev1.ServicePort{Name: "metrics", Port: 9090, TargetPort: intstr.FromInt32(9090), Protocol: corev1.ProtocolTCP},
+	))
+	// a names its port "web" 8080, b names it "web" 8081, c has no "web" port at all.
+	createPod(t, c, makePod(ns, "a", "10.2.0.1", sel, withPorts(corev1.ContainerPort{Name: "web", ContainerPort: 8080})))
+	createPod(t, c, makePod(ns, "b", "10.2.0.2", sel, withPorts(corev1.ContainerPort{Name: "web", ContainerPort: 8081})))
+	createPod(t, c, makePod(ns, "c", "10.2.0.3", sel))
+
+	ep := waitEndpoints(t, c, ns, "multi", "three subsets", func(ep *corev1.Endpoints) bool {
+		return ep != nil && len(ep.Subsets) == 3
+	})
+	// Canonical packing (as upstream): ports served by exactly the same addresses share a
+	// subset. http resolves to 8080 on a and 8081 on b, c lacks the named port, and all three
+	// serve metrics.
+	got := map[string][]string{}
+	for _, s := range ep.Subsets {
+		var ports []string
+		for _, p := range s.Ports {
+			ports = append(ports, fmt.Sprintf("%s:%d", p.Name, p.Port))
+		}
+		sort.Strings(ports)
+		got[strings.Join(ports, ",")] = ips(s.Addresses)
+	}
+	want := map[string][]string{
+		"http:8080":    {"10.2.0.1"},
+		"http:8081":    {"10.2.0.2"},
+		"metrics:9090": {"10.2.0.1", "10.2.0.2", "10.2.0.3"},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("subsets = %v, want %v", got, want)
+	}
+}
+
+func TestHeadlessAndPublishNotReady(t *testing.T) {
+	testenv.Require(t, env)
+	c := env.Client(t)
+	ns := env.Namespace(t)
+	startController(t, "ctrl").waitLeadingAndSynced(30 * time.Second)
+
+	sel := map[string]string{"app": "db"}
+	headless := makeService(ns, "db", sel)
+	headless.Spec.ClusterIP = corev1.ClusterIPNone
+	headless.Spec.Ports = nil
+	createService(t, c, headless)
+
+	pub := makeService(ns, "db-all", sel)
+	pub.Spec.PublishNotReadyAddresses = true
+	createService(t, c, pub)
+
+	createPod(t, c, makePod(ns, "db-0", "10.3.0.1", sel, withHostname("db-0", "db")))
+	createPod(t, c, makePod(ns, "db-1", "10.3.0.2", sel, withHostname("db-1", "other"), notReady()))
+
+	ep := waitEndpoints(t, c, ns, "db", "address-only with hostname", func(ep *corev1.Endpoints) bool {
+		return ep != nil && equal(readyIPs(ep), "10.3.0.1") && equal(notReadyIPs(ep), "10.3.0.2")
+	})
+	if _, ok := ep.Labels["service.kubernetes.io/headless"]; !ok {
+		t.Fatalf("headless label missing: %v", ep.Labels)
+	}
+	for _, s := range ep.Subsets {
+		if len(s.Ports) != 0 {
+			t.Fatalf("headless service without ports got ports: %s", describe(ep))
+		}
+		for _, a := range s.Addresses {
+			if a.Hostname != "db-0" {
+				t.Fatalf("db-0 hostname = %q (subdomain matches the service)", a.Hostname)
+			}
+		}
+		for _, a := range s.NotReadyAddresses {
+			if a.Hostname != "" {
+				t.Fatalf("db-1 hostname = %q, want none (subdomain differs)", a.Hostname)
+			}
+		}
+	}
+	waitEndpoints(t, c, ns, "db-all", "all addresses ready", func(ep *corev1.Endpoints) bool {
+		return ep != nil && equal(readyIPs(ep), "10.3.0.1", "10.3.0.2") && len(notReadyIPs(ep)) == 0
+	})
+}
+
+func TestReadinessFlipAndServiceDelete(t *testing.T) {
+	testenv.Require(t, env)
+	c := env.Client(t)
+	ns := env.Namespace(t)
+	startController(t, "ctrl").waitLeadingAndSynced(30 * time.Second)
+	ctx := context.Background()
+
+	sel := map[string]string{"app": "flip"}
+	createService(t, c, makeService(ns, "flip", sel))
+	pod := createPod(t, c, makePod(ns, "p", "10.4.0.1", sel))
+	waitEndpoints(t, c, ns, "flip", "ready", func(ep *corev1.Endpoints) bool { return ep != nil && equal(readyIPs(ep), "10.4.0.1") })
+
+	setReady(pod, false)
+	pod, err := c.CoreV1().Pods(ns).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitEndpoints(t, c, ns, "flip", "not ready", func(ep *corev1.Endpoints) bool {
+		return ep != nil && len(readyIPs(ep)) == 0 && equal(notReadyIPs(ep), "10.4.0.1")
+	})
+	setReady(pod, true)
+	if _, err := c.CoreV1().Pods(ns).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitEndpoints(t, c, ns, "flip", "ready again", func(ep *corev1.Endpoints) bool { return ep != nil && equal(readyIPs(ep), "10.4.0.1") })
+
+	if err := c.CoreV1().Services(ns).Delete(ctx, "flip", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitEndpoints(t, c, ns, "flip", "deleted", func(ep *corev1.Endpoints) bool { return ep == nil })
+}
+
+func TestOrphansSweptAtStartAndUserManagedLeftAlone(t *testing.T) {
+	testenv.Require(t, env)
+	c := env.Client(t)
+	ns := env.Namespace(t)
+	ctx := context.Background()
+
+	// Before the controller runs: an orphan (no Service), a leader-election lock object,
+	// an ExternalName Service and a selector-less Service with user-managed Endpoints.
+	mk := func(name string, annotations map[string]string) {
+		ep := &corev1.Endpoints{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: annotations},
+			Subsets:    []corev1.EndpointSubset{{Addresses: []corev1.EndpointAddress{{IP: "192.0.2.10"}}, Ports: []corev1.EndpointPort{{Port: 5432}}}},
+		}
+		if _, err := c.CoreV1().Endpoints(ns).Create(ctx, ep, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk("orphan", nil)
+	mk("lock", map[string]string{"control-plane.alpha.kubernetes.io/leader": `{"holderIdentity":"x"}`})
+	ext := makeService(ns, "external", nil)
+	ext.Spec.Type = corev1.ServiceTypeExternalName
+	ext.Spec.ExternalName = "db.example.com"
+	ext.Spec.Ports = nil
+	createService(t, c, ext)
+	mk("external", nil)
+	createService(t, c, makeService(ns, "manual", nil))
+	mk("manual", nil)
+
+	startController(t, "ctrl").waitLeadingAndSynced(30 * time.Second)
+	waitEndpoints(t, c, ns, "orphan", "deleted", func(ep *corev1.Endpoints) bool { return ep == nil })
+
+	// Sentinel: once a new Service's Endpoints exist, the start-up sweep has been processed.
+	sel := map[string]string{"app": "sentinel"}
+	createService(t, c, makeService(ns, "sentinel", sel))
+	createPod(t, c, makePod(ns, "s", "10.5.0.1", sel))
+	waitEndpoints(t, c, ns, "sentinel", "ready", func(ep *corev1.Endpoints) bool { return ep != nil && equal(readyIPs(ep), "10.5.0.1") })
+
+	for _, name := range []string{"lock", "external", "manual"} {
+		ep, err := c.CoreV1().Endpoints(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("%s: %v (must be left alone)", name, err)
+		}
+		if !equal(readyIPs(ep), "192.0.2.10") {
+			t.Fatalf("%s was changed: %s", name, describe(ep))
+		}
+	}
+	evs, err := env.Writes(testenv.ByUserAgentPrefix(userAgentPrefix, "endpoints"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range evs {
+		if ev.ObjectRef.Namespace == ns && ev.ObjectRef.Name != "orphan" && ev.ObjectRef.Name != "sentinel" {
+			t.Fatalf("controller wrote %s %s", ev.Verb, ev.ObjectRef.Name)
+		}
+	}
+}
+
+// createPods creates n ready Pods concurrently.
+func createPods(t *testing.T, c kubernetes.Interface, ns string, n int, sel map[string]string) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	sem := make(chan struct{}, 16)
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			p := makePod(ns, fmt.Sprintf("p-%04d", i), fmt.Sprintf("10.%d.%d.%d", 100+i/65536, (i/256)%256, i%256), sel)
+			status := p.Status
+			created, err := c.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{})
+			if err != nil {
+				errs <- err
+				return
+			}
+			created.Status = status
+			if _, err := c.CoreV1().Pods(ns).UpdateStatus(context.Background(), created, metav1.UpdateOptions{}); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+func TestTruncationAtCapacity(t *testing.T) {
+	testenv.Require(t, env)
+	c := env.Client(t)
+	ns := env.Namespace(t)
+	ctx := context.Background()
+	sel := map[string]string{"app": "big"}
+	createPods(t, c, ns, 1001, sel)
+	startController(t, "ctrl").waitLeadingAndSynced(60 * time.Second)
+	createService(t, c, makeService(ns, "big", sel))
+
+	ep := waitEndpoints(t, c, ns, "big", "truncated to 1000", func(ep *corev1.Endpoints) bool {
+		return ep != nil && len(readyIPs(ep))+len(notReadyIPs(ep)) == 1000
+	})
+	if ep.Annotations["endpoints.kubernetes.io/over-capacity"] != "truncated" {
+		t.Fatalf("over-capacity annotation = %q", ep.Annotations["endpoints.kubernetes.io/over-capacity"])
+	}
+	for _, name := range []string{"p-0000", "p-0001"} {
+		if err := c.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitEndpoints(t, c, ns, "big", "999 addresses without the annotation", func(ep *corev1.Endpoints) bool {
+		_, annotated := ep.Annotations["endpoints.kubernetes.io/over-capacity"]
+		return ep != nil && len(readyIPs(ep)) == 999 && !annotated
+	})
+}
+
+func TestRestartOverCorrectStateWritesNothing(t *testing.T) {
+	testenv.Require(t, env)
+	c := env.Client(t)
+	ns := env.Namespace(t)
+
+	// Everything exists before the controller first starts: the cold sync must write exactly
+	// once per Service, and a restart over that state not at all.
+	for i, name := range []string{"a", "b", "c"} {
+		sel := map[string]string{"app": name}
+		createService(t, c, makeService(ns, name, sel))
+		createPod(t, c, makePod(ns, name+"-0", fmt.Sprintf("10.6.%d.1", i), sel))
+		createPod(t, c, makePod(ns, name+"-1", fmt.Sprintf("10.6.%d.2", i), sel, notReady()))
+	}
+	first := startController(t, "first")
+	first.waitLeadingAndSynced(30 * time.Second)
+	for _, name := range []string{"a", "b", "c"} {
+		waitEndpoints(t, c, ns, name, "complete", func(ep *corev1.Endpoints) bool {
+			return ep != nil && len(readyIPs(ep)) == 1 && len(notReadyIPs(ep)) == 1
+		})
+	}
+	first.stop()
+	before := controllerWrites(t, ns)
+	if before != 3 {
+		t.Fatalf("cold sync wrote %d times for 3 Services, want 3 (one create each)", before)
+	}
+
+	second := startController(t, "second")
+	second.waitLeadingAndSynced(30 * time.Second)
+	// Sentinel in another namespace: once it is done, the start-up backlog is done too.
+	other := env.Namespace(t)
+	sel := map[string]string{"app": "sentinel"}
+	createService(t, c, makeService(other, "sentinel", sel))
+	createPod(t, c, makePod(other, "s", "10.6.9.1", sel))
+	waitEndpoints(t, c, other, "sentinel", "ready", func(ep *corev1.Endpoints) bool { return ep != nil && len(readyIPs(ep)) == 1 })
+	if reconciles := second.metric(`kcm_split_reconcile_total{controller="endpoints-controller",result="success"}`); reconciles < 4 {
+		t.Fatalf("second controller reconciled %v Services, want at least the 3 existing + sentinel", reconciles)
+	}
+	if after := controllerWrites(t, ns); after != before {
+		t.Fatalf("restart over correct state wrote %d times, want 0", after-before)
+	}
+}
+
+func TestLeaderElectionHandover(t *testing.T) {
+	testenv.Require(t, env)
+	c := env.Client(t)
+	ctx := context.Background()
+
+	// Default timings (15s lease, 10s renew, 2s retry) for the graceful handover.
+	a := startController(t, "a", "--leader-elect-resource-name=endpoints-controller")
+	a.waitLeadingAndSynced(30 * time.Second)
+	b := startController(t, "b", "--leader-elect-resource-name=endpoints-controller")
+	// The standby is Ready too (it serves health and metrics) but does not lead or work.
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		code, _ := b.get("/readyz")
+		return code == http.StatusOK, nil
+	}); err != nil {
+		t.Fatalf("standby not Ready: %v", err)
+	}
+
+	ns := env.Namespace(t)
+	sel := map[string]string{"app": "le"}
+	createService(t, c, makeService(ns, "le", sel))
+	createPod(t, c, makePod(ns, "p", "10.7.0.1", sel))
+	waitEndpoints(t, c, ns, "le", "ready", func(ep *corev1.Endpoints) bool { return ep != nil && len(readyIPs(ep)) == 1 })
+	if !a.isLeader() || b.isLeader() {
+		t.Fatalf("leader status: a=%v b=%v, want exactly a", a.isLeader(), b.isLeader())
+	}
+	if got := b.metric(`kcm_split_reconcile_total{controller="endpoints-controller",result="success"}`); got > 0 {
+		t.Fatalf("standby reconciled %v times", got)
+	}
+	if got := a.metric(`kcm_split_reconcile_total{controller="endpoints-controller",result="success"}`); got < 1 {
+		t.Fatalf("leader reconciled %v times", got)
+	}
+
+	// SIGTERM: a drains, releases the Lease, and b takes over within 5s.
+	start := time.Now()
+	a.stop()
+	if code := a.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("leader exit code after SIGTERM = %d, want 0", code)
+	}
+	b.waitLeadingAndSynced(5*time.Second - time.Since(start))
+	t.Logf("SIGTERM handover took %s", time.Since(start).Round(time.Millisecond))
+	lease, err := c.CoordinationV1().Leases("kube-system").Get(ctx, "endpoints-controller", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lease.Spec.HolderIdentity == nil || !strings.Contains(*lease.Spec.HolderIdentity, "_") {
+		t.Fatalf("holder identity %v is not <hostname>_<uuid>", lease.Spec.HolderIdentity)
+	}
+
+	// The new leader acts on changes.
+	createPod(t, c, makePod(ns, "q", "10.7.0.2", sel))
+	waitEndpoints(t, c, ns, "le", "two ready", func(ep *corev1.Endpoints) bool { return ep != nil && len(readyIPs(ep)) == 2 })
+}
+
+func TestLeaderElectionSIGKILL(t *testing.T) {
+	testenv.Require(t, env)
+	const lease = 4 * time.Second
+	args := []string{"--leader-elect-resource-name=endpoints-sigkill",
+		"--leader-elect-lease-duration=" + lease.String(), "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=250ms"}
+	a := startController(t, "a", args...)
+	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return a.metric(`leader_election_master_status{name="endpoints-sigkill"}`) == 1, nil
+	}); err != nil {
+		t.Fatal("a never led")
+	}
+	b := startController(t, "b", args...)
+	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return b.metric(`leader_election_master_status{name="endpoints-sigkill"}`) == 0, nil
+	}); err != nil {
+		t.Fatal("b never became a standby")
+	}
+
+	start := time.Now()
+	_ = a.cmd.Process.Kill()
+	<-a.done
+	// No release happens: b must wait for the Lease to expire, and not much longer.
+	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, lease+2*time.Second, true, func(context.Context) (bool, error) {
+		return b.metric(`leader_election_master_status{name="endpoints-sigkill"}`) == 1, nil
+	}); err != nil {
+		t.Fatalf("b did not take over within lease duration + 2s (%s)", lease+2*time.Second)
+	}
+	t.Logf("SIGKILL handover took %s (lease %s)", time.Since(start).Round(time.Millisecond), lease)
+}

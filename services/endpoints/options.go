@@ -1,0 +1,85 @@
+package endpoints
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/kcm-split/kcm-split/shared/app"
+)
+
+// Names this controller is known by. They are the single source of truth for the binary,
+// the Lease, the queue's metrics label, the Helm chart key and what other components see.
+const (
+	// ControllerID is the binary name and the default Lease name.
+	ControllerID = "endpoints-controller"
+	// QueueName is the workqueue name, upstream's, so workqueue_*{name="endpoint"} queries
+	// written for kube-controller-manager keep working.
+	QueueName = "endpoint"
+	// ComponentName is upstream's name for this controller: the source component of the
+	// Events it writes and the value of LabelManagedBy on the Endpoints it owns.
+	ComponentName = "endpoint-controller"
+	// DefaultPort serves metrics and health unless --metrics-bind-address says otherwise.
+	DefaultPort = 10281
+)
+
+// Flag names, upstream's.
+const (
+	FlagConcurrentSyncs = "concurrent-endpoint-syncs"
+	FlagBatchPeriod     = "endpoint-updates-batch-period"
+)
+
+// Options are the controller's own settings.
+type Options struct {
+	// ConcurrentSyncs is the number of Services reconciled in parallel.
+	ConcurrentSyncs int
+	// BatchPeriod delays the sync a Pod change triggers, so that a burst of Pod changes
+	// (a rollout, a node going away) becomes one Endpoints write per Service instead of
+	// one per Pod. Service changes are never delayed. Zero syncs at once.
+	BatchPeriod time.Duration
+}
+
+// DefaultOptions returns upstream's defaults.
+func DefaultOptions() Options {
+	return Options{ConcurrentSyncs: 5, BatchPeriod: 0}
+}
+
+// Validate reports the first bad value as an *app.FlagError.
+func (o Options) Validate() error {
+	if o.ConcurrentSyncs < 1 {
+		return &app.FlagError{Flag: FlagConcurrentSyncs, Err: fmt.Errorf("%d is less than 1", o.ConcurrentSyncs)}
+	}
+	if o.BatchPeriod < 0 {
+		return &app.FlagError{Flag: FlagBatchPeriod, Err: fmt.Errorf("%s is negative", o.BatchPeriod)}
+	}
+	return nil
+}
+
+// flags returns new flag values on every call: app.Main adds environment variables to them
+// in place, so they must not be shared between Specs.
+func flags() []cli.Flag {
+	d := DefaultOptions()
+	return []cli.Flag{
+		&cli.IntFlag{
+			Name:     FlagConcurrentSyncs,
+			Category: "Controller",
+			Value:    d.ConcurrentSyncs,
+			Usage:    "number of Services whose Endpoints are synced concurrently; more is faster but costs CPU and API calls",
+		},
+		&cli.DurationFlag{
+			Name:     FlagBatchPeriod,
+			Category: "Controller",
+			Value:    d.BatchPeriod,
+			Usage:    "delay before syncing a Service after a Pod change, so that several Pod changes make one Endpoints update; 0 syncs at once",
+		},
+	}
+}
+
+// optionsFrom reads the controller's flags.
+func optionsFrom(c *cli.Context) Options {
+	return Options{
+		ConcurrentSyncs: c.Int(FlagConcurrentSyncs),
+		BatchPeriod:     c.Duration(FlagBatchPeriod),
+	}
+}

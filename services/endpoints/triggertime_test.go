@@ -1,0 +1,94 @@
+package endpoints
+
+import (
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func TestTriggerTracker(t *testing.T) {
+	t0 := testCreated.Time
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	readyAt := func(d time.Duration) func(*v1.Pod) {
+		return func(p *v1.Pod) { p.Status.Conditions[0].LastTransitionTime = metav1.NewTime(at(d)) }
+	}
+	svc := newService("s")
+
+	tr := newTriggerTracker()
+	sync := func(pods ...*v1.Pod) time.Time {
+		got, state := tr.compute(svc, pods)
+		tr.store(svc.Namespace, svc.Name, state)
+		return got
+	}
+
+	steps := []struct {
+		name string
+		pods []*v1.Pod
+		want time.Time
+	}{
+		{
+			name: "first sync reports the service's creation",
+			pods: []*v1.Pod{newPod("a", "10.1.0.1", true, readyAt(time.Minute))},
+			want: t0,
+		},
+		{
+			name: "nothing changed",
+			pods: []*v1.Pod{newPod("a", "10.1.0.1", true, readyAt(time.Minute))},
+			want: time.Time{},
+		},
+		{
+			name: "earliest of the changed pods",
+			pods: []*v1.Pod{
+				newPod("a", "10.1.0.1", true, readyAt(3*time.Minute)),
+				newPod("b", "10.1.0.2", true, readyAt(2*time.Minute)),
+			},
+			want: at(2 * time.Minute),
+		},
+		{
+			name: "unchanged pods do not count, a changed one does",
+			pods: []*v1.Pod{
+				newPod("a", "10.1.0.1", true, readyAt(3*time.Minute)),
+				newPod("b", "10.1.0.2", false, readyAt(5*time.Minute)),
+			},
+			want: at(5 * time.Minute),
+		},
+		{
+			name: "a removed pod leaves no trigger time",
+			pods: []*v1.Pod{newPod("a", "10.1.0.1", true, readyAt(3*time.Minute))},
+			want: time.Time{},
+		},
+		{
+			name: "a pod without a Ready condition is ignored",
+			pods: []*v1.Pod{
+				newPod("a", "10.1.0.1", true, readyAt(3*time.Minute)),
+				newPod("c", "10.1.0.3", false, func(p *v1.Pod) { p.Status.Conditions = nil }),
+			},
+			want: time.Time{},
+		},
+	}
+	for _, s := range steps {
+		if got := sync(s.pods...); !got.Equal(s.want) {
+			t.Fatalf("%s: trigger time = %v, want %v", s.name, got, s.want)
+		}
+	}
+
+	t.Run("not stored: the same trigger is reported again", func(t *testing.T) {
+		pods := []*v1.Pod{newPod("a", "10.1.0.1", true, readyAt(9*time.Minute))}
+		first, _ := tr.compute(svc, pods) // the sync failed: nothing stored
+		second, _ := tr.compute(svc, pods)
+		if !first.Equal(at(9*time.Minute)) || !second.Equal(first) {
+			t.Errorf("trigger times %v then %v, want %v twice", first, second, at(9*time.Minute))
+		}
+	})
+
+	t.Run("a recreated service starts afresh", func(t *testing.T) {
+		tr.forget(svc.Namespace, svc.Name)
+		later := newService("s", func(s *v1.Service) { s.CreationTimestamp = metav1.NewTime(at(time.Hour)) })
+		got, _ := tr.compute(later, nil)
+		if !got.Equal(at(time.Hour)) {
+			t.Errorf("trigger time = %v, want the new creation time %v", got, at(time.Hour))
+		}
+	})
+}

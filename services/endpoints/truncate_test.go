@@ -1,0 +1,102 @@
+package endpoints
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+)
+
+// block describes one subset by its port and how many ready and not-ready Pods it has.
+type block struct {
+	Port            int32
+	Ready, NotReady int
+}
+
+// subsetsOf builds canonical subsets with distinct Pods per block.
+func subsetsOf(blocks ...block) []v1.EndpointSubset {
+	var raw []v1.EndpointSubset
+	n := 0
+	for _, b := range blocks {
+		s := v1.EndpointSubset{Ports: []v1.EndpointPort{port(fmt.Sprint(b.Port), b.Port)}}
+		for range b.Ready {
+			n++
+			s.Addresses = append(s.Addresses, addr(fmt.Sprintf("p%d", n), fmt.Sprintf("10.%d.%d.%d", n>>16&255, n>>8&255, n&255)))
+		}
+		for range b.NotReady {
+			n++
+			s.NotReadyAddresses = append(s.NotReadyAddresses, addr(fmt.Sprintf("p%d", n), fmt.Sprintf("10.%d.%d.%d", n>>16&255, n>>8&255, n&255)))
+		}
+		raw = append(raw, s)
+	}
+	return repackSubsets(raw)
+}
+
+// blocksOf summarises subsets back into blocks, keyed by their single port.
+func blocksOf(subsets []v1.EndpointSubset) []block {
+	var out []block
+	for _, s := range subsets {
+		out = append(out, block{Port: s.Ports[0].Port, Ready: len(s.Addresses), NotReady: len(s.NotReadyAddresses)})
+	}
+	return out
+}
+
+func TestTruncateSubsets(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		limit         int
+		in            []block
+		want          []block
+		wantTruncated bool
+	}{
+		{name: "empty", limit: 10, in: nil, want: nil},
+		{name: "under the limit", limit: 10, in: []block{{80, 5, 4}}, want: []block{{80, 5, 4}}},
+		{name: "at the limit", limit: 10, in: []block{{80, 6, 4}}, want: []block{{80, 6, 4}}},
+		{name: "not ready cut first", limit: 10, in: []block{{80, 7, 5}}, want: []block{{80, 7, 3}}, wantTruncated: true},
+		{name: "ready exactly at the limit: all not ready go", limit: 10, in: []block{{80, 10, 3}}, want: []block{{80, 10, 0}}, wantTruncated: true},
+		{name: "ready over the limit: ready shared, not ready dropped", limit: 10, in: []block{{80, 6, 2}, {81, 6, 0}}, want: []block{{80, 5, 0}, {81, 5, 0}}, wantTruncated: true},
+		{name: "not ready shared in proportion", limit: 8, in: []block{{80, 4, 6}, {81, 0, 2}}, want: []block{{80, 4, 3}, {81, 0, 1}}, wantTruncated: true},
+		{
+			// 6/13 and 6/13 of 10 both round up to 5, which leaves nothing for the last
+			// subset; it must disappear rather than be written empty (the API server
+			// rejects subsets without addresses).
+			name: "rounding up starves the last subset", limit: 10,
+			in:   []block{{80, 6, 0}, {81, 6, 0}, {82, 1, 0}},
+			want: []block{{80, 5, 0}, {81, 5, 0}}, wantTruncated: true,
+		},
+		{name: "a not-ready-only subset vanishes when ready is cut", limit: 10, in: []block{{80, 11, 0}, {81, 0, 3}}, want: []block{{80, 10, 0}}, wantTruncated: true},
+		{name: "upstream's limit", limit: maxAddresses, in: []block{{80, maxAddresses - 3, 4}}, want: []block{{80, maxAddresses - 3, 3}}, wantTruncated: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, truncated := truncateSubsets(subsetsOf(tc.in...), tc.limit)
+			if truncated != tc.wantTruncated {
+				t.Errorf("truncated = %v, want %v", truncated, tc.wantTruncated)
+			}
+			if diff := cmp.Diff(tc.want, blocksOf(got)); diff != "" {
+				t.Errorf("subsets (-want +got):\n%s", diff)
+			}
+			if n := addressCount(got); n > tc.limit {
+				t.Errorf("%d addresses kept, limit %d", n, tc.limit)
+			}
+			for i, s := range got {
+				if len(s.Addresses)+len(s.NotReadyAddresses) == 0 {
+					t.Errorf("subset %d is empty", i)
+				}
+			}
+			// A second pass must be a no-op, or a sync would never find the object up to date.
+			again, _ := truncateSubsets(got, tc.limit)
+			if diff := cmp.Diff(got, again); diff != "" {
+				t.Errorf("truncating again changed the result (-once +twice):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestTruncateSubsetsKeepsTheFirstAddresses(t *testing.T) {
+	in := subsetsOf(block{80, 5, 0})
+	got, _ := truncateSubsets(in, 3)
+	if diff := cmp.Diff(in[0].Addresses[:3], got[0].Addresses); diff != "" {
+		t.Errorf("kept addresses (-want +got):\n%s", diff)
+	}
+}
