@@ -37,7 +37,7 @@ build: ## Build every controller binary into bin/
 	done
 
 .PHONY: test
-test: tools-test lint test-go ## Run lint and every test (unit + integration on a real apiserver), all modules
+test: tools lint test-go test-e2e ## Run lint and every test (unit, integration on a real apiserver, make-up smoke), all modules
 
 .PHONY: test-go
 test-go: ## Run go test -race in every module (needs bin/etcd and bin/kube-apiserver)
@@ -45,6 +45,10 @@ test-go: ## Run go test -race in every module (needs bin/etcd and bin/kube-apise
 		echo "== go test $$m"; \
 		(cd $$m && go test $(GOTEST_FLAGS) ./...); \
 	done
+
+.PHONY: test-e2e
+test-e2e: ## Smoke-test `make up`: a Deployment's Pods appear in its Endpoints, then `make down`
+	@bash deploy/local/smoke.sh
 
 .PHONY: test-unit
 test-unit: ## Run only the unit tests (-short skips the real control plane)

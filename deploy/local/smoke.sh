@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# End-to-end smoke test of `make up`: bring the local control plane up, run the commands it
+# prints (a Deployment of 3 replicas, exposed), and check that its Endpoints list the 3 Pods.
+# Stops the control plane again if this script started it. Part of `make test`.
+set -euo pipefail
+# shellcheck source=deploy/local/lib.sh
+source "$(dirname "$0")/lib.sh"
+
+# pid files exist exactly while the control plane is up (down removes them).
+started=0
+if [ -z "$(recorded)" ]; then started=1; fi
+bash "$HERE/up.sh"
+cleanup() {
+  if [ "$started" = 1 ]; then bash "$HERE/down.sh"; fi
+}
+trap cleanup EXIT
+
+k() { "$BIN/kubectl" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
+ns=smoke-$RANDOM
+k create namespace "$ns" >/dev/null
+k -n "$ns" create deployment web --image=nginx --replicas=3 >/dev/null
+k -n "$ns" expose deployment web --port=80 >/dev/null
+
+# Pods are scheduled onto the kwok nodes, get IPs and turn Ready; the endpoints controller
+# then lists them. Bounded wait; on failure show what there is.
+deadline=$((SECONDS + 120))
+while :; do
+  n=$(k -n "$ns" get endpoints web -o jsonpath='{range .subsets[*].addresses[*]}{.ip}{"\n"}{end}' 2>/dev/null | grep -c . || true)
+  if [ "$n" = 3 ]; then break; fi
+  if [ "$SECONDS" -ge "$deadline" ]; then
+    k -n "$ns" get pods -o wide || true
+    k -n "$ns" get endpoints web -o yaml || true
+    die "smoke: Endpoints of $ns/web have $n ready addresses after 120s, want 3"
+  fi
+  sleep 1
+done
+k -n "$ns" get endpoints web
+say "smoke: ok (Deployment web: 3 Pods, 3 ready addresses in its Endpoints)"
+k delete namespace "$ns" --wait=false >/dev/null
