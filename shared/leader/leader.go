@@ -165,12 +165,6 @@ func (e *Elector) Run(ctx context.Context, lead func(context.Context) error) err
 		return lead(ctx)
 	}
 
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: e.cfg.Namespace, Name: e.cfg.Name},
-		Client:     e.client.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: e.cfg.Identity},
-	}
-
 	// The election has its own context so that cancelling ctx does not release the Lease
 	// before lead has drained.
 	electCtx, cancelElect := context.WithCancel(context.WithoutCancel(ctx))
@@ -181,48 +175,37 @@ func (e *Elector) Run(ctx context.Context, lead func(context.Context) error) err
 		started  bool
 		leadDone = make(chan error, 1)
 	)
-	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock:            lock,
-		LeaseDuration:   e.cfg.LeaseDuration,
-		RenewDeadline:   e.cfg.RenewDeadline,
-		RetryPeriod:     e.cfg.RetryPeriod,
-		ReleaseOnCancel: true,
-		WatchDog:        e.watchdog,
-		Name:            e.cfg.Name,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(leaseCtx context.Context) {
-				startMu.Lock()
-				if ctx.Err() != nil { // shutting down already: do not start work
-					startMu.Unlock()
-					leadDone <- nil
-					cancelElect()
-					return
-				}
-				started = true
+	callbacks := leaderelection.LeaderCallbacks{
+		OnStartedLeading: func(leaseCtx context.Context) {
+			startMu.Lock()
+			if ctx.Err() != nil { // shutting down already: do not start work
 				startMu.Unlock()
-				logger.Info("Started leading", "lease", e.cfg.Namespace+"/"+e.cfg.Name, "identity", e.cfg.Identity)
-				e.setLeading(true)
-				runCtx, cancel := context.WithCancel(ctx)
-				stop := context.AfterFunc(leaseCtx, cancel)
-				err := lead(runCtx)
-				stop()
-				cancel()
-				leadDone <- err
+				leadDone <- nil
 				cancelElect()
-			},
-			OnStoppedLeading: func() {
-				e.setLeading(false)
-			},
-			OnNewLeader: func(identity string) {
-				if identity != e.cfg.Identity {
-					logger.Info("New leader elected", "lease", e.cfg.Namespace+"/"+e.cfg.Name, "identity", identity)
-				}
-			},
+				return
+			}
+			started = true
+			startMu.Unlock()
+			logger.Info("Started leading", "lease", e.cfg.Namespace+"/"+e.cfg.Name, "identity", e.cfg.Identity)
+			e.setLeading(true)
+			runCtx, cancel := context.WithCancel(ctx)
+			stop := context.AfterFunc(leaseCtx, cancel)
+			err := lead(runCtx)
+			stop()
+			cancel()
+			leadDone <- err
+			cancelElect()
 		},
-	})
-	if err != nil {
-		return fmt.Errorf("leader election: %w", err)
+		OnStoppedLeading: func() {
+			e.setLeading(false)
+		},
+		OnNewLeader: func(identity string) {
+			if identity != e.cfg.Identity {
+				logger.Info("New leader elected", "lease", e.cfg.Namespace+"/"+e.cfg.Name, "identity", identity)
+			}
+		},
 	}
+	released := e.watchReleases(electCtx)
 
 	grace := e.cfg.ShutdownGrace
 	if grace <= 0 {
@@ -249,7 +232,47 @@ func (e *Elector) Run(ctx context.Context, lead func(context.Context) error) err
 	}()
 
 	logger.Info("Waiting for the Lease", "lease", e.cfg.Namespace+"/"+e.cfg.Name, "identity", e.cfg.Identity)
-	le.Run(electCtx)
+	for {
+		lock := &interruptibleLock{Interface: &resourcelock.LeaseLock{
+			LeaseMeta:  metav1.ObjectMeta{Namespace: e.cfg.Namespace, Name: e.cfg.Name},
+			Client:     e.client.CoordinationV1(),
+			LockConfig: resourcelock.ResourceLockConfig{Identity: e.cfg.Identity},
+		}}
+		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+			Lock:            lock,
+			LeaseDuration:   e.cfg.LeaseDuration,
+			RenewDeadline:   e.cfg.RenewDeadline,
+			RetryPeriod:     e.cfg.RetryPeriod,
+			ReleaseOnCancel: true,
+			WatchDog:        e.watchdog,
+			Name:            e.cfg.Name,
+			Callbacks:       callbacks,
+		})
+		if err != nil {
+			return fmt.Errorf("leader election: %w", err)
+		}
+		attemptCtx, cancelAttempt := context.WithCancel(electCtx)
+		go func() {
+			select {
+			case <-released:
+				// The holder released the Lease (a graceful shutdown). client-go would notice
+				// only at its next retry, up to 2.2 retry periods away; start over instead, which
+				// tries at once.
+				if lock.interrupt(cancelAttempt) {
+					logger.V(2).Info("Lease released by its holder, trying to acquire it now", "lease", e.cfg.Namespace+"/"+e.cfg.Name)
+				}
+			case <-attemptCtx.Done():
+			}
+		}()
+		le.Run(attemptCtx)
+		cancelAttempt()
+		startMu.Lock()
+		wasStarted := started
+		startMu.Unlock()
+		if wasStarted || electCtx.Err() != nil {
+			break
+		}
+	}
 
 	// We cancel electCtx ourselves only after lead returned or on shutdown; if the election
 	// ended with electCtx still live, renewal failed and the Lease is gone.
