@@ -722,3 +722,35 @@ func TestLeaderElectionSIGKILL(t *testing.T) {
 	}
 	t.Logf("SIGKILL handover took %s (lease %s)", time.Since(start).Round(time.Millisecond), lease)
 }
+
+// TestBadFlagsExit2 runs the shipped binary with bad values: each exits 2 with one line that
+// names the flag, before touching the apiserver.
+func TestBadFlagsExit2(t *testing.T) {
+	bin := controllerBinary(t)
+	for _, tc := range []struct {
+		args []string
+		env  string
+		want string
+	}{
+		{[]string{"--concurrent-endpoint-syncs=0"}, "", "--concurrent-endpoint-syncs"},
+		{[]string{"--endpoint-updates-batch-period=-1s"}, "", "--endpoint-updates-batch-period"},
+		{[]string{"--kube-api-qps=-1"}, "", "--kube-api-qps"},
+		{[]string{"--leader-elect-renew-deadline=20s"}, "", "--leader-elect-renew-deadline"},
+		{[]string{"--log-format=xml"}, "", "--log-format"},
+		{[]string{"--kubeconfig=/nonexistent/kubeconfig"}, "", "--kubeconfig"},
+		{nil, "KCM_SPLIT_CONCURRENT_ENDPOINT_SYNCS=-3", "--concurrent-endpoint-syncs"},
+	} {
+		t.Run(strings.Join(append(tc.args, tc.env), " "), func(t *testing.T) {
+			cmd := exec.Command(bin, tc.args...)
+			cmd.Env = os.Environ()
+			if tc.env != "" {
+				cmd.Env = append(cmd.Env, tc.env)
+			}
+			out, err := cmd.CombinedOutput()
+			lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+			if cmd.ProcessState.ExitCode() != 2 || len(lines) != 1 || !strings.Contains(lines[0], tc.want) {
+				t.Fatalf("exit %d (%v), output %q; want exit 2 and one line naming %s", cmd.ProcessState.ExitCode(), err, out, tc.want)
+			}
+		})
+	}
+}
