@@ -67,7 +67,7 @@ tidy: ## go mod tidy in every module (and the tools module)
 	@for m in $(MODULES) deploy/tools; do (cd $$m && GOWORK=off go mod tidy); done
 
 .PHONY: bench
-bench: tools-test ## Endpoints benchmark against the real apiserver (cold sync, readiness flips, RSS)
+bench: tools ## Endpoints benchmark against the real apiserver (cold sync, readiness flips, RSS)
 	@cd services/endpoints && go test -run '^$$' -bench . -benchtime 1x -timeout 30m ./bench/...
 
 .PHONY: helm-lint
