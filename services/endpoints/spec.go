@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/urfave/cli/v2"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/informers"
 
 	"github.com/kcm-split/kcm-split/shared/app"
@@ -34,7 +33,7 @@ func run(ctx context.Context, rt *app.Runtime) error {
 	// The informers stop with this context. It also ends when Run returns early with an
 	// error, without which factory.Shutdown below would wait forever.
 	ctx, cancel := context.WithCancel(ctx)
-	factory := informers.NewSharedInformerFactoryWithOptions(client, rt.ResyncPeriod(), informers.WithTransform(dropManagedFields))
+	factory := informers.NewSharedInformerFactoryWithOptions(client, rt.ResyncPeriod(), informers.WithTransform(cacheTransform))
 	c := New(
 		factory.Core().V1().Pods(),
 		factory.Core().V1().Services(),
@@ -53,14 +52,4 @@ func run(ctx context.Context, rt *app.Runtime) error {
 	}()
 	rt.SetSynced(c.HasSynced)
 	return c.Run(ctx, opts.ConcurrentSyncs)
-}
-
-// dropManagedFields strips managedFields before objects enter the cache: this controller never
-// reads them, and on Pods they are a large share of the memory, as kube-controller-manager
-// found too.
-func dropManagedFields(obj any) (any, error) {
-	if m, err := meta.Accessor(obj); err == nil && m.GetManagedFields() != nil {
-		m.SetManagedFields(nil)
-	}
-	return obj, nil
 }

@@ -1,0 +1,64 @@
+package endpoints
+
+import (
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// cacheTransform trims objects before they enter the informers' caches. Pods are by far the
+// largest population, and real Pod specs (env, volumes, probes, annotations such as
+// last-applied-configuration) are mostly bytes this controller never reads; keeping only the
+// fields below cuts a Pod to a few hundred bytes. Every other object only loses managedFields.
+func cacheTransform(obj any) (any, error) {
+	if pod, ok := obj.(*v1.Pod); ok {
+		return projectPod(pod), nil
+	}
+	if m, err := meta.Accessor(obj); err == nil && m.GetManagedFields() != nil {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+// projectPod returns the part of pod the endpoints controller reads: identity, labels and
+// deletion for mapping and filtering; node, hostname and subdomain for addresses; container
+// ports (and the restart policy that makes an init container a sidecar) for named target
+// ports; phase, IPs and conditions for readiness.
+func projectPod(pod *v1.Pod) *v1.Pod {
+	return &v1.Pod{
+		TypeMeta: pod.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name:              pod.Name,
+			Namespace:         pod.Namespace,
+			UID:               pod.UID,
+			ResourceVersion:   pod.ResourceVersion,
+			CreationTimestamp: pod.CreationTimestamp,
+			DeletionTimestamp: pod.DeletionTimestamp,
+			Labels:            pod.Labels,
+		},
+		Spec: v1.PodSpec{
+			NodeName:       pod.Spec.NodeName,
+			Hostname:       pod.Spec.Hostname,
+			Subdomain:      pod.Spec.Subdomain,
+			Containers:     projectContainers(pod.Spec.Containers),
+			InitContainers: projectContainers(pod.Spec.InitContainers),
+		},
+		Status: v1.PodStatus{
+			Phase:      pod.Status.Phase,
+			PodIP:      pod.Status.PodIP,
+			PodIPs:     pod.Status.PodIPs,
+			Conditions: pod.Status.Conditions,
+		},
+	}
+}
+
+func projectContainers(in []v1.Container) []v1.Container {
+	if in == nil {
+		return nil
+	}
+	out := make([]v1.Container, len(in))
+	for i := range in {
+		out[i] = v1.Container{Name: in[i].Name, Ports: in[i].Ports, RestartPolicy: in[i].RestartPolicy}
+	}
+	return out
+}
