@@ -5,19 +5,14 @@ package endpoints_test
 // the controller processes it needs and stops them when it ends.
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -52,125 +47,13 @@ func controllerBinary(t *testing.T) string {
 	return binPath
 }
 
-// proc is one running endpoints-controller process.
-type proc struct {
-	t    *testing.T
-	name string
-	cmd  *exec.Cmd
-	base string // http://127.0.0.1:port
-	log  string
-	done chan struct{}
-}
+const lease = "endpoints-controller" // the default Lease name: the controller ID
 
-func startController(t *testing.T, name string, args ...string) *proc {
+// startController runs the shipped binary against the test's apiserver; it stops when the test
+// ends.
+func startController(t *testing.T, name string, args ...string) *testenv.Controller {
 	t.Helper()
-	port, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	logPath := filepath.Join(t.TempDir(), name+".log")
-	f, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	all := append([]string{
-		"--kubeconfig=" + env.Kubeconfig,
-		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", port),
-		"--log-level=2",
-	}, args...)
-	cmd := exec.Command(controllerBinary(t), all...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{t: t, name: name, cmd: cmd, base: fmt.Sprintf("http://127.0.0.1:%d", port), log: logPath, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
-	t.Cleanup(func() {
-		p.stop()
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("--- %s log ---\n%s", name, tail(string(b), 40))
-		}
-	})
-	return p
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// stop sends SIGTERM and waits for the process to exit.
-func (p *proc) stop() {
-	if p.exited() {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		p.t.Errorf("%s did not exit within 30s of SIGTERM", p.name)
-	}
-}
-
-func (p *proc) get(path string) (int, string) {
-	resp, err := http.Get(p.base + path)
-	if err != nil {
-		return 0, ""
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
-
-// metric returns the value of the first sample whose line starts with series, or -1.
-func (p *proc) metric(series string) float64 {
-	_, body := p.get("/metrics")
-	sc := bufio.NewScanner(strings.NewReader(body))
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, series+" ") {
-			v, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimPrefix(line, series)), 64)
-			if err == nil {
-				return v
-			}
-		}
-	}
-	return -1
-}
-
-func (p *proc) isLeader() bool {
-	return p.metric(`leader_election_master_status{name="endpoints-controller"}`) == 1
-}
-
-// waitLeadingAndSynced waits until p holds the Lease and its caches have synced (/readyz).
-func (p *proc) waitLeadingAndSynced(timeout time.Duration) {
-	p.t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		if p.exited() {
-			return false, fmt.Errorf("%s exited", p.name)
-		}
-		code, _ := p.get("/readyz")
-		return code == http.StatusOK && p.isLeader(), nil
-	})
-	if err != nil {
-		p.t.Fatalf("%s not leading and synced: %v", p.name, err)
-	}
+	return env.StartController(t, controllerBinary(t), name, args...)
 }
 
 // ---- object builders ----
@@ -336,7 +219,7 @@ func TestReadyAndNotReadyAddresses(t *testing.T) {
 	testenv.Require(t, env)
 	c := env.Client(t)
 	ns := env.Namespace(t)
-	startController(t, "ctrl").waitLeadingAndSynced(30 * time.Second)
+	startController(t, "ctrl").WaitLeadingAndSynced(lease, 30*time.Second)
 
 	sel := map[string]string{"app": "web"}
 	createService(t, c, makeService(ns, "web", sel))
@@ -368,7 +251,7 @@ func TestNamedAndMultiplePorts(t *testing.T) {
 	testenv.Require(t, env)
 	c := env.Client(t)
 	ns := env.Namespace(t)
-	startController(t, "ctrl").waitLeadingAndSynced(30 * time.Second)
+	startController(t, "ctrl").WaitLeadingAndSynced(lease, 30*time.Second)
 
 	sel := map[string]string{"app": "multi"}
 	createService(t, c, makeService(ns, "multi", sel,
@@ -409,7 +292,7 @@ func TestHeadlessAndPublishNotReady(t *testing.T) {
 	testenv.Require(t, env)
 	c := env.Client(t)
 	ns := env.Namespace(t)
-	startController(t, "ctrl").waitLeadingAndSynced(30 * time.Second)
+	startController(t, "ctrl").WaitLeadingAndSynced(lease, 30*time.Second)
 
 	sel := map[string]string{"app": "db"}
 	headless := makeService(ns, "db", sel)
@@ -454,7 +337,7 @@ func TestReadinessFlipAndServiceDelete(t *testing.T) {
 	testenv.Require(t, env)
 	c := env.Client(t)
 	ns := env.Namespace(t)
-	startController(t, "ctrl").waitLeadingAndSynced(30 * time.Second)
+	startController(t, "ctrl").WaitLeadingAndSynced(lease, 30*time.Second)
 	ctx := context.Background()
 
 	sel := map[string]string{"app": "flip"}
@@ -510,7 +393,7 @@ func TestOrphansSweptAtStartAndUserManagedLeftAlone(t *testing.T) {
 	createService(t, c, makeService(ns, "manual", nil))
 	mk("manual", nil)
 
-	startController(t, "ctrl").waitLeadingAndSynced(30 * time.Second)
+	startController(t, "ctrl").WaitLeadingAndSynced(lease, 30*time.Second)
 	waitEndpoints(t, c, ns, "orphan", "deleted", func(ep *corev1.Endpoints) bool { return ep == nil })
 
 	// Sentinel: once a new Service's Endpoints exist, the start-up sweep has been processed.
@@ -578,7 +461,7 @@ func TestTruncationAtCapacity(t *testing.T) {
 	ctx := context.Background()
 	sel := map[string]string{"app": "big"}
 	createPods(t, c, ns, 1001, sel)
-	startController(t, "ctrl").waitLeadingAndSynced(60 * time.Second)
+	startController(t, "ctrl").WaitLeadingAndSynced(lease, 60*time.Second)
 	createService(t, c, makeService(ns, "big", sel))
 
 	ep := waitEndpoints(t, c, ns, "big", "truncated to 1000", func(ep *corev1.Endpoints) bool {
@@ -612,27 +495,27 @@ func TestRestartOverCorrectStateWritesNothing(t *testing.T) {
 		createPod(t, c, makePod(ns, name+"-1", fmt.Sprintf("10.6.%d.2", i), sel, notReady()))
 	}
 	first := startController(t, "first")
-	first.waitLeadingAndSynced(30 * time.Second)
+	first.WaitLeadingAndSynced(lease, 30*time.Second)
 	for _, name := range []string{"a", "b", "c"} {
 		waitEndpoints(t, c, ns, name, "complete", func(ep *corev1.Endpoints) bool {
 			return ep != nil && len(readyIPs(ep)) == 1 && len(notReadyIPs(ep)) == 1
 		})
 	}
-	first.stop()
+	first.Stop(30 * time.Second)
 	before := controllerWrites(t, ns)
 	if before != 3 {
 		t.Fatalf("cold sync wrote %d times for 3 Services, want 3 (one create each)", before)
 	}
 
 	second := startController(t, "second")
-	second.waitLeadingAndSynced(30 * time.Second)
+	second.WaitLeadingAndSynced(lease, 30*time.Second)
 	// Sentinel in another namespace: once it is done, the start-up backlog is done too.
 	other := env.Namespace(t)
 	sel := map[string]string{"app": "sentinel"}
 	createService(t, c, makeService(other, "sentinel", sel))
 	createPod(t, c, makePod(other, "s", "10.6.9.1", sel))
 	waitEndpoints(t, c, other, "sentinel", "ready", func(ep *corev1.Endpoints) bool { return ep != nil && len(readyIPs(ep)) == 1 })
-	if reconciles := second.metric(`kcm_split_reconcile_total{controller="endpoints-controller",result="success"}`); reconciles < 4 {
+	if reconciles := second.Metric(`kcm_split_reconcile_total{controller="endpoints-controller",result="success"}`); reconciles < 4 {
 		t.Fatalf("second controller reconciled %v Services, want at least the 3 existing + sentinel", reconciles)
 	}
 	if after := controllerWrites(t, ns); after != before {
@@ -647,11 +530,11 @@ func TestLeaderElectionHandover(t *testing.T) {
 
 	// Default timings (15s lease, 10s renew, 2s retry) for the graceful handover.
 	a := startController(t, "a", "--leader-elect-resource-name=endpoints-controller")
-	a.waitLeadingAndSynced(30 * time.Second)
+	a.WaitLeadingAndSynced(lease, 30*time.Second)
 	b := startController(t, "b", "--leader-elect-resource-name=endpoints-controller")
 	// The standby is Ready too (it serves health and metrics) but does not lead or work.
 	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		code, _ := b.get("/readyz")
+		code, _ := b.Get("/readyz")
 		return code == http.StatusOK, nil
 	}); err != nil {
 		t.Fatalf("standby not Ready: %v", err)
@@ -662,23 +545,23 @@ func TestLeaderElectionHandover(t *testing.T) {
 	createService(t, c, makeService(ns, "le", sel))
 	createPod(t, c, makePod(ns, "p", "10.7.0.1", sel))
 	waitEndpoints(t, c, ns, "le", "ready", func(ep *corev1.Endpoints) bool { return ep != nil && len(readyIPs(ep)) == 1 })
-	if !a.isLeader() || b.isLeader() {
-		t.Fatalf("leader status: a=%v b=%v, want exactly a", a.isLeader(), b.isLeader())
+	if !a.IsLeader(lease) || b.IsLeader(lease) {
+		t.Fatalf("leader status: a=%v b=%v, want exactly a", a.IsLeader(lease), b.IsLeader(lease))
 	}
-	if got := b.metric(`kcm_split_reconcile_total{controller="endpoints-controller",result="success"}`); got > 0 {
+	if got := b.Metric(`kcm_split_reconcile_total{controller="endpoints-controller",result="success"}`); got > 0 {
 		t.Fatalf("standby reconciled %v times", got)
 	}
-	if got := a.metric(`kcm_split_reconcile_total{controller="endpoints-controller",result="success"}`); got < 1 {
+	if got := a.Metric(`kcm_split_reconcile_total{controller="endpoints-controller",result="success"}`); got < 1 {
 		t.Fatalf("leader reconciled %v times", got)
 	}
 
 	// SIGTERM: a drains, releases the Lease, and b takes over within 5s.
 	start := time.Now()
-	a.stop()
-	if code := a.cmd.ProcessState.ExitCode(); code != 0 {
+	a.Stop(30 * time.Second)
+	if code := a.ExitCode(); code != 0 {
 		t.Fatalf("leader exit code after SIGTERM = %d, want 0", code)
 	}
-	b.waitLeadingAndSynced(5*time.Second - time.Since(start))
+	b.WaitLeadingAndSynced(lease, 5*time.Second-time.Since(start))
 	t.Logf("SIGTERM handover took %s", time.Since(start).Round(time.Millisecond))
 	lease, err := c.CoordinationV1().Leases("kube-system").Get(ctx, "endpoints-controller", metav1.GetOptions{})
 	if err != nil {
@@ -695,32 +578,31 @@ func TestLeaderElectionHandover(t *testing.T) {
 
 func TestLeaderElectionSIGKILL(t *testing.T) {
 	testenv.Require(t, env)
-	const lease = 4 * time.Second
+	const leaseDuration = 4 * time.Second
 	args := []string{"--leader-elect-resource-name=endpoints-sigkill",
-		"--leader-elect-lease-duration=" + lease.String(), "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=250ms"}
+		"--leader-elect-lease-duration=" + leaseDuration.String(), "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=250ms"}
 	a := startController(t, "a", args...)
 	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		return a.metric(`leader_election_master_status{name="endpoints-sigkill"}`) == 1, nil
+		return a.Metric(`leader_election_master_status{name="endpoints-sigkill"}`) == 1, nil
 	}); err != nil {
 		t.Fatal("a never led")
 	}
 	b := startController(t, "b", args...)
 	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		return b.metric(`leader_election_master_status{name="endpoints-sigkill"}`) == 0, nil
+		return b.Metric(`leader_election_master_status{name="endpoints-sigkill"}`) == 0, nil
 	}); err != nil {
 		t.Fatal("b never became a standby")
 	}
 
 	start := time.Now()
-	_ = a.cmd.Process.Kill()
-	<-a.done
+	a.Kill()
 	// No release happens: b must wait for the Lease to expire, and not much longer.
-	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, lease+2*time.Second, true, func(context.Context) (bool, error) {
-		return b.metric(`leader_election_master_status{name="endpoints-sigkill"}`) == 1, nil
+	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, leaseDuration+2*time.Second, true, func(context.Context) (bool, error) {
+		return b.Metric(`leader_election_master_status{name="endpoints-sigkill"}`) == 1, nil
 	}); err != nil {
-		t.Fatalf("b did not take over within lease duration + 2s (%s)", lease+2*time.Second)
+		t.Fatalf("b did not take over within lease duration + 2s (%s)", leaseDuration+2*time.Second)
 	}
-	t.Logf("SIGKILL handover took %s (lease %s)", time.Since(start).Round(time.Millisecond), lease)
+	t.Logf("SIGKILL handover took %s (lease %s)", time.Since(start).Round(time.Millisecond), leaseDuration)
 }
 
 // TestBadFlagsExit2 runs the shipped binary with bad values: each exits 2 with one line that

@@ -20,10 +20,8 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -62,16 +60,9 @@ type Env struct {
 	// ServiceAccountKey signs ServiceAccount tokens (TokenRequest works).
 	ServiceAccountKey string
 
-	etcd, apiserver *process
+	etcd, apiserver *Process
 	auditPath       string
 	keep            bool
-}
-
-type process struct {
-	name string
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
 }
 
 // FindBinDir returns the directory holding the control plane binaries: $KCM_SPLIT_BIN_DIR, or
@@ -159,7 +150,7 @@ func Start(opts Options) (env *Env, err error) {
 	}
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", clientPort)
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
-	env.etcd, err = env.spawn("etcd", etcdBin,
+	env.etcd, err = StartProcess("etcd", filepath.Join(dir, "etcd.log"), etcdBin,
 		"--name=testenv",
 		"--data-dir="+filepath.Join(dir, "etcd"),
 		"--listen-client-urls="+etcdURL,
@@ -224,7 +215,7 @@ func Start(opts Options) (env *Env, err error) {
 		"--v=0",
 	}
 	args = append(args, opts.ExtraAPIServerArgs...)
-	env.apiserver, err = env.spawn("kube-apiserver", apiBin, args...)
+	env.apiserver, err = StartProcess("kube-apiserver", filepath.Join(dir, "kube-apiserver.log"), apiBin, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -269,64 +260,10 @@ rules:
 - level: None
 `
 
-func (env *Env) spawn(name, bin string, args ...string) (*process, error) {
-	logPath := filepath.Join(env.Dir, name+".log")
-	f, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	// Die with the test binary, even when it is killed: no control planes leak.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("starting %s: %w", name, err)
-	}
-	p := &process{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
-	return p, nil
-}
-
-func (p *process) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-func (p *process) stop() {
-	if p == nil || p.cmd.Process == nil || p.exited() {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-// tail returns the last lines of a process log, for error messages.
-func (p *process) tail(n int) string {
-	b, err := os.ReadFile(p.log)
-	if err != nil {
-		return ""
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-func waitHTTP(ctx context.Context, p *process, url string, token *string) error {
+func waitHTTP(ctx context.Context, p *Process, url string, token *string) error {
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 	err := waitFor(ctx, func() bool {
-		if p.exited() {
+		if p.Exited() {
 			return true
 		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -341,11 +278,11 @@ func waitHTTP(ctx context.Context, p *process, url string, token *string) error 
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	})
-	if p.exited() {
-		return fmt.Errorf("%s exited during start-up; last log lines (%s):\n%s", p.name, p.log, p.tail(20))
+	if p.Exited() {
+		return fmt.Errorf("%s exited during start-up; last log lines (%s):\n%s", p.Name, p.Log, p.Tail(20))
 	}
 	if err != nil {
-		return fmt.Errorf("%s not ready at %s: %w; last log lines (%s):\n%s", p.name, url, err, p.log, p.tail(20))
+		return fmt.Errorf("%s not ready at %s: %w; last log lines (%s):\n%s", p.Name, url, err, p.Log, p.Tail(20))
 	}
 	return nil
 }
@@ -371,8 +308,8 @@ func (env *Env) Stop() {
 	if env == nil {
 		return
 	}
-	env.apiserver.stop()
-	env.etcd.stop()
+	env.apiserver.Stop(10 * time.Second)
+	env.etcd.Stop(10 * time.Second)
 	if env.keep {
 		fmt.Fprintf(os.Stderr, "testenv: kept %s\n", env.Dir)
 		return

@@ -162,6 +162,7 @@ type result struct {
 	coldWrites  int             // Endpoints writes until idle
 	coldCPU     time.Duration   // process CPU time at idle
 	idleRSS     int64           // bytes
+	idleAnon    int64           // RssAnon: the part of idleRSS that is not the binary's own pages
 	flips       []time.Duration // Pod status write -> watcher sees the Endpoints change
 	flipWrites  int             // Endpoints writes during the flips
 	flipCPU     time.Duration   // process CPU time spent during the flips
@@ -229,6 +230,7 @@ func runScenario(b *testing.B, c controllerUnderTest) *result {
 	// 3. Idle.
 	time.Sleep(idleSettle)
 	r.idleRSS, _ = proc.memory(b)
+	r.idleAnon = proc.anonRSS(b)
 	r.coldCPU = proc.cpu(b)
 	r.coldWrites = countWrites(b, env, c.userAgent, benchNS)
 	if r.coldWrites == 0 {
@@ -732,6 +734,27 @@ func (p *process) readMemory() (rss, hwm int64, err error) {
 	return rss, hwm, sc.Err()
 }
 
+// anonRSS returns RssAnon: heap, stacks and runtime memory, without the file-backed pages of
+// the executable that VmRSS also counts (clean, shared, and dropped first under pressure).
+func (p *process) anonRSS(b *testing.B) int64 {
+	b.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		b.Fatalf("%s: %v", p.name, err)
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "RssAnon:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				b.Fatalf("%s: parsing RssAnon %q: %v", p.name, v, err)
+			}
+			return kb << 10
+		}
+	}
+	b.Fatalf("%s: no RssAnon in /proc/<pid>/status", p.name)
+	return 0
+}
+
 // cpu returns the user + system CPU time the process has used so far.
 func (p *process) cpu(b *testing.B) time.Duration {
 	b.Helper()
@@ -872,6 +895,7 @@ func printTable(w io.Writer, mine, theirs *result) {
 		{fmt.Sprintf("cold sync Endpoints writes (target %d)", numServices), func(r *result) float64 { return float64(r.coldWrites) }, "%.0f"},
 		{"cold sync CPU (s)", func(r *result) float64 { return r.coldCPU.Seconds() }, "%.2f"},
 		{"idle RSS (MiB)", mb(func(r *result) int64 { return r.idleRSS }), "%.1f"},
+		{"  of which anonymous, RssAnon (MiB)", mb(func(r *result) int64 { return r.idleAnon }), "%.1f"},
 		{"flip latency p50 (ms)", pct(flips, 50), "%.1f"},
 		{"flip latency p90 (ms)", pct(flips, 90), "%.1f"},
 		{"flip latency p99 (ms)", pct(flips, 99), "%.1f"},
