@@ -30,10 +30,10 @@ tools-test: ## Build only what `make test` needs (etcd, kube-apiserver, staticch
 	@TOOLS_MINIMAL=1 bash deploy/tools/build.sh $(BIN)
 
 .PHONY: build
-build: ## Build every controller binary into bin/
+build: ## Build every controller binary into bin/ (static, stripped: as shipped)
 	@for c in $(CMDS); do \
 		echo "build: bin/$$(basename $$c)"; \
-		go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/$$(basename $$c) ./$$c; \
+		CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/$$(basename $$c) ./$$c; \
 	done
 
 .PHONY: test

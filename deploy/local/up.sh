@@ -64,17 +64,14 @@ start=$SECONDS
 # --- Binaries -----------------------------------------------------------------------------------
 bash "$ROOT/deploy/tools/build.sh"
 
-# Every services/<alias>/cmd/<controller-id>/ with Go files is a kcm-split binary, built from the
-# workspace root one at a time (a 2-core machine does not like parallel links).
+# Every services/<alias>/cmd/<controller-id>/ with Go files is a kcm-split binary; `make build`
+# builds them all into bin/ exactly as they ship.
 controllers=()
+say "building the kcm-split controllers (make build)"
+make -s -C "$ROOT" build >/dev/null || die "building the controllers failed (make build)"
 for dir in "$ROOT"/services/*/cmd/*/; do
   compgen -G "$dir*.go" >/dev/null || continue
-  name=$(basename "$dir")
-  alias=$(basename "$(dirname "$(dirname "$dir")")")
-  say "building $name (services/$alias)"
-  (cd "$ROOT" && go build -o "bin/$name" "./services/$alias/cmd/$name") ||
-    die "building $name failed (go build ./services/$alias/cmd/$name)"
-  controllers+=("$name")
+  controllers+=("$(basename "$dir")")
 done
 [ ${#controllers[@]} -gt 0 ] || warn "no kcm-split controller binaries yet (services/*/cmd/*): running without them"
 

@@ -14,7 +14,8 @@ K8S_VERSION=v1.36.3
 KWOK_VERSION=v0.8.0
 HELM_VERSION=v4.3.1
 STATICCHECK_VERSION=v0.8.2
-export GOWORK=off GOFLAGS=-buildvcs=false
+# Static binaries, as the Kubernetes release builds them.
+export GOWORK=off GOFLAGS=-buildvcs=false CGO_ENABLED=0
 
 pkg=k8s.io/component-base/version
 ldflags="-s -w -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=36 -X $pkg.gitTreeState=clean"
