@@ -258,7 +258,7 @@ func run(parent context.Context, spec Spec, c *cli.Context, stderr io.Writer) er
 	checks := health.New()
 	rt := &Runtime{CLI: c, Config: cfg, Client: client, Registry: reg, Health: checks, Logger: logger}
 
-	elector, err := leader.New(o.leader, leaderClient(cfg, o.leader), reg)
+	elector, err := leader.New(o.leader, leaderClient(cfg), reg)
 	if err != nil {
 		return err
 	}
@@ -278,12 +278,18 @@ func run(parent context.Context, spec Spec, c *cli.Context, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	defer srv.shutdown()
 
 	logger.Info("Starting", "version", Version, "leaderElect", o.leader.Enabled, "lease", o.leader.Namespace+"/"+o.leader.Name, "identity", elector.Identity())
 	err = elector.Run(ctx, func(ctx context.Context) error {
 		return spec.Run(ctx, rt)
 	})
+	if errors.Is(err, leader.ErrLeaseLost) {
+		// Exit at once, as upstream does: another replica may be leading already, and
+		// nothing here may write any more. No graceful server shutdown.
+		logger.Error(err, "Exiting")
+		return err
+	}
+	srv.shutdown()
 	if err != nil {
 		logger.Error(err, "Exiting")
 		return err
@@ -292,11 +298,11 @@ func run(parent context.Context, spec Spec, c *cli.Context, stderr io.Writer) er
 	return nil
 }
 
-// leaderClient is a client for the Lease alone, with a timeout under the renew deadline so a
-// hung request cannot use up the whole renewal window.
-func leaderClient(cfg *rest.Config, lc leader.Config) kubernetes.Interface {
+// leaderClient is a client for the Lease alone, so that election requests are told apart in
+// apiserver logs and never queue behind the controller's own under client-side throttling.
+// The elector bounds each request itself (see leader.New).
+func leaderClient(cfg *rest.Config) kubernetes.Interface {
 	c := rest.CopyConfig(cfg)
-	c.Timeout = lc.RenewDeadline / 2
 	c.UserAgent = cfg.UserAgent + "/leader-election"
 	return kubernetes.NewForConfigOrDie(c)
 }
@@ -306,17 +312,22 @@ func signalContext(parent context.Context, logger logr.Logger) (context.Context,
 	ctx, cancel := context.WithCancel(parent)
 	ch := make(chan os.Signal, 2)
 	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	stopped := make(chan struct{})
 	go func() {
 		select {
 		case s := <-ch:
 			logger.Info("Received signal, shutting down", "signal", s.String())
 			cancel()
 		case <-ctx.Done():
+		case <-stopped:
 			return
 		}
-		s := <-ch
-		logger.Info("Received second signal, exiting now", "signal", s.String())
-		os.Exit(ExitFailure)
+		select {
+		case s := <-ch:
+			logger.Info("Received second signal, exiting now", "signal", s.String())
+			os.Exit(ExitFailure)
+		case <-stopped:
+		}
 	}()
-	return ctx, func() { signal.Stop(ch); cancel() }
+	return ctx, func() { signal.Stop(ch); close(stopped); cancel() }
 }

@@ -4,12 +4,14 @@
 package leader
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,8 +30,9 @@ import (
 // state the new leader is changing.
 var ErrLeaseLost = errors.New("leader election lost")
 
-// watchdogTimeout is how long past a missed renewal /healthz keeps passing; upstream uses 20s.
-const watchdogTimeout = 20 * time.Second
+// defaultWatchdogTimeout is how long past a missed renewal /healthz keeps passing; upstream
+// uses 20s.
+const defaultWatchdogTimeout = 20 * time.Second
 
 // Config is the leader election configuration, upstream's flags.
 type Config struct {
@@ -41,6 +44,9 @@ type Config struct {
 	RetryPeriod   time.Duration
 	// Identity defaults to "<hostname>_<uuid>", unique per process even on one host.
 	Identity string
+	// WatchdogTimeout is how long past the lease duration without a renewal the /healthz
+	// watchdog keeps passing; 0 means 20s, upstream's value.
+	WatchdogTimeout time.Duration
 	// ShutdownGrace bounds how long Run waits for lead to drain after ctx ends before it
 	// releases the Lease anyway; 0 means LeaseDuration. The Lease keeps being renewed meanwhile.
 	ShutdownGrace time.Duration
@@ -90,8 +96,8 @@ type Elector struct {
 	leading bool
 }
 
-// New returns an Elector. client should have a request timeout below RenewDeadline so one
-// hung request cannot eat the whole renewal window.
+// New returns an Elector. Each Lease request is bounded by half the renew deadline, so client
+// should have no client-wide timeout (it also carries a long-running watch of the Lease).
 func New(cfg Config, client kubernetes.Interface, reg prometheus.Registerer) (*Elector, error) {
 	if cfg.Identity == "" {
 		id, err := DefaultIdentity()
@@ -110,7 +116,7 @@ func New(cfg Config, client kubernetes.Interface, reg prometheus.Registerer) (*E
 	e := &Elector{
 		cfg:      cfg,
 		client:   client,
-		watchdog: leaderelection.NewLeaderHealthzAdaptor(watchdogTimeout),
+		watchdog: leaderelection.NewLeaderHealthzAdaptor(cmp.Or(cfg.WatchdogTimeout, defaultWatchdogTimeout)),
 		status:   gauge.WithLabelValues(cfg.Name),
 	}
 	e.status.Set(0)
@@ -164,6 +170,7 @@ func (e *Elector) Run(ctx context.Context, lead func(context.Context) error) err
 		defer e.setLeading(false)
 		return lead(ctx)
 	}
+	lease := e.cfg.Namespace + "/" + e.cfg.Name
 
 	// The election has its own context so that cancelling ctx does not release the Lease
 	// before lead has drained.
@@ -171,37 +178,45 @@ func (e *Elector) Run(ctx context.Context, lead func(context.Context) error) err
 	defer cancelElect()
 
 	var (
-		startMu  sync.Mutex
-		started  bool
-		leadDone = make(chan error, 1)
+		started      atomic.Bool // lead was started
+		leadRunning  atomic.Bool // lead has not returned yet; the Lease must not be released
+		ended        atomic.Bool // we ended the election because lead returned on its own
+		graceExpired atomic.Bool // shutdown gave up waiting for lead
+		leadDone     = make(chan error, 1)
 	)
 	callbacks := leaderelection.LeaderCallbacks{
 		OnStartedLeading: func(leaseCtx context.Context) {
-			startMu.Lock()
 			if ctx.Err() != nil { // shutting down already: do not start work
-				startMu.Unlock()
+				ended.Store(true)
 				leadDone <- nil
 				cancelElect()
 				return
 			}
-			started = true
-			startMu.Unlock()
-			logger.Info("Started leading", "lease", e.cfg.Namespace+"/"+e.cfg.Name, "identity", e.cfg.Identity)
+			leadRunning.Store(true)
+			started.Store(true)
+			logger.Info("Started leading", "lease", lease, "identity", e.cfg.Identity)
 			e.setLeading(true)
 			runCtx, cancel := context.WithCancel(ctx)
 			stop := context.AfterFunc(leaseCtx, cancel)
 			err := lead(runCtx)
 			stop()
 			cancel()
+			// Only a lead that returned while the Lease was still ours ends the election
+			// deliberately; one that returned because leaseCtx ended was stopped by a loss.
+			deliberate := leaseCtx.Err() == nil
+			leadRunning.Store(false)
 			leadDone <- err
-			cancelElect()
+			if deliberate {
+				ended.Store(true)
+				cancelElect()
+			}
 		},
 		OnStoppedLeading: func() {
 			e.setLeading(false)
 		},
 		OnNewLeader: func(identity string) {
 			if identity != e.cfg.Identity {
-				logger.Info("New leader elected", "lease", e.cfg.Namespace+"/"+e.cfg.Name, "identity", identity)
+				logger.Info("New leader elected", "lease", lease, "identity", identity)
 			}
 		},
 	}
@@ -217,40 +232,46 @@ func (e *Elector) Run(ctx context.Context, lead func(context.Context) error) err
 			return
 		case <-ctx.Done():
 		}
-		startMu.Lock()
-		wasStarted := started
-		startMu.Unlock()
-		if wasStarted {
+		if started.Load() {
 			select {
-			case err := <-leadDone:
-				leadDone <- err // keep it for Run's result
+			case <-electCtx.Done(): // lead returned and ended the election
+				return
 			case <-time.After(grace):
-				logger.Info("Controller did not stop within the shutdown grace period; releasing the Lease anyway", "grace", grace)
+				logger.Info("Controller did not stop within the shutdown grace period; exiting without releasing the Lease", "grace", grace)
+				graceExpired.Store(true)
 			}
 		}
 		cancelElect()
 	}()
 
-	logger.Info("Waiting for the Lease", "lease", e.cfg.Namespace+"/"+e.cfg.Name, "identity", e.cfg.Identity)
+	logger.Info("Waiting for the Lease", "lease", lease, "identity", e.cfg.Identity)
 	for {
-		lock := &interruptibleLock{Interface: &resourcelock.LeaseLock{
-			LeaseMeta:  metav1.ObjectMeta{Namespace: e.cfg.Namespace, Name: e.cfg.Name},
-			Client:     e.client.CoordinationV1(),
-			LockConfig: resourcelock.ResourceLockConfig{Identity: e.cfg.Identity},
-		}}
+		lock := &interruptibleLock{
+			Interface: &resourcelock.LeaseLock{
+				LeaseMeta:  metav1.ObjectMeta{Namespace: e.cfg.Namespace, Name: e.cfg.Name},
+				Client:     e.client.CoordinationV1(),
+				LockConfig: resourcelock.ResourceLockConfig{Identity: e.cfg.Identity},
+			},
+			// client-go releases the Lease whenever its election ends, also after a failed
+			// renewal; while our controller still runs that would hand a standby the Lease
+			// with two writers live. Only a controller that has returned may release.
+			mayRelease: func() bool { return !leadRunning.Load() },
+			timeout:    e.cfg.RenewDeadline / 2,
+		}
 		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 			Lock:            lock,
 			LeaseDuration:   e.cfg.LeaseDuration,
 			RenewDeadline:   e.cfg.RenewDeadline,
 			RetryPeriod:     e.cfg.RetryPeriod,
 			ReleaseOnCancel: true,
-			WatchDog:        e.watchdog,
 			Name:            e.cfg.Name,
 			Callbacks:       callbacks,
 		})
 		if err != nil {
 			return fmt.Errorf("leader election: %w", err)
 		}
+		// client-go ties the watchdog to an elector only in RunOrDie; do it for each attempt.
+		e.watchdog.SetLeaderElection(le)
 		attemptCtx, cancelAttempt := context.WithCancel(electCtx)
 		go func() {
 			select {
@@ -259,33 +280,31 @@ func (e *Elector) Run(ctx context.Context, lead func(context.Context) error) err
 				// only at its next retry, up to 2.2 retry periods away; start over instead, which
 				// tries at once.
 				if lock.interrupt(cancelAttempt) {
-					logger.V(2).Info("Lease released by its holder, trying to acquire it now", "lease", e.cfg.Namespace+"/"+e.cfg.Name)
+					logger.V(2).Info("Lease released by its holder, trying to acquire it now", "lease", lease)
 				}
 			case <-attemptCtx.Done():
 			}
 		}()
 		le.Run(attemptCtx)
 		cancelAttempt()
-		startMu.Lock()
-		wasStarted := started
-		startMu.Unlock()
-		if wasStarted || electCtx.Err() != nil {
+		if started.Load() || electCtx.Err() != nil {
 			break
 		}
 	}
 
-	// We cancel electCtx ourselves only after lead returned or on shutdown; if the election
-	// ended with electCtx still live, renewal failed and the Lease is gone.
-	if electCtx.Err() == nil && ctx.Err() == nil {
+	switch {
+	case !started.Load():
+		return nil // shut down while standing by
+	case graceExpired.Load():
+		return fmt.Errorf("controller did not stop within %s of shutdown; Lease %s left to expire", grace, lease)
+	case !ended.Load():
+		// The election ended by itself while the controller ran: renewal failed. Stop now,
+		// whatever the controller is doing; a standby may already be leading.
 		return ErrLeaseLost
 	}
-	select {
-	case err := <-leadDone:
-		if err == nil && ctx.Err() != nil {
-			logger.Info("Released the Lease", "lease", e.cfg.Namespace+"/"+e.cfg.Name)
-		}
-		return err
-	default:
-		return nil
+	err := <-leadDone
+	if err == nil && ctx.Err() != nil {
+		logger.Info("Released the Lease", "lease", lease)
 	}
+	return err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -44,24 +45,53 @@ func (e *Elector) watchReleases(ctx context.Context) <-chan struct{} {
 	return released
 }
 
-var errAttemptInterrupted = errors.New("acquisition attempt interrupted to retry at once")
+var (
+	errAttemptInterrupted  = errors.New("acquisition attempt interrupted to retry at once")
+	errReleaseWhileRunning = errors.New("not releasing the Lease while the controller still runs")
+)
 
 // interruptibleLock lets a standby's acquisition attempt be abandoned safely: once a write has
 // made this process the holder, interrupt refuses, so an attempt is never cancelled between
 // winning the Lease and starting to lead (which would release it again and look like a loss).
 type interruptibleLock struct {
 	resourcelock.Interface
+	// mayRelease guards writes that give the Lease up (an empty holder).
+	mayRelease func() bool
+	// timeout bounds each request, so one hung call cannot use up the renew deadline. (A
+	// client-wide timeout would also cut the Lease watch every few seconds.)
+	timeout     time.Duration
 	mu          sync.Mutex
 	held        bool
 	interrupted bool
 }
 
+func (l *interruptibleLock) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if l.timeout <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, l.timeout)
+}
+
+func (l *interruptibleLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
+	ctx, cancel := l.bound(ctx)
+	defer cancel()
+	return l.Interface.Get(ctx)
+}
+
 func (l *interruptibleLock) Create(ctx context.Context, rec resourcelock.LeaderElectionRecord) error {
-	return l.write(rec, func() error { return l.Interface.Create(ctx, rec) })
+	return l.write(rec, func() error {
+		ctx, cancel := l.bound(ctx)
+		defer cancel()
+		return l.Interface.Create(ctx, rec)
+	})
 }
 
 func (l *interruptibleLock) Update(ctx context.Context, rec resourcelock.LeaderElectionRecord) error {
-	return l.write(rec, func() error { return l.Interface.Update(ctx, rec) })
+	return l.write(rec, func() error {
+		ctx, cancel := l.bound(ctx)
+		defer cancel()
+		return l.Interface.Update(ctx, rec)
+	})
 }
 
 func (l *interruptibleLock) write(rec resourcelock.LeaderElectionRecord, fn func() error) error {
@@ -69,6 +99,9 @@ func (l *interruptibleLock) write(rec resourcelock.LeaderElectionRecord, fn func
 	defer l.mu.Unlock()
 	if l.interrupted {
 		return errAttemptInterrupted
+	}
+	if rec.HolderIdentity == "" && l.mayRelease != nil && !l.mayRelease() {
+		return errReleaseWhileRunning
 	}
 	err := fn()
 	if err == nil {

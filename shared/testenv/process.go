@@ -184,8 +184,12 @@ func (c *Controller) WaitLeadingAndSynced(lease string, timeout time.Duration) {
 		if c.Exited() {
 			return false, fmt.Errorf("%s exited with %d", c.Name, c.ExitCode())
 		}
+		// Leadership first: a standby is Ready too, and may become leader between two checks.
+		if !c.IsLeader(lease) {
+			return false, nil
+		}
 		code, _ := c.Get("/readyz")
-		return code == http.StatusOK && c.IsLeader(lease), nil
+		return code == http.StatusOK, nil
 	})
 	if err != nil {
 		c.t.Fatalf("%s not leading %s and synced: %v", c.Name, lease, err)

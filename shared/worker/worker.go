@@ -135,9 +135,18 @@ func (q *Queue[K]) ProcessNext(ctx context.Context, fn SyncFunc[K]) bool {
 		return false
 	}
 	defer q.Done(key)
+	if ctx.Err() != nil {
+		// Shutting down: keys still queued are left to the next leader, which syncs every
+		// object at start anyway.
+		return false
+	}
 
 	start := time.Now()
-	err := q.call(ctx, fn, key)
+	// A sync that has started finishes even when ctx ends meanwhile: aborting it half-way
+	// would only turn a graceful stop into failed writes, retries and failure events. The
+	// leader package bounds the drain (--shutdown-grace-period), and a lost Lease exits the
+	// process outright.
+	err := q.call(context.WithoutCancel(ctx), fn, key)
 	q.duration.WithLabelValues(q.opts.Controller).Observe(time.Since(start).Seconds())
 	q.handle(ctx, key, err)
 	return true
