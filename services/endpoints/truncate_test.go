@@ -2,6 +2,8 @@ package endpoints
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -58,12 +60,11 @@ func TestTruncateSubsets(t *testing.T) {
 		{name: "ready over the limit: ready shared, not ready dropped", limit: 10, in: []block{{80, 6, 2}, {81, 6, 0}}, want: []block{{80, 5, 0}, {81, 5, 0}}, wantTruncated: true},
 		{name: "not ready shared in proportion", limit: 8, in: []block{{80, 4, 6}, {81, 0, 2}}, want: []block{{80, 4, 3}, {81, 0, 1}}, wantTruncated: true},
 		{
-			// 6/13 and 6/13 of 10 both round up to 5, which leaves nothing for the last
-			// subset; it must disappear rather than be written empty (the API server
-			// rejects subsets without addresses).
-			name: "rounding up starves the last subset", limit: 10,
+			// Proportional rounding alone (upstream's) gives 5 and 5 and leaves port 82
+			// without a single backend; every port set keeps one when the budget allows.
+			name: "every port set keeps a backend", limit: 10,
 			in:   []block{{80, 6, 0}, {81, 6, 0}, {82, 1, 0}},
-			want: []block{{80, 5, 0}, {81, 5, 0}}, wantTruncated: true,
+			want: []block{{80, 5, 0}, {81, 4, 0}, {82, 1, 0}}, wantTruncated: true,
 		},
 		{name: "a not-ready-only subset vanishes when ready is cut", limit: 10, in: []block{{80, 11, 0}, {81, 0, 3}}, want: []block{{80, 10, 0}}, wantTruncated: true},
 		{name: "upstream's limit", limit: maxAddresses, in: []block{{80, maxAddresses - 3, 4}}, want: []block{{80, maxAddresses - 3, 3}}, wantTruncated: true},
@@ -84,10 +85,11 @@ func TestTruncateSubsets(t *testing.T) {
 					t.Errorf("subset %d is empty", i)
 				}
 			}
-			// A second pass must be a no-op, or a sync would never find the object up to date.
-			again, _ := truncateSubsets(got, tc.limit)
+			// Computing again from the same input must give the same object, or a sync would
+			// never find it up to date (a write on every resync).
+			again, _ := truncateSubsets(subsetsOf(tc.in...), tc.limit)
 			if diff := cmp.Diff(got, again); diff != "" {
-				t.Errorf("truncating again changed the result (-once +twice):\n%s", diff)
+				t.Errorf("truncating the same input twice differs (-first +second):\n%s", diff)
 			}
 		})
 	}
@@ -98,5 +100,43 @@ func TestTruncateSubsetsKeepsTheFirstAddresses(t *testing.T) {
 	got, _ := truncateSubsets(in, 3)
 	if diff := cmp.Diff(in[0].Addresses[:3], got[0].Addresses); diff != "" {
 		t.Errorf("kept addresses (-want +got):\n%s", diff)
+	}
+}
+
+// TestApportionProperties checks apportion on many random inputs: shares never exceed sizes,
+// add up to min(budget, total), give every non-empty part one when the budget allows, and
+// are deterministic.
+func TestApportionProperties(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 5000 {
+		sizes := make([]int, 1+rng.IntN(6))
+		total, nonEmpty := 0, 0
+		for i := range sizes {
+			if rng.IntN(4) > 0 {
+				sizes[i] = rng.IntN(700)
+			}
+			total += sizes[i]
+			if sizes[i] > 0 {
+				nonEmpty++
+			}
+		}
+		budget := rng.IntN(total + 10)
+		shares := apportion(sizes, budget)
+		sum := 0
+		for i := range shares {
+			if shares[i] < 0 || shares[i] > sizes[i] {
+				t.Fatalf("apportion(%v, %d) = %v: share out of range", sizes, budget, shares)
+			}
+			if budget >= nonEmpty && sizes[i] > 0 && shares[i] == 0 {
+				t.Fatalf("apportion(%v, %d) = %v: a non-empty part got nothing", sizes, budget, shares)
+			}
+			sum += shares[i]
+		}
+		if sum != min(budget, total) {
+			t.Fatalf("apportion(%v, %d) = %v: sum %d, want %d", sizes, budget, shares, sum, min(budget, total))
+		}
+		if again := apportion(sizes, budget); !slices.Equal(again, shares) {
+			t.Fatalf("apportion(%v, %d) not deterministic: %v then %v", sizes, budget, shares, again)
+		}
 	}
 }
