@@ -238,7 +238,9 @@ func run(parent context.Context, spec Spec, c *cli.Context, stderr io.Writer) er
 		return usageError{err}
 	}
 	defer func() { _ = zl.Sync() }()
-	klog2.RouteKlog(logger)
+	if err := klog2.RouteKlog(logger, o.log.Level); err != nil {
+		return usageError{err}
+	}
 	logger = logger.WithName(spec.ID)
 
 	ctx, stop := signalContext(parent, logger)

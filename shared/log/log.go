@@ -4,8 +4,11 @@
 package log
 
 import (
+	"flag"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/zapr"
@@ -90,7 +93,28 @@ func New(o Options) (*zap.Logger, logr.Logger, error) {
 	return zl, zapr.NewLogger(zl), nil
 }
 
-// RouteKlog sends klog's global output (and klog.FromContext's fallback) to l.
-func RouteKlog(l logr.Logger) {
-	klog.SetLoggerWithOptions(l, klog.ContextualLogger(true))
+// RouteKlog sends klog's global output (and klog.FromContext's fallback) to l, and sets
+// klog's own verbosity to match level: legacy klog.V(n) call sites (client-go's request
+// logging at V(6) and up) check it before anything reaches l.
+func RouteKlog(l logr.Logger, level string) error {
+	lvl, err := ParseLevel(level)
+	if err != nil {
+		return err
+	}
+	v := 0
+	if lvl < 0 {
+		v = int(-lvl)
+	}
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	if err := fs.Set("v", strconv.Itoa(v)); err != nil {
+		return err
+	}
+	// klog's logger is process-global and read without locks by every goroutine that logs;
+	// a binary routes it once. (Tests that run several binaries in one process keep the
+	// first logger rather than race on replacing it.)
+	routeOnce.Do(func() { klog.SetLoggerWithOptions(l, klog.ContextualLogger(true)) })
+	return nil
 }
+
+var routeOnce sync.Once

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"go.uber.org/zap/zapcore"
+	"k8s.io/klog/v2"
 )
 
 func TestParseLevel(t *testing.T) {
@@ -40,5 +41,24 @@ func TestNewRejectsUnknownFormat(t *testing.T) {
 	}
 	if _, l, err := New(Options{Level: "info", Format: "console"}); err != nil || l.GetSink() == nil {
 		t.Fatalf("New console: %v", err)
+	}
+}
+
+func TestRouteKlogRaisesKlogVerbosity(t *testing.T) {
+	_, l, err := New(Options{Level: "6", Format: "json"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := RouteKlog(l, "6"); err != nil {
+		t.Fatal(err)
+	}
+	if !klog.V(6).Enabled() || klog.V(7).Enabled() {
+		t.Fatalf("klog.V(6) enabled = %v, V(7) = %v; want true, false", klog.V(6).Enabled(), klog.V(7).Enabled())
+	}
+	if err := RouteKlog(l, "info"); err != nil {
+		t.Fatal(err)
+	}
+	if klog.V(1).Enabled() {
+		t.Fatal("klog.V(1) still enabled at info")
 	}
 }
