@@ -37,14 +37,11 @@ build: ## Build every controller binary into bin/ (static, stripped: as shipped)
 	done
 
 .PHONY: test
-test: tools lint test-go test-e2e ## Run lint and every test (unit, integration on a real apiserver, make-up smoke), all modules
+test: tools lint test-e2e test-go ## Run lint and every test (unit, integration on a real apiserver, make-up smoke), all modules
 
 .PHONY: test-go
-test-go: ## Run go test -race in every module (needs bin/etcd and bin/kube-apiserver)
-	@for m in $(MODULES); do \
-		echo "== go test $$m"; \
-		(cd $$m && go test $(GOTEST_FLAGS) ./...); \
-	done
+test-go: ## Run go test -race in every module (needs bin/etcd and bin/kube-apiserver); logs in .test-logs/
+	@bash deploy/ci/gotest.sh "$(GOTEST_FLAGS)" $(MODULES)
 
 .PHONY: test-e2e
 test-e2e: ## Smoke-test `make up`: a Deployment's Pods appear in its Endpoints, then `make down`

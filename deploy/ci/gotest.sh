@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Runs `go test -v` in every module given, keeps each module's full output under .test-logs/,
+# shows the package verdicts (and the whole output of a failing module), and ends with one
+# line counting every test and subtest: "N passed, N failed, N skipped".
+# Usage: deploy/ci/gotest.sh "<go test flags>" MODULE...
+set -uo pipefail
+flags=$1
+shift
+root=$(cd "$(dirname "$0")/../.." && pwd)
+logs=$root/.test-logs
+rm -rf "$logs" && mkdir -p "$logs"
+status=0
+for m in "$@"; do
+  echo "== go test $m"
+  log=$logs/$(echo "$m" | tr / _).log
+  # The benchmark package has no tests; `go vet` (make lint) keeps it compiling.
+  pkgs=$(cd "$root/$m" && go list ./... | grep -v '/bench$')
+  # shellcheck disable=SC2086 # flags are words
+  (cd "$root/$m" && go test $flags -v $pkgs) >"$log" 2>&1
+  rc=$?
+  grep -E '^(ok|FAIL|---) ' "$log" | grep -v '^--- PASS' || true
+  if [ $rc -ne 0 ]; then
+    status=1
+    echo "-- $m failed; its full output (also in $log):"
+    cat "$log"
+  fi
+done
+awk '/^[ \t]*--- PASS: /{p++} /^[ \t]*--- FAIL: /{f++} /^[ \t]*--- SKIP: /{s++}
+     END {printf "%d passed, %d failed, %d skipped\n", p, f, s}' "$logs"/*.log
+exit $status

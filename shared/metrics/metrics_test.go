@@ -1,0 +1,83 @@
+package metrics
+
+import (
+	"context"
+	"net/url"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	clientmetrics "k8s.io/client-go/tools/metrics"
+	"k8s.io/client-go/util/workqueue"
+)
+
+// TestUpstreamNamesAndLint checks that a registry built here exposes the workqueue and REST
+// client metrics under component-base's names, so upstream dashboards work, and that
+// everything passes promlint.
+func TestUpstreamNamesAndLint(t *testing.T) {
+	reg := NewRegistry()
+	q := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "endpoint", MetricsProvider: WorkqueueProvider(reg)})
+	defer q.ShutDown()
+	q.Add("a")
+	k, _ := q.Get()
+	q.Done(k)
+	q.AddRateLimited("b")
+
+	// Drive client-go's process-wide hooks, which NewRegistry wired to our collectors.
+	clientmetrics.RequestLatency.Observe(context.Background(), "GET", url.URL{Host: "127.0.0.1:6443"}, 10*time.Millisecond)
+	clientmetrics.RequestResult.Increment(context.Background(), "200", "GET", "127.0.0.1:6443")
+
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, f := range families {
+		got[f.GetName()] = true
+	}
+	want := []string{
+		"workqueue_depth", "workqueue_adds_total", "workqueue_queue_duration_seconds",
+		"workqueue_work_duration_seconds", "workqueue_unfinished_work_seconds",
+		"workqueue_longest_running_processor_seconds", "workqueue_retries_total",
+		"rest_client_requests_total", "rest_client_request_duration_seconds",
+		"go_goroutines", "process_resident_memory_bytes",
+	}
+	var missing []string
+	for _, n := range want {
+		if !got[n] {
+			missing = append(missing, n)
+		}
+	}
+	if len(missing) > 0 {
+		sort.Strings(missing)
+		t.Fatalf("missing metric families: %s", strings.Join(missing, ", "))
+	}
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		// component-base's own names: kept for dashboard compatibility.
+		if strings.HasPrefix(p.Metric, "workqueue_") && strings.Contains(p.Text, "counter") {
+			continue
+		}
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+func TestRegisterReturnsTheExistingCollector(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	a := Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "x_total", Help: "x"}, []string{"l"}))
+	b := Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "x_total", Help: "x"}, []string{"l"}))
+	a.WithLabelValues("v").Inc()
+	if testutil.ToFloat64(b.WithLabelValues("v")) != 1 {
+		t.Fatal("second Register did not return the registered collector")
+	}
+	// Two registries (two controllers in one test binary) both get the REST metrics.
+	NewRegistry()
+	NewRegistry()
+}
