@@ -186,14 +186,18 @@ func (e *Elector) Run(ctx context.Context, lead func(context.Context) error) err
 	)
 	callbacks := leaderelection.LeaderCallbacks{
 		OnStartedLeading: func(leaseCtx context.Context) {
+			// Mark the start before looking at ctx: the shutdown goroutine decides whether to
+			// wait for lead by reading started after ctx ended, so either it sees started and
+			// waits, or ctx had ended before this check and lead never starts.
+			leadRunning.Store(true)
+			started.Store(true)
 			if ctx.Err() != nil { // shutting down already: do not start work
+				leadRunning.Store(false)
 				ended.Store(true)
 				leadDone <- nil
 				cancelElect()
 				return
 			}
-			leadRunning.Store(true)
-			started.Store(true)
 			logger.Info("Started leading", "lease", lease, "identity", e.cfg.Identity)
 			e.setLeading(true)
 			runCtx, cancel := context.WithCancel(ctx)
