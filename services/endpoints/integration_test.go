@@ -173,20 +173,19 @@ func ips(addrs []corev1.EndpointAddress) []string {
 	return out
 }
 
-// readyIPs and notReadyIPs flatten all subsets.
+// readyIPs and notReadyIPs flatten all subsets, sorted.
 func readyIPs(ep *corev1.Endpoints) []string {
-	var out []string
-	for _, s := range ep.Subsets {
-		out = append(out, ips(s.Addresses)...)
-	}
-	sort.Strings(out)
-	return out
+	return subsetIPs(ep, func(s corev1.EndpointSubset) []corev1.EndpointAddress { return s.Addresses })
 }
 
 func notReadyIPs(ep *corev1.Endpoints) []string {
+	return subsetIPs(ep, func(s corev1.EndpointSubset) []corev1.EndpointAddress { return s.NotReadyAddresses })
+}
+
+func subsetIPs(ep *corev1.Endpoints, pick func(corev1.EndpointSubset) []corev1.EndpointAddress) []string {
 	var out []string
 	for _, s := range ep.Subsets {
-		out = append(out, ips(s.NotReadyAddresses)...)
+		out = append(out, ips(pick(s))...)
 	}
 	sort.Strings(out)
 	return out
