@@ -212,13 +212,21 @@ func controllerWrites(t *testing.T, ns string) int {
 	return n
 }
 
-// ---- tests ----
-
-func TestReadyAndNotReadyAddresses(t *testing.T) {
+// withController is the common start of a test: a client, a fresh namespace, and one
+// controller that leads with synced caches.
+func withController(t *testing.T) (kubernetes.Interface, string) {
+	t.Helper()
 	testenv.Require(t, env)
 	c := env.Client(t)
 	ns := env.Namespace(t)
 	startController(t, "ctrl").WaitLeadingAndSynced(lease, 30*time.Second)
+	return c, ns
+}
+
+// ---- tests ----
+
+func TestReadyAndNotReadyAddresses(t *testing.T) {
+	c, ns := withController(t)
 
 	sel := map[string]string{"app": "web"}
 	createService(t, c, makeService(ns, "web", sel))
@@ -247,10 +255,7 @@ func TestReadyAndNotReadyAddresses(t *testing.T) {
 }
 
 func TestNamedAndMultiplePorts(t *testing.T) {
-	testenv.Require(t, env)
-	c := env.Client(t)
-	ns := env.Namespace(t)
-	startController(t, "ctrl").WaitLeadingAndSynced(lease, 30*time.Second)
+	c, ns := withController(t)
 
 	sel := map[string]string{"app": "multi"}
 	createService(t, c, makeService(ns, "multi", sel,
@@ -288,10 +293,7 @@ func TestNamedAndMultiplePorts(t *testing.T) {
 }
 
 func TestHeadlessAndPublishNotReady(t *testing.T) {
-	testenv.Require(t, env)
-	c := env.Client(t)
-	ns := env.Namespace(t)
-	startController(t, "ctrl").WaitLeadingAndSynced(lease, 30*time.Second)
+	c, ns := withController(t)
 
 	sel := map[string]string{"app": "db"}
 	headless := makeService(ns, "db", sel)
@@ -333,10 +335,7 @@ func TestHeadlessAndPublishNotReady(t *testing.T) {
 }
 
 func TestReadinessFlipAndServiceDelete(t *testing.T) {
-	testenv.Require(t, env)
-	c := env.Client(t)
-	ns := env.Namespace(t)
-	startController(t, "ctrl").WaitLeadingAndSynced(lease, 30*time.Second)
+	c, ns := withController(t)
 	ctx := context.Background()
 
 	sel := map[string]string{"app": "flip"}

@@ -460,19 +460,17 @@ func setReady(p *corev1.Pod, ready bool) {
 }
 
 func readyIPs(ep *corev1.Endpoints) []string {
-	var out []string
-	for _, s := range ep.Subsets {
-		for _, a := range s.Addresses {
-			out = append(out, a.IP)
-		}
-	}
-	return out
+	return subsetIPs(ep, func(s corev1.EndpointSubset) []corev1.EndpointAddress { return s.Addresses })
 }
 
 func notReadyIPs(ep *corev1.Endpoints) []string {
+	return subsetIPs(ep, func(s corev1.EndpointSubset) []corev1.EndpointAddress { return s.NotReadyAddresses })
+}
+
+func subsetIPs(ep *corev1.Endpoints, pick func(corev1.EndpointSubset) []corev1.EndpointAddress) []string {
 	var out []string
 	for _, s := range ep.Subsets {
-		for _, a := range s.NotReadyAddresses {
+		for _, a := range pick(s) {
 			out = append(out, a.IP)
 		}
 	}
