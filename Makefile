@@ -64,8 +64,12 @@ tidy: ## go mod tidy in every module (and the tools module)
 	@for m in $(MODULES) deploy/tools; do (cd $$m && GOWORK=off go mod tidy); done
 
 .PHONY: bench
-bench: tools ## Endpoints benchmark against the real apiserver (cold sync, readiness flips, RSS)
-	@cd services/endpoints && go test -run '^$$' -bench . -benchtime 1x -timeout 30m ./bench/...
+BENCHES := $(patsubst %/bench/,%,$(dir $(wildcard services/*/bench/*_test.go)))
+bench: tools ## Every controller's benchmark against the real apiserver (services/*/bench; BENCH=<alias> runs one)
+	@for m in $(if $(BENCH),services/$(BENCH),$(sort $(BENCHES))); do \
+		echo "== bench $$m"; \
+		(cd $$m && go test -run '^$$' -bench . -benchtime 1x -timeout 60m ./bench/...); \
+	done
 
 .PHONY: helm-lint
 helm-lint: tools ## Lint the Helm chart
