@@ -1,0 +1,407 @@
+package pvbinder
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/klog/v2"
+
+	"github.com/kcm-split/kcm-split/shared/worker"
+)
+
+// Event reasons, upstream's.
+const (
+	ReasonFailedBinding         = "FailedBinding"
+	ReasonVolumeMismatch        = "VolumeMismatch"
+	ReasonWaitForFirstConsumer  = "WaitForFirstConsumer"
+	ReasonExternalProvisioning  = "ExternalProvisioning"
+	ReasonProvisioningFailed    = "ProvisioningFailed"
+	ReasonClaimLost             = "ClaimLost"
+	ReasonClaimMisbound         = "ClaimMisbound"
+	ReasonVolumeFailedDelete    = "VolumeFailedDelete"
+	ReasonVolumeFailedRecycle   = "VolumeFailedRecycle"
+	ReasonVolumeUnknownReclaim  = "VolumeUnknownReclaimPolicy"
+	inTreeProvisionerNamePrefix = "kubernetes.io/"
+)
+
+// takenRetry is how soon a claim whose chosen PV was taken under it (by another process)
+// tries again: long enough for the informer to deliver the change that beat it.
+const takenRetry = 100 * time.Millisecond
+
+func (c *Controller) syncClaimKey(ctx context.Context, key string) error {
+	logger := klog.FromContext(ctx).WithValues("pvc", key)
+	ctx = klog.NewContext(ctx, logger)
+	start := time.Now()
+	defer func() { logger.V(4).Info("Finished syncing claim", "duration", time.Since(start)) }()
+
+	claim, err := c.claim(key)
+	if apierrors.IsNotFound(err) {
+		c.waiting.remove(key)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !metav1.HasAnnotation(claim.ObjectMeta, AnnBindCompleted) {
+		return c.syncUnboundClaim(ctx, key, claim)
+	}
+	return c.syncBoundClaim(ctx, claim)
+}
+
+// syncUnboundClaim handles a claim whose bind has not completed.
+func (c *Controller) syncUnboundClaim(ctx context.Context, key string, claim *v1.PersistentVolumeClaim) error {
+	logger := klog.FromContext(ctx)
+	if claim.Spec.VolumeName != "" {
+		return c.syncRequestedVolume(ctx, claim)
+	}
+	delayBinding, err := c.delayBinding(claim)
+	if err != nil {
+		return err
+	}
+	pvs, err := c.listVolumes()
+	if err != nil {
+		return err
+	}
+
+	// Choose and reserve in one step, so two workers never choose the same PV. The claim
+	// joins the waiting list under the same lock, so a PV that becomes Available after this
+	// choice finds it there and wakes it.
+	c.matchMu.Lock()
+	pv, err := findBestMatch(claim, pvs, delayBinding, func(pv *v1.PersistentVolume) bool {
+		holder, ok := c.reserved[pv.Name]
+		return ok && holder != claim.UID
+	})
+	if pv != nil {
+		c.reserveLocked(pv.Name, claim.UID)
+		c.waiting.remove(key)
+	} else if err == nil {
+		c.waiting.add(key, claim.CreationTimestamp.Time)
+	}
+	c.matchMu.Unlock()
+	if err != nil {
+		return err
+	}
+
+	if pv != nil {
+		logger.V(4).Info("Binding claim to the best matching volume", "pv", pv.Name)
+		defer c.release(pv.Name, claim.UID)
+		if err := c.bind(ctx, pv, claim); err != nil {
+			return err
+		}
+		c.wakeNext()
+		return nil
+	}
+
+	// No PV: the default class, dynamic provisioning, or wait.
+	if updated, err := c.assignDefaultClass(ctx, key, claim); err != nil || updated {
+		return err
+	}
+	class := claimClass(claim)
+	switch {
+	case delayBinding && !metav1.HasAnnotation(claim.ObjectMeta, AnnSelectedNode):
+		c.recorder.Event(claim, v1.EventTypeNormal, ReasonWaitForFirstConsumer, "waiting for first consumer to be created before binding")
+	case class != "":
+		// Provisioning; the claim's status stays as it is until a PV appears.
+		return c.provision(ctx, key, claim, class)
+	default:
+		c.recorder.Event(claim, v1.EventTypeNormal, ReasonFailedBinding, "no persistent volumes available for this claim and no storage class is set")
+	}
+	_, err = c.updateClaimStatus(ctx, key, claim, v1.ClaimPending, nil)
+	return err
+}
+
+// syncRequestedVolume handles an unbound claim that names its volume (spec.volumeName).
+func (c *Controller) syncRequestedVolume(ctx context.Context, claim *v1.PersistentVolumeClaim) error {
+	key := claimKey(claim.Namespace, claim.Name)
+	pv, err := c.volume(claim.Spec.VolumeName)
+	if apierrors.IsNotFound(err) {
+		// Not there yet (a provisioner or an admin may still create it): wait, Pending.
+		_, err := c.updateClaimStatus(ctx, key, claim, v1.ClaimPending, nil)
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	switch {
+	case pv.Spec.ClaimRef == nil:
+		if err := checkSatisfies(pv, claim); err != nil {
+			c.recorder.Event(claim, v1.EventTypeWarning, ReasonVolumeMismatch,
+				fmt.Sprintf("Cannot bind to requested volume %q: %s", pv.Name, err))
+			_, err := c.updateClaimStatus(ctx, key, claim, v1.ClaimPending, nil)
+			return err
+		}
+		return c.bindReserving(ctx, pv, claim)
+	case boundToClaim(pv, claim):
+		return c.bindReserving(ctx, pv, claim)
+	default:
+		msg := fmt.Sprintf("volume %q already bound to a different claim.", pv.Name)
+		c.recorder.Event(claim, v1.EventTypeWarning, ReasonFailedBinding, msg)
+		if metav1.HasAnnotation(claim.ObjectMeta, AnnBoundByController) {
+			// This binder named the volume for this claim, yet the volume names another:
+			// only a bug or a hand edit gets here. Keep retrying; say so loudly.
+			return fmt.Errorf("claim %s names volume %s, which is bound to %s", key, pv.Name, refKey(pv.Spec.ClaimRef))
+		}
+		_, err := c.updateClaimStatus(ctx, key, claim, v1.ClaimPending, nil)
+		return err
+	}
+}
+
+// syncBoundClaim keeps a bound claim bound, or marks it Lost or Misbound.
+func (c *Controller) syncBoundClaim(ctx context.Context, claim *v1.PersistentVolumeClaim) error {
+	key := claimKey(claim.Namespace, claim.Name)
+	if claim.Spec.VolumeName == "" {
+		return c.claimLost(ctx, key, claim, ReasonClaimLost, "Bound claim has lost reference to PersistentVolume. Data on the volume is lost!")
+	}
+	pv, err := c.volume(claim.Spec.VolumeName)
+	if apierrors.IsNotFound(err) {
+		return c.claimLost(ctx, key, claim, ReasonClaimLost, "Bound claim has lost its PersistentVolume. Data on the volume is lost!")
+	}
+	if err != nil {
+		return err
+	}
+	if pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.UID == claim.UID {
+		// Finish (or repair) the bind; every step is a no-op when already done.
+		return c.bindReserving(ctx, pv, claim)
+	}
+	return c.claimLost(ctx, key, claim, ReasonClaimMisbound, "Two claims are bound to the same volume, this one is bound incorrectly")
+}
+
+func (c *Controller) claimLost(ctx context.Context, key string, claim *v1.PersistentVolumeClaim, reason, msg string) error {
+	if claim.Status.Phase == v1.ClaimLost {
+		return nil
+	}
+	updated, err := c.updateClaimStatus(ctx, key, claim, v1.ClaimLost, nil)
+	if err != nil {
+		return err
+	}
+	c.recorder.Event(updated, v1.EventTypeWarning, reason, msg)
+	return nil
+}
+
+// bindReserving binds after reserving the PV, for binds that did not go through matching.
+func (c *Controller) bindReserving(ctx context.Context, pv *v1.PersistentVolume, claim *v1.PersistentVolumeClaim) error {
+	if !c.reserve(pv.Name, claim.UID) {
+		return worker.RequeueAfter(takenRetry)
+	}
+	defer c.release(pv.Name, claim.UID)
+	return c.bind(ctx, pv, claim)
+}
+
+// bind runs the four writes of a bind, each only if needed. The PV's writes hold its lock.
+// A conflict means someone else changed the object: the error sends the claim back for a
+// fresh look, with backoff.
+func (c *Controller) bind(ctx context.Context, chosen *v1.PersistentVolume, claim *v1.PersistentVolumeClaim) error {
+	key := claimKey(claim.Namespace, claim.Name)
+	pv, err := c.bindVolume(ctx, chosen.Name, claim)
+	if err != nil {
+		return err
+	}
+	// The claim: volumeName and annotations, then status.
+	updated := claim.DeepCopy()
+	dirty := false
+	if claim.Spec.VolumeName != pv.Name {
+		updated.Spec.VolumeName = pv.Name
+		if !metav1.HasAnnotation(updated.ObjectMeta, AnnBoundByController) {
+			metav1.SetMetaDataAnnotation(&updated.ObjectMeta, AnnBoundByController, "yes")
+		}
+		dirty = true
+	}
+	if !metav1.HasAnnotation(updated.ObjectMeta, AnnBindCompleted) {
+		metav1.SetMetaDataAnnotation(&updated.ObjectMeta, AnnBindCompleted, "yes")
+		dirty = true
+	}
+	if dirty {
+		written, err := c.client.CoreV1().PersistentVolumeClaims(claim.Namespace).Update(ctx, updated, metav1.UpdateOptions{})
+		if err != nil {
+			return fmt.Errorf("binding claim %s to volume %s: %w", key, pv.Name, err)
+		}
+		c.claims.store(key, written)
+		claim = written
+	}
+	if _, err := c.updateClaimStatus(ctx, key, claim, v1.ClaimBound, pv); err != nil {
+		return err
+	}
+	klog.FromContext(ctx).V(2).Info("Claim bound", "pv", pv.Name)
+	return nil
+}
+
+// bindVolume writes the PV's half of a bind: claimRef and phase Bound.
+func (c *Controller) bindVolume(ctx context.Context, name string, claim *v1.PersistentVolumeClaim) (*v1.PersistentVolume, error) {
+	unlock := c.pvLocks.lock(name)
+	defer unlock()
+	pv, err := c.volume(name)
+	if err != nil {
+		return nil, err
+	}
+	if pv.Spec.ClaimRef != nil && !boundToClaim(pv, claim) {
+		// Taken since the choice, by a process whose write we have now seen.
+		return nil, worker.RequeueAfter(takenRetry)
+	}
+	bound := boundToClaim(pv, claim)
+	needRef := pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.UID != claim.UID
+	// A PV pre-bound by a user keeps saying so: only a PV this binder chose for the claim
+	// is marked bound-by-controller (and may be unbound by it later).
+	needMark := !bound && !metav1.HasAnnotation(pv.ObjectMeta, AnnBoundByController)
+	if needRef || needMark {
+		updated := pv.DeepCopy()
+		if needMark {
+			metav1.SetMetaDataAnnotation(&updated.ObjectMeta, AnnBoundByController, "yes")
+		}
+		updated.Spec.ClaimRef = &v1.ObjectReference{
+			Kind:            "PersistentVolumeClaim",
+			APIVersion:      "v1",
+			Namespace:       claim.Namespace,
+			Name:            claim.Name,
+			UID:             claim.UID,
+			ResourceVersion: claim.ResourceVersion,
+		}
+		// Conditioned on pv.ResourceVersion: if the PV changed since it was read (another
+		// binder claimed it), this fails with a conflict instead of overwriting.
+		written, err := c.client.CoreV1().PersistentVolumes().Update(ctx, updated, metav1.UpdateOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("binding volume %s to claim %s/%s: %w", name, claim.Namespace, claim.Name, err)
+		}
+		c.volumes.store(name, written)
+		pv = written
+	}
+	return c.setVolumePhase(ctx, pv, v1.VolumeBound, "")
+}
+
+// updateClaimStatus writes the claim's phase and, for Bound, the access modes, capacity and
+// attributes class of its volume; it writes nothing when they are already right.
+func (c *Controller) updateClaimStatus(ctx context.Context, key string, claim *v1.PersistentVolumeClaim, phase v1.PersistentVolumeClaimPhase, pv *v1.PersistentVolume) (*v1.PersistentVolumeClaim, error) {
+	updated := claim.DeepCopy()
+	st := &updated.Status
+	st.Phase = phase
+	if pv == nil {
+		st.AccessModes, st.Capacity, st.CurrentVolumeAttributesClassName = nil, nil, nil
+	} else {
+		st.AccessModes = pv.Spec.AccessModes
+		if claim.Status.Phase != phase {
+			// Capacity is set when the claim becomes Bound; afterwards it belongs to volume
+			// expansion, which may report a size the PV does not show yet.
+			capacity, ok := pv.Spec.Capacity[v1.ResourceStorage]
+			if !ok {
+				return nil, fmt.Errorf("volume %s has no storage capacity", pv.Name)
+			}
+			if pre, ok := pv.Annotations[AnnPreResizeCapacity]; ok {
+				if q, err := resource.ParseQuantity(pre); err == nil {
+					capacity = q
+				}
+			}
+			st.Capacity = maps.Clone(st.Capacity)
+			if st.Capacity == nil {
+				st.Capacity = v1.ResourceList{}
+			}
+			if cur, ok := st.Capacity[v1.ResourceStorage]; !ok || cur.Cmp(capacity) != 0 {
+				st.Capacity = v1.ResourceList{v1.ResourceStorage: capacity}
+			}
+			if claim.Status.Phase == v1.ClaimPending || claim.Status.Phase == "" {
+				st.CurrentVolumeAttributesClassName = pv.Spec.VolumeAttributesClassName
+			}
+		}
+	}
+	if apiequality.Semantic.DeepEqual(claim.Status, updated.Status) {
+		return claim, nil
+	}
+	written, err := c.client.CoreV1().PersistentVolumeClaims(claim.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("updating status of claim %s to %s: %w", key, phase, err)
+	}
+	c.claims.store(key, written)
+	return written, nil
+}
+
+// delayBinding reports whether the claim's class binds at the first consumer. A class that
+// does not exist binds immediately, as upstream; one without a binding mode is an error.
+func (c *Controller) delayBinding(claim *v1.PersistentVolumeClaim) (bool, error) {
+	name := claimClass(claim)
+	if name == "" {
+		return false, nil
+	}
+	class, err := c.classLister.Get(name)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if class.VolumeBindingMode == nil {
+		return false, fmt.Errorf("VolumeBindingMode not set for StorageClass %q", name)
+	}
+	return *class.VolumeBindingMode == storagev1.VolumeBindingWaitForFirstConsumer, nil
+}
+
+// assignDefaultClass gives a claim created without any class the default class, once one
+// exists. True means the claim was updated (its update event brings it back).
+func (c *Controller) assignDefaultClass(ctx context.Context, key string, claim *v1.PersistentVolumeClaim) (bool, error) {
+	if claimHasClass(claim) {
+		return false, nil
+	}
+	classes, err := c.classLister.List(labels.Everything())
+	if err != nil {
+		return false, err
+	}
+	def := defaultClass(classes)
+	if def == nil {
+		return false, nil
+	}
+	updated := claim.DeepCopy()
+	updated.Spec.StorageClassName = &def.Name
+	written, err := c.client.CoreV1().PersistentVolumeClaims(claim.Namespace).Update(ctx, updated, metav1.UpdateOptions{})
+	if err != nil {
+		c.metrics.retroactiveErrors.Inc()
+		return false, fmt.Errorf("assigning default class %s to claim %s: %w", def.Name, key, err)
+	}
+	c.metrics.retroactive.Inc()
+	c.claims.store(key, written)
+	klog.FromContext(ctx).V(2).Info("Assigned the default StorageClass", "storageClass", def.Name)
+	return true, nil
+}
+
+// provision asks the class's external provisioner for a volume by annotating the claim;
+// the provisioner creates a PV pre-bound to it, which the claim then binds. This binary has
+// no in-tree volume plugins, so an in-tree provisioner name fails with an event, as upstream
+// does for a plugin it lacks.
+func (c *Controller) provision(ctx context.Context, key string, claim *v1.PersistentVolumeClaim, className string) error {
+	class, err := c.classLister.Get(className)
+	if apierrors.IsNotFound(err) {
+		c.recorder.Event(claim, v1.EventTypeWarning, ReasonProvisioningFailed,
+			fmt.Sprintf("storageclass.storage.k8s.io %q not found", className))
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if strings.HasPrefix(class.Provisioner, inTreeProvisionerNamePrefix) {
+		c.recorder.Event(claim, v1.EventTypeWarning, ReasonProvisioningFailed,
+			fmt.Sprintf("no volume plugin matched name: %s", class.Provisioner))
+		return nil
+	}
+	if claim.Annotations[AnnStorageProvisioner] != class.Provisioner || claim.Annotations[AnnBetaStorageProvisioner] != class.Provisioner {
+		updated := claim.DeepCopy()
+		metav1.SetMetaDataAnnotation(&updated.ObjectMeta, AnnStorageProvisioner, class.Provisioner)
+		metav1.SetMetaDataAnnotation(&updated.ObjectMeta, AnnBetaStorageProvisioner, class.Provisioner)
+		written, err := c.client.CoreV1().PersistentVolumeClaims(claim.Namespace).Update(ctx, updated, metav1.UpdateOptions{})
+		if err != nil {
+			c.recorder.Event(claim, v1.EventTypeWarning, ReasonProvisioningFailed, fmt.Sprintf("Error saving claim: %v", err))
+			return fmt.Errorf("annotating claim %s for provisioner %s: %w", key, class.Provisioner, err)
+		}
+		c.claims.store(key, written)
+		claim = written
+	}
+	c.recorder.Event(claim, v1.EventTypeNormal, ReasonExternalProvisioning, fmt.Sprintf(
+		"Waiting for a volume to be created either by the external provisioner '%s' or manually by the system administrator. "+
+			"If volume creation is delayed, please verify that the provisioner is running and correctly registered.", class.Provisioner))
+	return nil
+}

@@ -1,0 +1,374 @@
+// Package pvbinder is kube-controller-manager's PersistentVolume binder as a service of its
+// own: it binds PersistentVolumeClaims to PersistentVolumes (static and pre-bound), asks
+// external provisioners for volumes, applies the default StorageClass to class-less claims,
+// releases PVs whose claims are gone by their reclaim policy and marks claims Lost when their
+// PV disappears. Annotations, phases, events and metrics are upstream's.
+//
+// # Never a double bind
+//
+// A PV is bound to a claim by writing its claimRef with an Update conditioned on the
+// resourceVersion the binder read, in which the claimRef was empty: if anything else (another
+// worker, a previous leader still finishing, a user) changed the PV since, the API server
+// refuses the write with a conflict and nothing is bound. So a PV's claimRef is set from
+// empty exactly once per binding, and a claim's spec.volumeName likewise (conditioned on the
+// claim's version). Within one process, claims choose PVs under one mutex and reserve the
+// PV they choose until their bind ends, so two workers never even attempt the same PV; all
+// writes to one PV are serialised by a per-PV lock and use the newest version this process
+// has seen (assumed), so the binder does not conflict with itself.
+//
+// A claim's binding is its spec.volumeName; a claimRef on a PV whose claim names another
+// volume is a reservation left by an interrupted bind, and the volume sync undoes it.
+//
+// # Crash safety
+//
+// A bind writes, in order: PV claimRef (+ bound-by-controller), PV phase Bound, claim
+// volumeName (+ bind-completed, bound-by-controller), claim phase Bound. Each step is
+// idempotent and derived from what is stored, so a restart after any of them finishes the
+// bind: a PV whose claimRef names the claim is always preferred by that claim, a claim with
+// bind-completed is completed from its volumeName, and a PV whose claim is gone is released.
+package pvbinder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	storageinformers "k8s.io/client-go/informers/storage/v1"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/kcm-split/kcm-split/shared/worker"
+)
+
+// Controller binds claims to volumes.
+type Controller struct {
+	client   kubernetes.Interface
+	recorder record.EventRecorder
+	opts     Options
+	metrics  *binderMetrics
+
+	pvLister    corelisters.PersistentVolumeLister
+	claimLister corelisters.PersistentVolumeClaimLister
+	classLister storagelisters.StorageClassLister
+	synced      []cache.InformerSynced
+
+	volumeQueue *worker.Queue[string]
+	claimQueue  *worker.Queue[string]
+
+	volumes *assumed[*v1.PersistentVolume]
+	claims  *assumed[*v1.PersistentVolumeClaim]
+	pvLocks *keyLocks
+	waiting *waitingClaims
+
+	// matchMu makes choosing a PV and reserving it one step, across claim workers.
+	matchMu sync.Mutex
+	// reserved maps a PV name to the claim whose bind is writing it.
+	reserved map[string]types.UID
+
+	setupErr error
+}
+
+// New builds the controller and registers its event handlers; it starts nothing. Queue,
+// reconcile and pv_collector metrics go to reg (nil: none).
+func New(
+	pvs coreinformers.PersistentVolumeInformer,
+	claims coreinformers.PersistentVolumeClaimInformer,
+	classes storageinformers.StorageClassInformer,
+	client kubernetes.Interface,
+	recorder record.EventRecorder,
+	opts Options,
+	reg prometheus.Registerer,
+) *Controller {
+	c := &Controller{
+		client:      client,
+		recorder:    recorder,
+		opts:        opts,
+		pvLister:    pvs.Lister(),
+		claimLister: claims.Lister(),
+		classLister: classes.Lister(),
+		volumeQueue: worker.New(worker.Options[string]{Name: VolumeQueueName, Controller: ControllerID, Registerer: reg}),
+		claimQueue:  worker.New(worker.Options[string]{Name: ClaimQueueName, Controller: ControllerID, Registerer: reg}),
+		volumes:     newAssumed[*v1.PersistentVolume](),
+		claims:      newAssumed[*v1.PersistentVolumeClaim](),
+		pvLocks:     newKeyLocks(),
+		waiting:     newWaitingClaims(),
+		reserved:    map[string]types.UID{},
+	}
+	c.metrics = newBinderMetrics(reg, c.pvLister, c.claimLister)
+	c.register(pvs.Informer(), cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.onVolume(obj) },
+		UpdateFunc: func(_, obj any) { c.onVolume(obj) },
+		DeleteFunc: c.onVolumeDelete,
+	})
+	c.register(claims.Informer(), cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.onClaimAdd,
+		UpdateFunc: c.onClaimUpdate,
+		DeleteFunc: c.onClaimDelete,
+	})
+	c.register(classes.Informer(), cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.onClass,
+		UpdateFunc: func(_, obj any) { c.onClass(obj) },
+	})
+	return c
+}
+
+func (c *Controller) register(inf cache.SharedIndexInformer, h cache.ResourceEventHandler) {
+	r, err := inf.AddEventHandler(h)
+	if err != nil {
+		c.setupErr = errors.Join(c.setupErr, err)
+		return
+	}
+	c.synced = append(c.synced, r.HasSynced)
+}
+
+// HasSynced reports whether every informer has listed and its handler seen every object.
+func (c *Controller) HasSynced() bool {
+	if c.setupErr != nil {
+		return false
+	}
+	for _, s := range c.synced {
+		if !s() {
+			return false
+		}
+	}
+	return true
+}
+
+// Run waits for the caches and runs workers (per queue) until ctx ends, with a resync of
+// every object each sync period. It returns nil when ctx ends.
+func (c *Controller) Run(ctx context.Context, workers int) error {
+	defer c.volumeQueue.ShutDown()
+	defer c.claimQueue.ShutDown()
+	if c.setupErr != nil {
+		return fmt.Errorf("registering event handlers: %w", c.setupErr)
+	}
+	logger := klog.FromContext(ctx)
+	logger.Info("Starting persistent volume binder", "workers", workers, "syncPeriod", c.opts.SyncPeriod)
+	defer logger.Info("Shutting down persistent volume binder")
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced...) {
+		return nil
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { wait.UntilWithContext(ctx, c.resync, c.opts.SyncPeriod) })
+	wg.Go(func() { c.volumeQueue.Run(ctx, workers, c.syncVolumeKey) })
+	wg.Go(func() { c.claimQueue.Run(ctx, workers, c.syncClaimKey) })
+	wg.Wait()
+	return nil
+}
+
+// resync queues every PV and claim: the safety net for anything an event did not bring up.
+// A resync of objects in their desired state writes nothing.
+func (c *Controller) resync(ctx context.Context) {
+	pvs, err := c.pvLister.List(labels.Everything())
+	if err != nil {
+		utilruntime.HandleErrorWithContext(ctx, err, "Cannot list PersistentVolumes for resync")
+	}
+	for _, pv := range pvs {
+		c.volumeQueue.Add(pv.Name)
+	}
+	claims, err := c.claimLister.List(labels.Everything())
+	if err != nil {
+		utilruntime.HandleErrorWithContext(ctx, err, "Cannot list PersistentVolumeClaims for resync")
+	}
+	for _, claim := range claims {
+		c.claimQueue.Add(claimKey(claim.Namespace, claim.Name))
+	}
+}
+
+// ---- event handlers ----
+
+func (c *Controller) onVolume(obj any) {
+	pv, ok := obj.(*v1.PersistentVolume)
+	if !ok {
+		return
+	}
+	c.volumeQueue.Add(pv.Name)
+	switch {
+	case pv.Spec.ClaimRef != nil:
+		// Pre-bound (by a user, the scheduler or a provisioner) or being bound: the claim
+		// completes the bind; do not wait for the volume sync to tell it.
+		c.claimQueue.Add(refKey(pv.Spec.ClaimRef))
+	case pv.Status.Phase == v1.VolumeAvailable && pv.DeletionTimestamp == nil:
+		c.wakeFor(c.volumes.latest(pv.Name, pv))
+	}
+}
+
+func (c *Controller) onVolumeDelete(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	pv, ok := obj.(*v1.PersistentVolume)
+	if !ok {
+		return
+	}
+	c.volumes.forget(pv.Name)
+	// The claim bound to it is Lost now.
+	if pv.Spec.ClaimRef != nil {
+		c.claimQueue.Add(refKey(pv.Spec.ClaimRef))
+	}
+}
+
+func (c *Controller) onClaimAdd(obj any) {
+	claim, ok := obj.(*v1.PersistentVolumeClaim)
+	if !ok {
+		return
+	}
+	c.claimQueue.Add(claimKey(claim.Namespace, claim.Name))
+}
+
+func (c *Controller) onClaimUpdate(old, cur any) {
+	o, ok1 := old.(*v1.PersistentVolumeClaim)
+	n, ok2 := cur.(*v1.PersistentVolumeClaim)
+	if !ok1 || !ok2 {
+		return
+	}
+	if o.Status.Phase != v1.ClaimBound && n.Status.Phase == v1.ClaimBound {
+		c.metrics.bindLatency.Observe(time.Since(n.CreationTimestamp.Time).Seconds())
+	}
+	c.claimQueue.Add(claimKey(n.Namespace, n.Name))
+}
+
+func (c *Controller) onClaimDelete(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	claim, ok := obj.(*v1.PersistentVolumeClaim)
+	if !ok {
+		return
+	}
+	key := claimKey(claim.Namespace, claim.Name)
+	c.claims.forget(key)
+	c.waiting.remove(key)
+	// Its volume is Released now (or, if a bind was under way, the reservation undone).
+	if claim.Spec.VolumeName != "" {
+		c.volumeQueue.Add(claim.Spec.VolumeName)
+	}
+	c.claimQueue.Add(key) // clears anything left about the key
+}
+
+// onClass queues the unbound claims a new or changed class may concern: a new default
+// class is applied to class-less claims, and binding mode or provisioner decide what
+// happens to claims of the class.
+func (c *Controller) onClass(obj any) {
+	class, ok := obj.(*storagev1.StorageClass)
+	if !ok {
+		return
+	}
+	claims, err := c.claimLister.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, claim := range claims {
+		if claim.Spec.VolumeName != "" || claim.Status.Phase == v1.ClaimBound {
+			continue
+		}
+		if !claimHasClass(claim) || claimClass(claim) == class.Name {
+			c.claimQueue.Add(claimKey(claim.Namespace, claim.Name))
+		}
+	}
+}
+
+// wakeFor queues the oldest waiting claim an Available PV could serve.
+func (c *Controller) wakeFor(pv *v1.PersistentVolume) {
+	if pv.Spec.ClaimRef != nil || pv.Status.Phase != v1.VolumeAvailable || pv.DeletionTimestamp != nil {
+		return
+	}
+	key := c.waiting.takeOldest(func(key string) bool {
+		claim, err := c.claim(key)
+		return err == nil && couldServe(pv, claim)
+	})
+	if key != "" {
+		c.claimQueue.Add(key)
+	}
+}
+
+// wakeNext queues the oldest waiting claim. Called after each bind: if PVs freed up or
+// arrived while claims waited, the chain of binds works through them in creation order.
+func (c *Controller) wakeNext() {
+	if key := c.waiting.takeOldest(nil); key != "" {
+		c.claimQueue.Add(key)
+	}
+}
+
+// ---- reads: informer cache merged with what this process wrote ----
+
+// volume returns the newest known version of a PV, or a NotFound error.
+func (c *Controller) volume(name string) (*v1.PersistentVolume, error) {
+	pv, err := c.pvLister.Get(name)
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			c.volumes.forget(name)
+		}
+		return nil, err
+	}
+	return c.volumes.latest(name, pv), nil
+}
+
+// claim returns the newest known version of a claim (key ns/name), or a NotFound error.
+func (c *Controller) claim(key string) (*v1.PersistentVolumeClaim, error) {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil, err
+	}
+	claim, err := c.claimLister.PersistentVolumeClaims(ns).Get(name)
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			c.claims.forget(key)
+		}
+		return nil, err
+	}
+	return c.claims.latest(key, claim), nil
+}
+
+// listVolumes returns every PV in its newest known version.
+func (c *Controller) listVolumes() ([]*v1.PersistentVolume, error) {
+	pvs, err := c.pvLister.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	for i, pv := range pvs {
+		pvs[i] = c.volumes.latest(pv.Name, pv)
+	}
+	return pvs, nil
+}
+
+// ---- reservations ----
+
+// reserve promises PV name to claim uid for the duration of a bind; false if another
+// claim's bind holds it.
+func (c *Controller) reserve(name string, uid types.UID) bool {
+	c.matchMu.Lock()
+	defer c.matchMu.Unlock()
+	return c.reserveLocked(name, uid)
+}
+
+func (c *Controller) reserveLocked(name string, uid types.UID) bool {
+	if holder, ok := c.reserved[name]; ok && holder != uid {
+		return false
+	}
+	c.reserved[name] = uid
+	return true
+}
+
+func (c *Controller) release(name string, uid types.UID) {
+	c.matchMu.Lock()
+	defer c.matchMu.Unlock()
+	if c.reserved[name] == uid {
+		delete(c.reserved, name)
+	}
+}

@@ -1,2 +1,0 @@
-// Package pvbinder is the kcm-split pvbinder controller; see the module README section in the top-level README.
-package pvbinder

@@ -1,0 +1,277 @@
+package pvbinder
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Annotations, upstream's keys: other components (kube-scheduler, external provisioners,
+// kubectl) read and write them.
+const (
+	AnnBindCompleted          = "pv.kubernetes.io/bind-completed"
+	AnnBoundByController      = "pv.kubernetes.io/bound-by-controller"
+	AnnDynamicallyProvisioned = "pv.kubernetes.io/provisioned-by"
+	AnnMigratedTo             = "pv.kubernetes.io/migrated-to"
+	AnnStorageProvisioner     = "volume.kubernetes.io/storage-provisioner"
+	AnnBetaStorageProvisioner = "volume.beta.kubernetes.io/storage-provisioner"
+	AnnSelectedNode           = "volume.kubernetes.io/selected-node"
+	AnnBetaStorageClass       = "volume.beta.kubernetes.io/storage-class"
+	AnnDefaultClass           = "storageclass.kubernetes.io/is-default-class"
+	AnnBetaDefaultClass       = "storageclass.beta.kubernetes.io/is-default-class"
+	AnnPreResizeCapacity      = "volume.alpha.kubernetes.io/pre-resize-capacity"
+)
+
+// claimClass is the class a claim asks for; "" means no class. The beta annotation, when
+// present, wins over the field, as upstream.
+func claimClass(c *v1.PersistentVolumeClaim) string {
+	if class, ok := c.Annotations[AnnBetaStorageClass]; ok {
+		return class
+	}
+	if c.Spec.StorageClassName != nil {
+		return *c.Spec.StorageClassName
+	}
+	return ""
+}
+
+// claimHasClass reports whether the claim chose a class, even the empty one: only claims
+// that did not get the default class.
+func claimHasClass(c *v1.PersistentVolumeClaim) bool {
+	_, ok := c.Annotations[AnnBetaStorageClass]
+	return ok || c.Spec.StorageClassName != nil
+}
+
+// volumeClass is the class of a PV; "" means none.
+func volumeClass(pv *v1.PersistentVolume) string {
+	if class, ok := pv.Annotations[AnnBetaStorageClass]; ok {
+		return class
+	}
+	return pv.Spec.StorageClassName
+}
+
+// boundToClaim reports whether pv's claimRef names claim: same namespace and name, and the
+// same UID unless the claimRef has none (a PV pre-bound by a user to a claim by name).
+func boundToClaim(pv *v1.PersistentVolume, claim *v1.PersistentVolumeClaim) bool {
+	ref := pv.Spec.ClaimRef
+	if ref == nil || ref.Name != claim.Name || ref.Namespace != claim.Namespace {
+		return false
+	}
+	return ref.UID == "" || ref.UID == claim.UID
+}
+
+func volumeModeOf(m *v1.PersistentVolumeMode) v1.PersistentVolumeMode {
+	if m == nil {
+		// Objects written by an older apiserver may lack the defaulted field.
+		return v1.PersistentVolumeFilesystem
+	}
+	return *m
+}
+
+func modeMismatch(claim *v1.PersistentVolumeClaim, pv *v1.PersistentVolume) bool {
+	return volumeModeOf(claim.Spec.VolumeMode) != volumeModeOf(pv.Spec.VolumeMode)
+}
+
+func attributesClass(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+func requested(claim *v1.PersistentVolumeClaim) resource.Quantity {
+	return claim.Spec.Resources.Requests[v1.ResourceStorage]
+}
+
+func capacityOf(pv *v1.PersistentVolume) resource.Quantity {
+	return pv.Spec.Capacity[v1.ResourceStorage]
+}
+
+// hasModes reports whether pv offers every access mode the claim asks for.
+func hasModes(pv *v1.PersistentVolume, claim *v1.PersistentVolumeClaim) bool {
+	for _, m := range claim.Spec.AccessModes {
+		if !slices.Contains(pv.Spec.AccessModes, m) {
+			return false
+		}
+	}
+	return true
+}
+
+// checkSatisfies says why pv cannot serve claim, or nil. It is the check for a claim that
+// names its volume (spec.volumeName); the messages are upstream's, shown in VolumeMismatch
+// events.
+func checkSatisfies(pv *v1.PersistentVolume, claim *v1.PersistentVolumeClaim) error {
+	if pv.DeletionTimestamp != nil {
+		return fmt.Errorf("the volume is marked for deletion %q", pv.Name)
+	}
+	want, have := requested(claim), capacityOf(pv)
+	if have.Value() < want.Value() {
+		return fmt.Errorf("requested PV is too small")
+	}
+	if volumeClass(pv) != claimClass(claim) {
+		return fmt.Errorf("storageClassName does not match")
+	}
+	if attributesClass(claim.Spec.VolumeAttributesClassName) != attributesClass(pv.Spec.VolumeAttributesClassName) {
+		return fmt.Errorf("volumeAttributesClassName does not match")
+	}
+	if modeMismatch(claim, pv) {
+		return fmt.Errorf("incompatible volumeMode")
+	}
+	if !hasModes(pv, claim) {
+		return fmt.Errorf("incompatible accessMode")
+	}
+	return nil
+}
+
+// modeSetKey names a PV's set of access modes independently of order and repetition.
+func modeSetKey(modes []v1.PersistentVolumeAccessMode) string {
+	s := make([]string, 0, len(modes))
+	for _, m := range modes {
+		s = append(s, string(m))
+	}
+	slices.Sort(s)
+	return strings.Join(slices.Compact(s), ",")
+}
+
+// findBestMatch picks the PV for an unbound claim that names no volume, by upstream's rules:
+//
+//   - A PV whose claimRef already names the claim wins (pre-bound by a user, by the
+//     scheduler, or half-bound by a binder that crashed), provided its size, volume mode and
+//     attributes class fit and it is not being deleted. Upstream checks this per access-mode
+//     group and may pick a plain PV of a narrower group instead; checking every group first
+//     means a half-finished bind is always completed, never abandoned for another PV.
+//   - Otherwise PVs are grouped by their set of access modes; only sets containing every mode
+//     the claim asks for qualify, and the groups are tried from the fewest modes up, so a
+//     claim does not take a more capable PV while a plainer one fits.
+//   - In a group, the smallest PV that is Available, unclaimed, not being deleted, of the
+//     claim's class, volume mode and attributes class, with capacity >= the request and
+//     labels matching the claim's selector wins. Equal sizes go to the lowest name, so the
+//     choice is deterministic.
+//   - delayBinding (WaitForFirstConsumer) claims only take pre-bound PVs: the scheduler
+//     chooses their PVs once it knows the node.
+//
+// skip excludes PVs already promised to another claim by a bind in flight.
+func findBestMatch(claim *v1.PersistentVolumeClaim, pvs []*v1.PersistentVolume, delayBinding bool, skip func(*v1.PersistentVolume) bool) (*v1.PersistentVolume, error) {
+	var selector labels.Selector
+	if claim.Spec.Selector != nil {
+		s, err := metav1.LabelSelectorAsSelector(claim.Spec.Selector)
+		if err != nil {
+			return nil, fmt.Errorf("claim %s/%s has an invalid selector: %w", claim.Namespace, claim.Name, err)
+		}
+		selector = s
+	}
+	want := requested(claim)
+	class := claimClass(claim)
+	vac := attributesClass(claim.Spec.VolumeAttributesClassName)
+
+	// fits holds for the checks every candidate, pre-bound or not, must pass.
+	fits := func(pv *v1.PersistentVolume) bool {
+		have := capacityOf(pv)
+		return have.Cmp(want) >= 0 && !modeMismatch(claim, pv) &&
+			attributesClass(pv.Spec.VolumeAttributesClassName) == vac && pv.DeletionTimestamp == nil
+	}
+
+	groups := map[string][]*v1.PersistentVolume{}
+	for _, pv := range pvs {
+		if !hasModes(pv, claim) {
+			continue
+		}
+		if boundToClaim(pv, claim) && fits(pv) {
+			return pv, nil
+		}
+		key := modeSetKey(pv.Spec.AccessModes)
+		groups[key] = append(groups[key], pv)
+	}
+	if delayBinding {
+		return nil, nil
+	}
+	keys := make([]string, 0, len(groups))
+	for k := range groups {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int {
+		return cmp.Or(cmp.Compare(strings.Count(a, ","), strings.Count(b, ",")), cmp.Compare(a, b))
+	})
+	for _, k := range keys {
+		var best *v1.PersistentVolume
+		for _, pv := range groups[k] {
+			if pv.Spec.ClaimRef != nil || pv.Status.Phase != v1.VolumeAvailable || !fits(pv) ||
+				volumeClass(pv) != class || (skip != nil && skip(pv)) {
+				continue
+			}
+			if selector != nil && !selector.Matches(labels.Set(pv.Labels)) {
+				continue
+			}
+			if best == nil {
+				best = pv
+				continue
+			}
+			a, b := capacityOf(pv), capacityOf(best)
+			if c := a.Cmp(b); c < 0 || (c == 0 && pv.Name < best.Name) {
+				best = pv
+			}
+		}
+		if best != nil {
+			return best, nil
+		}
+	}
+	return nil, nil
+}
+
+// couldServe is a cheap test of whether an Available, unclaimed pv might be chosen for
+// claim; it decides which waiting claim a new PV wakes. Waking a claim that then picks
+// another PV costs one sync and no API call.
+func couldServe(pv *v1.PersistentVolume, claim *v1.PersistentVolumeClaim) bool {
+	if volumeClass(pv) != claimClass(claim) || !hasModes(pv, claim) || modeMismatch(claim, pv) {
+		return false
+	}
+	want, have := requested(claim), capacityOf(pv)
+	if have.Cmp(want) < 0 {
+		return false
+	}
+	if claim.Spec.Selector != nil {
+		s, err := metav1.LabelSelectorAsSelector(claim.Spec.Selector)
+		if err != nil || !s.Matches(labels.Set(pv.Labels)) {
+			return false
+		}
+	}
+	return true
+}
+
+// defaultClass returns the default StorageClass: of those annotated as default, the newest,
+// and of equally new ones the first by name (upstream's rule when an admin leaves two
+// defaults for a while during a switch). Nil when there is none.
+func defaultClass(classes []*storagev1.StorageClass) *storagev1.StorageClass {
+	var best *storagev1.StorageClass
+	for _, c := range classes {
+		if c.Annotations[AnnDefaultClass] != "true" && c.Annotations[AnnBetaDefaultClass] != "true" {
+			continue
+		}
+		if best == nil || c.CreationTimestamp.After(best.CreationTimestamp.Time) ||
+			(c.CreationTimestamp.Equal(&best.CreationTimestamp) && c.Name < best.Name) {
+			best = c
+		}
+	}
+	return best
+}
+
+// claimKey is the queue key of a claim.
+func claimKey(namespace, name string) string { return namespace + "/" + name }
+
+// refKey is the queue key of the claim a claimRef names.
+func refKey(ref *v1.ObjectReference) string { return claimKey(ref.Namespace, ref.Name) }
+
+// uidOf returns a claimRef's UID, or "" for none.
+func uidOf(ref *v1.ObjectReference) types.UID {
+	if ref == nil {
+		return ""
+	}
+	return ref.UID
+}
