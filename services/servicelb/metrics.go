@@ -1,0 +1,67 @@
+package servicelb
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kcm-split/kcm-split/shared/metrics"
+)
+
+// controllerMetrics are upstream's service_controller_* series plus kcm-split's own. None
+// has a per-object label.
+type controllerMetrics struct {
+	lbSync        prometheus.Counter
+	nodeSyncError prometheus.Counter
+	nodeSyncTime  prometheus.Histogram
+	pending       prometheus.Gauge
+	nodes         prometheus.Gauge
+	assigned      *prometheus.GaugeVec
+	available     *prometheus.GaugeVec
+}
+
+func newMetrics(reg prometheus.Registerer) *controllerMetrics {
+	m := &controllerMetrics{
+		lbSync: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "service_controller_loadbalancer_sync_total",
+			Help: "Load balancers configured (address assigned, moved or released), as an effect of Service, pool or node changes.",
+		}),
+		nodeSyncError: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "service_controller_nodesync_error_total",
+			Help: "Node syncs that failed.",
+		}),
+		nodeSyncTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "service_controller_nodesync_latency_seconds",
+			Help:    "Time a node sync took.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}),
+		pending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kcm_split_servicelb_pending_services",
+			Help: "LoadBalancer Services waiting for an address.",
+		}),
+		nodes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kcm_split_servicelb_eligible_nodes",
+			Help: "Nodes eligible for load balancing (not excluded by label, not being deleted).",
+		}),
+		assigned: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kcm_split_servicelb_addresses_assigned",
+			Help: "Addresses of valid pools held by Services, by family (a shared address counts once).",
+		}, []string{"family"}),
+		available: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kcm_split_servicelb_addresses_available",
+			Help: "Free addresses of valid pools, by family (saturates at 2^63-1).",
+		}, []string{"family"}),
+	}
+	for _, f := range []string{"IPv4", "IPv6"} {
+		m.assigned.WithLabelValues(f)
+		m.available.WithLabelValues(f)
+	}
+	if reg != nil {
+		metrics.Register(reg, m.lbSync)
+		metrics.Register(reg, m.nodeSyncError)
+		metrics.Register(reg, m.nodeSyncTime)
+		metrics.Register(reg, m.pending)
+		metrics.Register(reg, m.nodes)
+		metrics.Register(reg, m.assigned)
+		metrics.Register(reg, m.available)
+	}
+	return m
+}

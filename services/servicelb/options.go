@@ -1,0 +1,101 @@
+package servicelb
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/kcm-split/kcm-split/shared/app"
+)
+
+// Names this controller is known by: the single source of truth for the binary, the Lease,
+// the queues' metric labels and the Helm chart key.
+const (
+	// ControllerID is the binary name and the default Lease name.
+	ControllerID = "service-lb-controller"
+	// QueueName and NodeQueueName are upstream's workqueue names, so workqueue_*{name="service"}
+	// queries written for kube-controller-manager keep working.
+	QueueName     = "service"
+	NodeQueueName = "node"
+	// PoolQueueName is the queue of IPAddressPool status updates, which upstream does not have.
+	PoolQueueName = "ipaddresspool"
+	// ComponentName is upstream's source component of the Events this controller writes.
+	ComponentName = "service-controller"
+	// DefaultPort serves metrics and health unless --metrics-bind-address says otherwise.
+	DefaultPort = 10285
+)
+
+// Flag names, upstream's.
+const (
+	FlagConcurrentSyncs   = "concurrent-service-syncs"
+	FlagLoadBalancerClass = "load-balancer-class"
+)
+
+// Options are the controller's own settings.
+type Options struct {
+	// ConcurrentSyncs is the number of Services reconciled in parallel.
+	ConcurrentSyncs int
+	// LoadBalancerClass is the spec.loadBalancerClass this controller serves; empty serves
+	// Services without a class, as upstream's service controller does.
+	LoadBalancerClass string
+	// MinRetryDelay and MaxRetryDelay bound the per-Service backoff after a failed sync
+	// (upstream: 5s to 300s).
+	MinRetryDelay, MaxRetryDelay time.Duration
+	// PoolStatusDelay batches pool status updates: many allocations in a burst make one
+	// status write per pool.
+	PoolStatusDelay time.Duration
+}
+
+// DefaultOptions returns upstream's defaults.
+func DefaultOptions() Options {
+	return Options{
+		ConcurrentSyncs: 1,
+		MinRetryDelay:   5 * time.Second,
+		MaxRetryDelay:   300 * time.Second,
+		PoolStatusDelay: time.Second,
+	}
+}
+
+// Validate reports the first bad value as an *app.FlagError.
+func (o Options) Validate() error {
+	if o.ConcurrentSyncs < 1 {
+		return &app.FlagError{Flag: FlagConcurrentSyncs, Err: fmt.Errorf("%d is less than 1", o.ConcurrentSyncs)}
+	}
+	if o.LoadBalancerClass != "" {
+		// The API server accepts only label-style qualified names as classes.
+		if errs := validation.IsQualifiedName(o.LoadBalancerClass); len(errs) > 0 {
+			return &app.FlagError{Flag: FlagLoadBalancerClass, Err: fmt.Errorf("%q: %v", o.LoadBalancerClass, errs[0])}
+		}
+	}
+	return nil
+}
+
+// flags returns new flag values on every call: app.Main adds environment variables to them
+// in place, so they must not be shared between Specs.
+func flags() []cli.Flag {
+	d := DefaultOptions()
+	return []cli.Flag{
+		&cli.IntFlag{
+			Name:     FlagConcurrentSyncs,
+			Category: "Controller",
+			Value:    d.ConcurrentSyncs,
+			Usage:    "number of Services synced concurrently; more is faster but costs CPU and API calls",
+		},
+		&cli.StringFlag{
+			Name:     FlagLoadBalancerClass,
+			Category: "Controller",
+			Value:    d.LoadBalancerClass,
+			Usage:    "spec.loadBalancerClass of the Services to serve; empty serves Services with no class",
+		},
+	}
+}
+
+// optionsFrom reads the controller's flags.
+func optionsFrom(c *cli.Context) Options {
+	o := DefaultOptions()
+	o.ConcurrentSyncs = c.Int(FlagConcurrentSyncs)
+	o.LoadBalancerClass = c.String(FlagLoadBalancerClass)
+	return o
+}

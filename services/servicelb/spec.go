@@ -1,0 +1,106 @@
+package servicelb
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/klog/v2"
+
+	"github.com/kcm-split/kcm-split/services/servicelb/api/v1alpha1"
+	"github.com/kcm-split/kcm-split/shared/app"
+)
+
+// Spec describes the service-lb-controller binary to app.Main.
+func Spec() app.Spec {
+	return app.Spec{
+		ID:          ControllerID,
+		Usage:       "gives LoadBalancer Services addresses from IPAddressPools (lb.kcm-split.io), with upstream's service controller contract",
+		DefaultPort: DefaultPort,
+		Flags:       flags(),
+		Validate: func(c *cli.Context) error {
+			return optionsFrom(c).Validate()
+		},
+		Run: run,
+	}
+}
+
+// crdWait bounds the wait for the IPAddressPool API at start: long enough for a CRD applied
+// together with the controller to become established.
+const crdWait = 60 * time.Second
+
+// run is called only while this process holds the Lease.
+func run(ctx context.Context, rt *app.Runtime) error {
+	opts := optionsFrom(rt.CLI)
+	dyn, err := dynamic.NewForConfig(rt.Config)
+	if err != nil {
+		return err
+	}
+	if err := waitForPoolAPI(ctx, rt); err != nil {
+		return err
+	}
+	recorder := rt.EventRecorder(ctx, ComponentName)
+
+	ctx, cancel := context.WithCancel(ctx)
+	factory := informers.NewSharedInformerFactory(rt.Client, rt.ResyncPeriod())
+	dynFactory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, rt.ResyncPeriod())
+	c := New(
+		factory.Core().V1().Services(),
+		factory.Core().V1().Nodes(),
+		factory.Core().V1().Namespaces(),
+		dynFactory.ForResource(v1alpha1.GroupVersionResource).Informer(),
+		rt.Client,
+		v1alpha1.NewClient(dyn),
+		recorder,
+		opts,
+		rt.Registry,
+	)
+	factory.Start(ctx.Done())
+	dynFactory.Start(ctx.Done())
+	defer func() {
+		cancel()
+		factory.Shutdown()
+		dynFactory.Shutdown()
+	}()
+	rt.SetSynced(c.HasSynced)
+	return c.Run(ctx, opts.ConcurrentSyncs)
+}
+
+// waitForPoolAPI makes sure the IPAddressPool CRD is served: without it the pool informer
+// would never sync and the controller would sit unready with no clear reason.
+func waitForPoolAPI(ctx context.Context, rt *app.Runtime) error {
+	dc, err := discovery.NewDiscoveryClientForConfig(rt.Config)
+	if err != nil {
+		return err
+	}
+	gv := v1alpha1.GroupVersionResource.GroupVersion().String()
+	var last error
+	err = wait.PollUntilContextTimeout(ctx, time.Second, crdWait, true, func(context.Context) (bool, error) {
+		list, err := dc.ServerResourcesForGroupVersion(gv)
+		if err != nil {
+			last = err
+			if !apierrors.IsNotFound(err) {
+				klog.FromContext(ctx).V(2).Info("Waiting for the IPAddressPool API", "err", err)
+			}
+			return false, nil
+		}
+		for _, r := range list.APIResources {
+			if r.Name == v1alpha1.Resource {
+				return true, nil
+			}
+		}
+		last = fmt.Errorf("%s serves no %s", gv, v1alpha1.Resource)
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the IPAddressPool API (%s) is not served; install the CRD from charts/kcm-split/crds/: %v", gv, last)
+	}
+	return nil
+}
