@@ -1,0 +1,203 @@
+package namespace
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// conditionTypes are the conditions this controller owns, in the order upstream writes them.
+var conditionTypes = []v1.NamespaceConditionType{
+	v1.NamespaceDeletionDiscoveryFailure,
+	v1.NamespaceDeletionGVParsingFailure,
+	v1.NamespaceDeletionContentFailure,
+	v1.NamespaceContentRemaining,
+	v1.NamespaceFinalizersRemaining,
+}
+
+// Reasons and messages, upstream's: tools and runbooks match on them.
+const (
+	ReasonDiscoveryFailed       = "DiscoveryFailed"
+	ReasonGVParsingFailed       = "GroupVersionParsingFailed"
+	ReasonContentDeletionFailed = "ContentDeletionFailed"
+	ReasonSomeResourcesRemain   = "SomeResourcesRemain"
+	ReasonSomeFinalizersRemain  = "SomeFinalizersRemain"
+)
+
+// healthy is the False variant of each condition.
+var healthy = map[v1.NamespaceConditionType]struct{ reason, message string }{
+	v1.NamespaceDeletionDiscoveryFailure: {"ResourcesDiscovered", "All resources successfully discovered"},
+	v1.NamespaceDeletionGVParsingFailure: {"ParsedGroupVersions", "All legacy kube types successfully parsed"},
+	v1.NamespaceDeletionContentFailure:   {"ContentDeleted", "All content successfully deleted, may be waiting on finalization"},
+	v1.NamespaceContentRemaining:         {"ContentRemoved", "All content successfully removed"},
+	v1.NamespaceFinalizersRemaining:      {"ContentHasNoFinalizers", "All content-preserving finalizers finished"},
+}
+
+// report is everything one deletion pass learned about a namespace.
+type report struct {
+	discoveryErr error
+	failedGroups []string
+	parseErr     error
+	// contentErrs are failures to delete or list one resource, keyed by resource.
+	contentErrs map[schema.GroupVersionResource]error
+	// remaining counts objects left per resource; finalizers counts objects per finalizer.
+	remaining  map[schema.GroupVersionResource]int
+	finalizers map[string]int
+	// wait is the longest estimate of the remaining objects.
+	wait time.Duration
+	// aborted means the namespace was replaced during the pass.
+	aborted bool
+}
+
+func newReport(s *snapshot) *report {
+	return &report{
+		discoveryErr: s.discoveryErr,
+		failedGroups: s.failedGroups,
+		parseErr:     s.parseErr,
+		contentErrs:  map[schema.GroupVersionResource]error{},
+		remaining:    map[schema.GroupVersionResource]int{},
+		finalizers:   map[string]int{},
+	}
+}
+
+// add folds one resource's outcome in.
+func (r *report) add(o outcome) {
+	if o.aborted {
+		r.aborted = true
+	}
+	if o.err != nil {
+		r.contentErrs[o.gvr] = o.err
+	}
+	if o.remaining > 0 {
+		r.remaining[o.gvr] += o.remaining
+	}
+	for f, n := range o.finalizers {
+		r.finalizers[f] += n
+	}
+	r.wait = max(r.wait, o.wait)
+}
+
+// failure is what keeps the namespace from being finalized other than remaining content:
+// discovery, parsing or deletion errors. Partial discovery counts: a group that did not
+// answer may hold objects in the namespace.
+func (r *report) failure() error {
+	var parts []string
+	if r.discoveryErr != nil {
+		parts = append(parts, r.discoveryErr.Error())
+	}
+	if r.parseErr != nil {
+		parts = append(parts, r.parseErr.Error())
+	}
+	if msg := r.contentMessage(); msg != "" {
+		parts = append(parts, msg)
+	}
+	if len(parts) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s", strings.Join(parts, "; "))
+}
+
+func (r *report) contentMessage() string {
+	if len(r.contentErrs) == 0 {
+		return ""
+	}
+	msgs := make([]string, 0, len(r.contentErrs))
+	for gvr, err := range r.contentErrs {
+		msgs = append(msgs, fmt.Sprintf("%s: %v", resourceName(gvr), err))
+	}
+	sort.Strings(msgs)
+	return fmt.Sprintf("Failed to delete all resource types, %d remaining: %s", len(msgs), strings.Join(msgs, ", "))
+}
+
+// resourceName is upstream's "<resource>.<group>" ("pods." for the core group).
+func resourceName(gvr schema.GroupVersionResource) string {
+	return gvr.Resource + "." + gvr.Group
+}
+
+// conditions returns the five conditions the report calls for: True with what went wrong,
+// or False with upstream's all-clear message.
+func (r *report) conditions() []v1.NamespaceCondition {
+	set := map[v1.NamespaceConditionType]v1.NamespaceCondition{}
+	bad := func(t v1.NamespaceConditionType, reason, msg string) {
+		set[t] = v1.NamespaceCondition{Type: t, Status: v1.ConditionTrue, Reason: reason, Message: msg}
+	}
+	if r.discoveryErr != nil {
+		msg := r.discoveryErr.Error()
+		if len(r.failedGroups) > 0 {
+			msg = fmt.Sprintf("Discovery failed for some groups, %d failing: %s", len(r.failedGroups), msg)
+		}
+		bad(v1.NamespaceDeletionDiscoveryFailure, ReasonDiscoveryFailed, msg)
+	}
+	if r.parseErr != nil {
+		bad(v1.NamespaceDeletionGVParsingFailure, ReasonGVParsingFailed, r.parseErr.Error())
+	}
+	if msg := r.contentMessage(); msg != "" {
+		bad(v1.NamespaceDeletionContentFailure, ReasonContentDeletionFailed, msg)
+	}
+	if len(r.remaining) > 0 {
+		var parts []string
+		for gvr, n := range r.remaining {
+			parts = append(parts, fmt.Sprintf("%s has %d resource instances", resourceName(gvr), n))
+		}
+		sort.Strings(parts)
+		bad(v1.NamespaceContentRemaining, ReasonSomeResourcesRemain, "Some resources are remaining: "+strings.Join(parts, ", "))
+	}
+	if len(r.finalizers) > 0 {
+		var parts []string
+		for f, n := range r.finalizers {
+			parts = append(parts, fmt.Sprintf("%s in %d resource instances", f, n))
+		}
+		sort.Strings(parts)
+		bad(v1.NamespaceFinalizersRemaining, ReasonSomeFinalizersRemain, "Some content in the namespace has finalizers remaining: "+strings.Join(parts, ", "))
+	}
+	out := make([]v1.NamespaceCondition, 0, len(conditionTypes))
+	for _, t := range conditionTypes {
+		c, ok := set[t]
+		if !ok {
+			h := healthy[t]
+			c = v1.NamespaceCondition{Type: t, Status: v1.ConditionFalse, Reason: h.reason, Message: h.message}
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// mergeConditions writes want into status and reports whether anything changed. A
+// condition keeps its transition time unless its status flips; conditions of other owners
+// are kept as they are.
+func mergeConditions(status *v1.NamespaceStatus, want []v1.NamespaceCondition, now metav1.Time) bool {
+	changed := false
+	for _, w := range want {
+		i := indexOf(status.Conditions, w.Type)
+		if i < 0 {
+			w.LastTransitionTime = now
+			status.Conditions = append(status.Conditions, w)
+			changed = true
+			continue
+		}
+		cur := &status.Conditions[i]
+		if cur.Status == w.Status && cur.Reason == w.Reason && cur.Message == w.Message {
+			continue
+		}
+		if cur.Status != w.Status {
+			cur.LastTransitionTime = now
+		}
+		cur.Status, cur.Reason, cur.Message = w.Status, w.Reason, w.Message
+		changed = true
+	}
+	return changed
+}
+
+func indexOf(conds []v1.NamespaceCondition, t v1.NamespaceConditionType) int {
+	for i := range conds {
+		if conds[i].Type == t {
+			return i
+		}
+	}
+	return -1
+}

@@ -1,0 +1,453 @@
+// Package namespace is kube-controller-manager's namespace controller as a service of its
+// own. When a namespace is deleted it removes everything in the namespace, Pods first, then
+// every other namespaced resource the cluster serves (CRDs and aggregated APIs included),
+// explains on the namespace's conditions and in Events what is left and what blocks, and
+// finally removes the "kubernetes" finalizer so the apiserver deletes the namespace.
+package namespace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"golang.org/x/time/rate"
+
+	"github.com/kcm-split/kcm-split/shared/worker"
+)
+
+// podsResource is deleted, and must be gone, before anything else in a namespace: workloads
+// still running may need their ConfigMaps, Secrets and ServiceAccount tokens to shut down
+// cleanly (upstream's ordered namespace deletion, on by default since v1.33).
+var podsResource = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+
+// Event reasons written on a namespace whose deletion is blocked; the message names what
+// blocks it. They match the reason of the condition that says the same.
+const (
+	EventDiscoveryFailed       = ReasonDiscoveryFailed
+	EventGVParsingFailed       = ReasonGVParsingFailed
+	EventContentDeletionFailed = ReasonContentDeletionFailed
+	EventSomeFinalizersRemain  = ReasonSomeFinalizersRemain
+)
+
+// Controller deletes the content of terminating namespaces and finalizes them.
+type Controller struct {
+	namespaces kubernetesNamespaces
+	recorder   record.EventRecorder
+	opts       Options
+
+	lister    corelisters.NamespaceLister
+	synced    []cache.InformerSynced
+	resources *resourceCache
+	deleter   *deleter
+	queue     *worker.Queue[string]
+	metrics   *controllerMetrics
+	now       func() time.Time
+
+	mu sync.Mutex
+	// seen records when this process first saw each namespace (by UID) with a deletion
+	// timestamp; the grace period and the freshness of discovery count from there.
+	seen map[types.UID]time.Time
+
+	setupErr error
+}
+
+// kubernetesNamespaces is the part of the typed client the controller uses.
+type kubernetesNamespaces interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (*v1.Namespace, error)
+	UpdateStatus(ctx context.Context, ns *v1.Namespace, opts metav1.UpdateOptions) (*v1.Namespace, error)
+	Finalize(ctx context.Context, ns *v1.Namespace, opts metav1.UpdateOptions) (*v1.Namespace, error)
+}
+
+// New builds the controller and registers its event handlers; it starts nothing. content
+// lists and deletes objects (the metadata client); discover returns the server's preferred
+// namespaced resources (a partial result with *discovery.ErrGroupDiscoveryFailed is fine).
+// Queue, reconcile and controller metrics go to reg (nil: none).
+func New(
+	namespaces coreinformers.NamespaceInformer,
+	client kubernetes.Interface,
+	content contentClient,
+	discover func() ([]*metav1.APIResourceList, error),
+	recorder record.EventRecorder,
+	opts Options,
+	reg prometheus.Registerer,
+) *Controller {
+	c := &Controller{
+		namespaces: client.CoreV1().Namespaces(),
+		recorder:   recorder,
+		opts:       opts,
+		lister:     namespaces.Lister(),
+		resources:  newResourceCache(discover),
+		deleter: &deleter{
+			content:  content,
+			pageSize: opts.PageSize,
+			now:      time.Now,
+			bulk:     make(chan struct{}, 2*resourceWorkers),
+		},
+		queue: worker.New(worker.Options[string]{
+			Name:       QueueName,
+			Controller: ControllerID,
+			// A namespace is never given up on: it would stay Terminating forever.
+			MaxRetries:  -1,
+			RateLimiter: rateLimiter(),
+			Registerer:  reg,
+		}),
+		now:  time.Now,
+		seen: map[types.UID]time.Time{},
+	}
+	c.metrics = newMetrics(reg, c.lister)
+	r, err := namespaces.Informer().AddEventHandlerWithResyncPeriod(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.onChange(nil, obj) },
+		UpdateFunc: c.onChange,
+		DeleteFunc: c.onDelete,
+	}, opts.SyncPeriod)
+	if err != nil {
+		c.setupErr = err
+	} else {
+		c.synced = append(c.synced, r.HasSynced)
+	}
+	return c
+}
+
+// rateLimiter is upstream's for this controller: failures back off from 5ms to at most a
+// minute, so a broken API is retried at least every minute, and all retries together are
+// held to 10/s.
+func rateLimiter() workqueue.TypedRateLimiter[string] {
+	return workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, time.Minute),
+		&workqueue.TypedBucketRateLimiter[string]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+	)
+}
+
+// HasSynced reports whether the namespace informer has listed and this controller has seen
+// every listed namespace; /readyz of a leader waits for it.
+func (c *Controller) HasSynced() bool {
+	if c.setupErr != nil {
+		return false
+	}
+	for _, s := range c.synced {
+		if !s() {
+			return false
+		}
+	}
+	return true
+}
+
+// Run waits for the cache, runs workers until ctx ends, then drains them.
+func (c *Controller) Run(ctx context.Context, workers int) error {
+	if c.setupErr != nil {
+		return fmt.Errorf("registering event handlers: %w", c.setupErr)
+	}
+	logger := klog.FromContext(ctx)
+	logger.Info("Starting namespace controller", "workers", workers)
+	defer logger.Info("Shutting down namespace controller")
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced...) {
+		return nil
+	}
+	c.queue.Run(ctx, workers, c.sync)
+	return nil
+}
+
+// onChange enqueues a namespace that has a deletion timestamp. Updates are filtered: this
+// controller's own status writes would otherwise sync every namespace once more after each
+// pass, bypassing the wait for graceful termination. What matters is the deletion itself, a
+// change of finalizers (someone else finished), a new object under the name, and resyncs.
+func (c *Controller) onChange(oldObj, newObj any) {
+	ns, ok := newObj.(*v1.Namespace)
+	if !ok || ns.DeletionTimestamp == nil {
+		return
+	}
+	if old, ok := oldObj.(*v1.Namespace); ok {
+		relevant := old.ResourceVersion == ns.ResourceVersion || // resync
+			old.DeletionTimestamp == nil ||
+			old.UID != ns.UID ||
+			!slices.Equal(old.Spec.Finalizers, ns.Spec.Finalizers)
+		if !relevant {
+			return
+		}
+	}
+	if wait := c.graceLeft(ns); wait > 0 {
+		c.queue.AddAfter(ns.Name, wait)
+		return
+	}
+	c.queue.Add(ns.Name)
+}
+
+func (c *Controller) onDelete(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if ns, ok := obj.(*v1.Namespace); ok {
+		c.mu.Lock()
+		delete(c.seen, ns.UID)
+		c.mu.Unlock()
+	}
+}
+
+// firstSeen returns when this process first saw ns with a deletion timestamp.
+func (c *Controller) firstSeen(ns *v1.Namespace) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at, ok := c.seen[ns.UID]
+	if !ok {
+		at = c.now()
+		c.seen[ns.UID] = at
+	}
+	return at
+}
+
+func (c *Controller) graceLeft(ns *v1.Namespace) time.Duration {
+	return c.opts.GracePeriod - c.now().Sub(c.firstSeen(ns))
+}
+
+// enqueueBlockedByDiscovery looks again at every terminating namespace whose deletion
+// waits on discovery, at once: an APIService changed, so a failing API may be back or gone.
+func (c *Controller) enqueueBlockedByDiscovery() {
+	c.resources.invalidate()
+	all, err := c.lister.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, ns := range all {
+		if ns.DeletionTimestamp == nil {
+			continue
+		}
+		if i := indexOf(ns.Status.Conditions, v1.NamespaceDeletionDiscoveryFailure); i >= 0 && ns.Status.Conditions[i].Status == v1.ConditionTrue {
+			c.queue.Add(ns.Name)
+		}
+	}
+}
+
+// sync makes one deletion pass over the namespace name.
+func (c *Controller) sync(ctx context.Context, name string) error {
+	logger := klog.FromContext(ctx).WithValues("namespace", name)
+	ctx = klog.NewContext(ctx, logger)
+	start := c.now()
+	defer func() { logger.V(4).Info("Finished syncing namespace", "duration", c.now().Sub(start)) }()
+
+	// Several controllers edit a terminating namespace; act on the latest state, not on the
+	// cache's.
+	ns, err := c.namespaces.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if ns.DeletionTimestamp == nil {
+		return nil
+	}
+	seen := c.firstSeen(ns)
+	if wait := c.graceLeft(ns); wait > 0 {
+		return worker.RequeueAfter(wait)
+	}
+
+	ns, err = c.update(ctx, ns, func(ns *v1.Namespace) (*v1.Namespace, error) {
+		if ns.Status.Phase == v1.NamespaceTerminating {
+			return ns, nil
+		}
+		next := ns.DeepCopy()
+		next.Status.Phase = v1.NamespaceTerminating
+		return c.namespaces.UpdateStatus(ctx, next, metav1.UpdateOptions{})
+	})
+	if err != nil || ns == nil {
+		return ignoreGone(err)
+	}
+	if !slices.Contains(ns.Spec.Finalizers, v1.FinalizerKubernetes) {
+		return nil // finalized already
+	}
+
+	rep := c.deleteContent(ctx, ns, seen)
+	if rep.aborted {
+		logger.Info("Namespace was replaced during deletion, leaving the new one alone", "uid", ns.UID)
+		return nil
+	}
+	ns, err = c.writeConditions(ctx, ns, rep)
+	if err != nil || ns == nil {
+		return ignoreGone(err)
+	}
+	if err := rep.failure(); err != nil {
+		return err
+	}
+	if len(rep.remaining) > 0 {
+		d := requeueDelay(rep.wait, c.opts.SyncPeriod)
+		logger.V(2).Info("Content remaining, checking again later", "estimate", rep.wait, "after", d)
+		return worker.RequeueAfter(d)
+	}
+
+	ns, err = c.update(ctx, ns, func(ns *v1.Namespace) (*v1.Namespace, error) {
+		next := ns.DeepCopy()
+		next.Spec.Finalizers = slices.DeleteFunc(next.Spec.Finalizers, func(f v1.FinalizerName) bool { return f == v1.FinalizerKubernetes })
+		return c.namespaces.Finalize(ctx, next, metav1.UpdateOptions{})
+	})
+	if err != nil || ns == nil {
+		return ignoreGone(err)
+	}
+	took := c.now().Sub(ns.DeletionTimestamp.Time)
+	c.metrics.duration.Observe(took.Seconds())
+	logger.Info("Namespace finalized", "sinceDeletion", took.Round(time.Millisecond))
+	return nil
+}
+
+// errReplaced stops a write when the namespace of that name is no longer the one this pass
+// started with: it was finalized by someone else and created again.
+var errReplaced = errors.New("namespace was replaced (its UID changed)")
+
+// update applies write to ns, and on a conflict to the latest version of the same
+// namespace (same UID) until it succeeds. It returns nil, nil when the namespace is gone or
+// was replaced: nothing is left to do for this one.
+func (c *Controller) update(ctx context.Context, ns *v1.Namespace, write func(*v1.Namespace) (*v1.Namespace, error)) (*v1.Namespace, error) {
+	for {
+		out, err := write(ns)
+		if err == nil {
+			return out, nil
+		}
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		if !apierrors.IsConflict(err) {
+			return nil, err
+		}
+		latest, err := c.namespaces.Get(ctx, ns.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if latest.UID != ns.UID {
+			klog.FromContext(ctx).Info("Namespace was replaced, leaving the new one alone", "oldUID", ns.UID, "uid", latest.UID)
+			return nil, errReplaced
+		}
+		ns = latest
+	}
+}
+
+func ignoreGone(err error) error {
+	if errors.Is(err, errReplaced) {
+		return nil
+	}
+	return err
+}
+
+// deleteContent deletes every namespaced resource's objects in ns: Pods first and alone,
+// the rest once no Pod is left.
+func (c *Controller) deleteContent(ctx context.Context, ns *v1.Namespace, seen time.Time) *report {
+	snap := c.resources.get(seen)
+	rep := newReport(snap)
+	ours := func() bool {
+		// The cache follows the namespace by watch; if it shows another namespace under the
+		// name, or one that is not being deleted, stop before deleting its content.
+		cur, err := c.lister.Get(ns.Name)
+		return err != nil || (cur.UID == ns.UID && cur.DeletionTimestamp != nil)
+	}
+	var rest []resource
+	for _, r := range snap.resources {
+		if r.GVR == podsResource {
+			o := c.empty(ctx, ns.Name, r, ours)
+			rep.add(o)
+			if o.aborted || o.err != nil || o.remaining > 0 {
+				// Nothing else goes while a Pod may still be running.
+				return rep
+			}
+			continue
+		}
+		rest = append(rest, r)
+	}
+
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, resourceWorkers)
+	for _, r := range rest {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			o := c.empty(ctx, ns.Name, r, ours)
+			mu.Lock()
+			rep.add(o)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return rep
+}
+
+func (c *Controller) empty(ctx context.Context, ns string, r resource, ours func() bool) outcome {
+	o := c.deleter.empty(ctx, ns, r, ours)
+	if o.deleted > 0 {
+		c.metrics.deleted.WithLabelValues(resourceName(r.GVR)).Add(float64(o.deleted))
+	}
+	if o.err != nil {
+		utilruntime.HandleErrorWithContext(ctx, o.err, "Deleting namespace content", "resource", r.GVR.String())
+	}
+	return o
+}
+
+// writeConditions records the report on the namespace's status when it says something new,
+// and tells what blocks the deletion in an Event when that changed.
+func (c *Controller) writeConditions(ctx context.Context, ns *v1.Namespace, rep *report) (*v1.Namespace, error) {
+	want := rep.conditions()
+	before := ns.DeepCopy()
+	next := ns.DeepCopy()
+	if !mergeConditions(&next.Status, want, metav1.NewTime(c.now())) {
+		return ns, nil
+	}
+	out, err := c.update(ctx, next, func(cur *v1.Namespace) (*v1.Namespace, error) {
+		cur = cur.DeepCopy()
+		mergeConditions(&cur.Status, want, metav1.NewTime(c.now()))
+		return c.namespaces.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+	})
+	if err == nil && out != nil {
+		c.explain(before, want)
+	}
+	return out, err
+}
+
+// blocking are the conditions that, when True, keep a namespace from going away on their
+// own account, with the Event each one triggers.
+var blocking = map[v1.NamespaceConditionType]struct {
+	reason, eventType, prefix string
+}{
+	v1.NamespaceDeletionDiscoveryFailure: {EventDiscoveryFailed, v1.EventTypeWarning, "Namespace deletion is blocked until these APIs answer or are removed"},
+	v1.NamespaceDeletionGVParsingFailure: {EventGVParsingFailed, v1.EventTypeWarning, "Namespace deletion is blocked by API groups whose names do not parse"},
+	v1.NamespaceDeletionContentFailure:   {EventContentDeletionFailed, v1.EventTypeWarning, "Namespace deletion is blocked by failing APIs"},
+	v1.NamespaceFinalizersRemaining:      {EventSomeFinalizersRemain, v1.EventTypeNormal, "Namespace deletion waits for finalizers"},
+}
+
+// explain writes an Event for each blocking condition that became True or changed message.
+func (c *Controller) explain(before *v1.Namespace, want []v1.NamespaceCondition) {
+	if c.recorder == nil {
+		return
+	}
+	for _, w := range want {
+		b, ok := blocking[w.Type]
+		if !ok || w.Status != v1.ConditionTrue {
+			continue
+		}
+		if i := indexOf(before.Status.Conditions, w.Type); i >= 0 {
+			old := before.Status.Conditions[i]
+			if old.Status == w.Status && old.Message == w.Message {
+				continue
+			}
+		}
+		c.recorder.Eventf(before, b.eventType, b.reason, "%s: %s", b.prefix, w.Message)
+	}
+}

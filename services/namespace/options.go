@@ -1,0 +1,112 @@
+package namespace
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/kcm-split/kcm-split/shared/app"
+)
+
+// Names this controller is known by. They are the single source of truth for the binary,
+// the Lease, the queue's metrics label, the Helm chart key and what other components see.
+const (
+	// ControllerID is the binary name and the default Lease name.
+	ControllerID = "namespace-controller"
+	// QueueName is upstream's workqueue name, so workqueue_*{name="namespace"} queries written
+	// for kube-controller-manager keep working.
+	QueueName = "namespace"
+	// ComponentName is the source component of the Events this controller writes.
+	ComponentName = "namespace-controller"
+	// DefaultPort serves metrics and health unless --metrics-bind-address says otherwise.
+	DefaultPort = 10284
+	// MetricsSubsystem prefixes this controller's own metrics: kcm_split_namespace_*.
+	MetricsSubsystem = "namespace"
+)
+
+// Flag names, upstream's.
+const (
+	FlagConcurrentSyncs = "concurrent-namespace-syncs"
+	FlagSyncPeriod      = "namespace-sync-period"
+)
+
+// Tuning that is not a flag: upstream has no knob for any of these.
+const (
+	// DeletionGracePeriod is how long after first seeing a namespace deleted the controller
+	// waits before removing content, as upstream does: apiservers in an HA control plane
+	// need a moment to observe the deletion (and to refuse new objects in the namespace),
+	// and etcd members to observe last-moment creations, so the cleanup sees everything.
+	DeletionGracePeriod = 5 * time.Second
+	// DefaultPageSize bounds every list and every deletecollection call. Upstream deletes a
+	// whole collection in one request, which times out on tens of thousands of objects and
+	// then fails the same way on every retry.
+	DefaultPageSize = 500
+	// qpsFactor and burstFactor raise the client's rate limits for this controller, as
+	// kube-controller-manager does for its namespace controller (QPS x20, burst x100): it
+	// makes many small calls per namespace and would otherwise crawl.
+	qpsFactor   = 20
+	burstFactor = 100
+)
+
+// Options are the controller's own settings.
+type Options struct {
+	// ConcurrentSyncs is the number of namespaces deleted in parallel.
+	ConcurrentSyncs int
+	// SyncPeriod is how often every terminating namespace is looked at again even without
+	// an event (upstream's resync of the namespace informer).
+	SyncPeriod time.Duration
+	// GracePeriod is DeletionGracePeriod outside unit tests.
+	GracePeriod time.Duration
+	// PageSize bounds lists and deletecollection calls.
+	PageSize int64
+}
+
+// DefaultOptions returns upstream's defaults.
+func DefaultOptions() Options {
+	return Options{
+		ConcurrentSyncs: 10,
+		SyncPeriod:      5 * time.Minute,
+		GracePeriod:     DeletionGracePeriod,
+		PageSize:        DefaultPageSize,
+	}
+}
+
+// Validate reports the first bad value as an *app.FlagError.
+func (o Options) Validate() error {
+	if o.ConcurrentSyncs < 1 {
+		return &app.FlagError{Flag: FlagConcurrentSyncs, Err: fmt.Errorf("%d is less than 1", o.ConcurrentSyncs)}
+	}
+	if o.SyncPeriod <= 0 {
+		return &app.FlagError{Flag: FlagSyncPeriod, Err: fmt.Errorf("%s is not positive", o.SyncPeriod)}
+	}
+	return nil
+}
+
+// flags returns new flag values on every call: app.Main adds environment variables to them
+// in place, so they must not be shared between Specs.
+func flags() []cli.Flag {
+	d := DefaultOptions()
+	return []cli.Flag{
+		&cli.IntFlag{
+			Name:     FlagConcurrentSyncs,
+			Category: "Controller",
+			Value:    d.ConcurrentSyncs,
+			Usage:    "number of namespaces deleted concurrently; more is faster but costs CPU and API calls",
+		},
+		&cli.DurationFlag{
+			Name:     FlagSyncPeriod,
+			Category: "Controller",
+			Value:    d.SyncPeriod,
+			Usage:    "how often every terminating namespace is checked again without an event",
+		},
+	}
+}
+
+// optionsFrom reads the controller's flags.
+func optionsFrom(c *cli.Context) Options {
+	o := DefaultOptions()
+	o.ConcurrentSyncs = c.Int(FlagConcurrentSyncs)
+	o.SyncPeriod = c.Duration(FlagSyncPeriod)
+	return o
+}
