@@ -1,0 +1,540 @@
+package quota
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/kcm-split/kcm-split/shared/worker"
+)
+
+// ReasonCannotCount is the reason of the warning Event on a quota one of whose resource types
+// cannot be counted.
+const ReasonCannotCount = "CannotCountResource"
+
+// DiscoverFunc returns the namespaced resource types the apiserver serves, each with the
+// version to watch it in, and the API groups it could not discover, with the error. A partial
+// result comes with a nil error and the failed groups filled in.
+type DiscoverFunc func() (map[schema.GroupResource]string, map[string]string, error)
+
+// Controller keeps the status of every ResourceQuota right.
+type Controller struct {
+	client   kubernetes.Interface
+	recorder record.EventRecorder
+	opts     Options
+	discover DiscoverFunc
+	now      func() time.Time
+
+	quotas      corelisters.ResourceQuotaLister
+	quotaSynced cache.InformerSynced
+	sources     *sources
+
+	primary  *worker.Queue[string]
+	priority *worker.Queue[string]
+	locks    keyLocks
+	metrics  *controllerMetrics
+
+	// rediscover asks the discovery loop for an early run (a quota counts a type discovery
+	// has not seen yet).
+	rediscover chan struct{}
+	warmedUp   atomic.Bool
+
+	// warned holds, per quota key, the resource types an Event has been written about and
+	// not yet recovered: one Event per breakage rather than one per sync.
+	warnedMu sync.Mutex
+	warned   map[string]map[schema.GroupResource]bool
+
+	setupErr error
+}
+
+// New builds the controller and registers its handlers on the quota informer; it starts
+// nothing. Informers of counted types are started on demand, from Run's context. Queue and
+// controller metrics go to reg (nil: none).
+func New(
+	quotas coreinformers.ResourceQuotaInformer,
+	client kubernetes.Interface,
+	meta metadata.Interface,
+	discover DiscoverFunc,
+	recorder record.EventRecorder,
+	opts Options,
+	reg prometheus.Registerer,
+) *Controller {
+	c := &Controller{
+		client:     client,
+		recorder:   recorder,
+		opts:       opts,
+		discover:   discover,
+		now:        time.Now,
+		quotas:     quotas.Lister(),
+		rediscover: make(chan struct{}, 1),
+		warned:     map[string]map[schema.GroupResource]bool{},
+		primary: worker.New(worker.Options[string]{
+			Name: QueuePrimary, Controller: ControllerID, Registerer: reg,
+		}),
+		priority: worker.New(worker.Options[string]{
+			Name: QueuePriority, Controller: ControllerID, Registerer: reg,
+		}),
+	}
+	c.sources = newSources(context.Background(), client, meta, opts.SourceSyncTimeout)
+	c.sources.handlers = c.replenisher
+	c.sources.changed = c.enqueueTracking
+	c.metrics = newMetrics(reg, func() float64 { return float64(c.sources.failing.Load()) })
+
+	r, err := quotas.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.onQuotaAdd,
+		UpdateFunc: c.onQuotaUpdate,
+		DeleteFunc: c.onQuotaDelete,
+	})
+	if err != nil {
+		c.setupErr = err
+	} else {
+		c.quotaSynced = r.HasSynced
+	}
+	return c
+}
+
+// HasSynced reports whether the quota informer has listed and the counted types' informers
+// have synced or timed out; /readyz of a leader waits for it.
+func (c *Controller) HasSynced() bool {
+	return c.setupErr == nil && c.quotaSynced() && c.warmedUp.Load()
+}
+
+// Run discovers the API, starts the informers the existing quotas need, waits for them (at
+// most the sync timeout), then runs the workers of both queues, the periodic full
+// recalculation and rediscovery until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	defer c.primary.ShutDown()
+	defer c.priority.ShutDown()
+	if c.setupErr != nil {
+		return fmt.Errorf("registering event handlers: %w", c.setupErr)
+	}
+	logger := klog.FromContext(ctx)
+	logger.Info("Starting resource quota controller", "workers", c.opts.ConcurrentSyncs, "syncPeriod", c.opts.SyncPeriod)
+	defer logger.Info("Shutting down resource quota controller")
+
+	c.sources.ctx = ctx
+	var wg sync.WaitGroup
+	defer func() {
+		wg.Wait()
+		c.sources.wait()
+	}()
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.quotaSynced) {
+		return nil
+	}
+	c.runDiscovery(ctx)
+	c.warmUp(ctx)
+	c.warmedUp.Store(true)
+
+	wg.Go(func() { c.discoveryLoop(ctx) })
+	if c.opts.SyncPeriod > 0 {
+		wg.Go(func() {
+			t := time.NewTicker(c.opts.SyncPeriod)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					c.enqueueAll(ctx)
+				}
+			}
+		})
+	}
+	wg.Go(func() { c.priority.Run(ctx, c.opts.ConcurrentSyncs, c.syncQuota) })
+	c.primary.Run(ctx, c.opts.ConcurrentSyncs, c.syncQuota)
+	return nil
+}
+
+// warmUp starts the informer of every type a quota tracks and waits until they have synced
+// or timed out, so that the first syncs publish complete usage rather than a partial one.
+func (c *Controller) warmUp(ctx context.Context) {
+	all, err := c.quotas.List(labels.Everything())
+	if err != nil {
+		utilruntime.HandleErrorWithContext(ctx, err, "Cannot list quotas")
+		return
+	}
+	needed := map[schema.GroupResource]bool{}
+	for _, rq := range all {
+		for gr := range plan(rq.Spec.Hard) {
+			needed[gr] = true
+		}
+	}
+	var pending []*source
+	for gr := range needed {
+		if src, st, _ := c.sources.get(gr); st == stateStarting {
+			pending = append(pending, src)
+		}
+	}
+	_ = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, c.opts.SourceSyncTimeout, true, func(context.Context) (bool, error) {
+		for _, s := range pending {
+			if s.state() == stateStarting {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+// ---- event handlers ----
+
+func key(rq *v1.ResourceQuota) string { return rq.Namespace + "/" + rq.Name }
+
+func (c *Controller) onQuotaAdd(obj any) {
+	rq, ok := obj.(*v1.ResourceQuota)
+	if !ok {
+		return
+	}
+	if needsPriority(rq) {
+		c.priority.Add(key(rq))
+		return
+	}
+	c.primary.Add(key(rq))
+}
+
+// onQuotaUpdate reacts only to a change of spec.hard: status updates, ours and admission's,
+// are by far the most frequent and never need a sync.
+func (c *Controller) onQuotaUpdate(old, cur any) {
+	o, ok1 := old.(*v1.ResourceQuota)
+	n, ok2 := cur.(*v1.ResourceQuota)
+	if !ok1 || !ok2 || apiequality.Semantic.DeepEqual(o.Spec.Hard, n.Spec.Hard) {
+		return
+	}
+	c.onQuotaAdd(n)
+}
+
+func (c *Controller) onQuotaDelete(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	if rq, ok := obj.(*v1.ResourceQuota); ok {
+		c.warnedMu.Lock()
+		delete(c.warned, key(rq))
+		c.warnedMu.Unlock()
+	}
+}
+
+// replenisher returns the handler of one counted type. Creations need no sync (admission
+// charged them); deletions and usage-changing updates give usage back at once.
+func (c *Controller) replenisher(gr schema.GroupResource) cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(old, cur any) {
+			if usageChanged(gr, old, cur, c.now()) {
+				c.replenish(gr, namespaceOf(cur))
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			c.replenish(gr, namespaceOf(obj))
+		},
+	}
+}
+
+func namespaceOf(obj any) string {
+	if o, ok := obj.(metav1.Object); ok {
+		return o.GetNamespace()
+	}
+	return ""
+}
+
+// usageChanged reports whether an update of an object of gr can change any quota's usage.
+// Plain counts change only on create and delete.
+func usageChanged(gr schema.GroupResource, old, cur any, now time.Time) bool {
+	switch gr {
+	case podsResource:
+		o, ok1 := old.(*v1.Pod)
+		n, ok2 := cur.(*v1.Pod)
+		return ok1 && ok2 && podUsageChanged(o, n, now)
+	case servicesResource:
+		o, ok1 := old.(*v1.Service)
+		n, ok2 := cur.(*v1.Service)
+		return ok1 && ok2 && serviceUsageChanged(o, n)
+	case pvcsResource:
+		o, ok1 := old.(*v1.PersistentVolumeClaim)
+		n, ok2 := cur.(*v1.PersistentVolumeClaim)
+		return ok1 && ok2 && pvcUsageChanged(o, n)
+	}
+	return false
+}
+
+// replenish queues the quotas of namespace that track gr, and only those. They go to the
+// priority queue: usage given back unblocks creates admission is refusing right now, which
+// must not wait behind a full recalculation of every quota.
+func (c *Controller) replenish(gr schema.GroupResource, namespace string) {
+	if namespace == "" {
+		return
+	}
+	rqs, err := c.quotas.ResourceQuotas(namespace).List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, rq := range rqs {
+		if tracksResource(rq.Spec.Hard, gr) || tracksResource(rq.Status.Hard, gr) {
+			c.priority.Add(key(rq))
+		}
+	}
+}
+
+// enqueueTracking queues every quota tracking gr: its informer has just synced or given up.
+func (c *Controller) enqueueTracking(gr schema.GroupResource) {
+	rqs, err := c.quotas.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, rq := range rqs {
+		if tracksResource(rq.Spec.Hard, gr) {
+			c.priority.Add(key(rq))
+		}
+	}
+}
+
+// enqueueAll queues every quota for a full recalculation.
+func (c *Controller) enqueueAll(ctx context.Context) {
+	rqs, err := c.quotas.List(labels.Everything())
+	if err != nil {
+		utilruntime.HandleErrorWithContext(ctx, err, "Cannot list quotas for the full recalculation")
+		return
+	}
+	for _, rq := range rqs {
+		c.primary.Add(key(rq))
+	}
+	klog.FromContext(ctx).V(4).Info("Queued every quota for a full recalculation", "quotas", len(rqs))
+}
+
+// ---- discovery ----
+
+// discoveryLoop rediscovers every period, and early (at most every second) when asked.
+func (c *Controller) discoveryLoop(ctx context.Context) {
+	t := time.NewTicker(c.opts.DiscoveryPeriod)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-c.rediscover:
+		}
+		c.runDiscovery(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (c *Controller) triggerDiscovery() {
+	select {
+	case c.rediscover <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Controller) runDiscovery(ctx context.Context) {
+	if c.discover == nil {
+		return
+	}
+	found, failed, err := c.discover()
+	if err != nil {
+		utilruntime.HandleErrorWithContext(ctx, err, "Discovery failed; counting the types found before")
+		return
+	}
+	if len(failed) > 0 {
+		klog.FromContext(ctx).Info("Discovery of some API groups failed; their types keep the last version found", "groups", failed)
+	}
+	for _, gr := range c.sources.setDiscovered(found, failed) {
+		c.enqueueTracking(gr)
+	}
+}
+
+// ---- sync ----
+
+// problem is a resource type a sync could not count.
+type problem struct {
+	gr     schema.GroupResource
+	names  []v1.ResourceName
+	state  sourceState
+	reason string
+}
+
+// syncQuota recomputes the usage of the quota named by key (namespace/name) from the
+// informers' caches and writes its status when it differs. Resource types that cannot be
+// counted keep their last usage; the rest is published all the same.
+func (c *Controller) syncQuota(ctx context.Context, qkey string) error {
+	unlock := c.locks.lock(qkey)
+	defer unlock()
+	namespace, name, err := cache.SplitMetaNamespaceKey(qkey)
+	if err != nil {
+		utilruntime.HandleErrorWithContext(ctx, err, "Dropping malformed key", "key", qkey)
+		return nil
+	}
+	logger := klog.FromContext(ctx).WithValues("resourceQuota", qkey)
+	start := time.Now()
+	defer func() { logger.V(4).Info("Finished syncing resource quota", "duration", time.Since(start)) }()
+
+	rq, err := c.quotas.ResourceQuotas(namespace).Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		c.metrics.syncs.WithLabelValues(OutcomeError).Inc()
+		return err
+	}
+
+	now := c.now()
+	scopes := scopeRequirements(&rq.Spec)
+	fresh := v1.ResourceList{}
+	var problems []problem
+	var counted []schema.GroupResource
+	var recheck time.Duration
+	for gr, names := range plan(rq.Spec.Hard) {
+		src, state, reason := c.sources.get(gr)
+		if state != stateSynced {
+			if state == stateUnknown {
+				c.triggerDiscovery()
+			}
+			problems = append(problems, problem{gr: gr, names: names, state: state, reason: reason})
+			continue
+		}
+		objs, err := src.list(namespace)
+		if err != nil {
+			problems = append(problems, problem{gr: gr, names: names, state: stateFailing, reason: err.Error()})
+			continue
+		}
+		used, after := calculate(evaluatorFor(gr), objs, names, scopes, now)
+		for n, q := range used {
+			fresh[n] = q
+		}
+		if after > 0 && (recheck == 0 || after < recheck) {
+			recheck = after
+		}
+		counted = append(counted, gr)
+	}
+	c.report(rq, counted, problems)
+
+	status := desiredStatus(rq, fresh)
+	outcome := OutcomeUnchanged
+	if statusChanged(rq, status) {
+		updated := rq.DeepCopy()
+		updated.Status = status
+		if _, err := c.client.CoreV1().ResourceQuotas(namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err != nil {
+			if apierrors.IsConflict(err) {
+				c.metrics.syncs.WithLabelValues(OutcomeConflict).Inc()
+			} else {
+				c.metrics.syncs.WithLabelValues(OutcomeError).Inc()
+			}
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return err
+		}
+		outcome = OutcomeUpdated
+		logger.V(4).Info("Updated quota status", "used", status.Used)
+	}
+	if len(problems) > 0 {
+		outcome = OutcomePartial
+	}
+	c.metrics.syncs.WithLabelValues(outcome).Inc()
+	if recheck > 0 {
+		return worker.RequeueAfter(recheck)
+	}
+	return nil
+}
+
+// report writes a warning Event the first time a resource type of the quota cannot be counted
+// (once its informer has had its chance), and forgets it once it is counted again.
+func (c *Controller) report(rq *v1.ResourceQuota, counted []schema.GroupResource, problems []problem) {
+	k := key(rq)
+	c.warnedMu.Lock()
+	defer c.warnedMu.Unlock()
+	warned := c.warned[k]
+	for _, gr := range counted {
+		delete(warned, gr)
+	}
+	for _, p := range problems {
+		if p.state == stateStarting || warned[p.gr] {
+			continue
+		}
+		if warned == nil {
+			warned = map[schema.GroupResource]bool{}
+			c.warned[k] = warned
+		}
+		warned[p.gr] = true
+		names := make([]string, len(p.names))
+		for i, n := range p.names {
+			names[i] = string(n)
+		}
+		sort.Strings(names)
+		c.recorder.Eventf(rq, v1.EventTypeWarning, ReasonCannotCount,
+			"Cannot count %s (%s); status.used keeps its last value for %s until it can be counted again",
+			describe(p.gr), truncate(p.reason, 300), strings.Join(names, ", "))
+	}
+	if len(warned) == 0 {
+		delete(c.warned, k)
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+// keyLocks serialises syncs of one key: a quota can sit in both queues at once, and two
+// concurrent syncs of it would only race each other into a write conflict.
+type keyLocks struct {
+	mu sync.Mutex
+	m  map[string]*keyLock
+}
+
+type keyLock struct {
+	sync.Mutex
+	users int
+}
+
+func (l *keyLocks) lock(k string) func() {
+	l.mu.Lock()
+	if l.m == nil {
+		l.m = map[string]*keyLock{}
+	}
+	kl := l.m[k]
+	if kl == nil {
+		kl = &keyLock{}
+		l.m[k] = kl
+	}
+	kl.users++
+	l.mu.Unlock()
+	kl.Lock()
+	return func() {
+		kl.Unlock()
+		l.mu.Lock()
+		kl.users--
+		if kl.users == 0 {
+			delete(l.m, k)
+		}
+		l.mu.Unlock()
+	}
+}

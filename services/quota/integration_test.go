@@ -1,0 +1,469 @@
+package quota_test
+
+// Integration tests: the quota-controller binary, built as it ships, against a real etcd +
+// kube-apiserver v1.36.3 (shared/testenv) whose ResourceQuota admission enforces and charges.
+// The tests play every other actor (kubelet turning Pods Failed, a user editing quotas).
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kcm-split/kcm-split/services/quota"
+	"github.com/kcm-split/kcm-split/shared/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) { testenv.Main(m, &env) }
+
+const (
+	lease           = quota.ControllerID
+	userAgentPrefix = quota.ControllerID + "/"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+)
+
+func controllerBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() { binPath = testenv.Build(t, "./cmd/quota-controller") })
+	if binPath == "" {
+		t.Fatal("building the controller failed earlier")
+	}
+	return binPath
+}
+
+func startController(t *testing.T, name string, args ...string) *testenv.Controller {
+	t.Helper()
+	c := env.StartController(t, controllerBinary(t), name, args...)
+	c.WaitLeadingAndSynced(lease, 60*time.Second)
+	return c
+}
+
+func poll(t *testing.T, what string, timeout time.Duration, cond func() (bool, error)) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		return cond()
+	})
+	if err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+func q(s string) resource.Quantity { return resource.MustParse(s) }
+
+func createQuota(t *testing.T, c kubernetes.Interface, ns, name string, hard corev1.ResourceList, mutate ...func(*corev1.ResourceQuota)) *corev1.ResourceQuota {
+	t.Helper()
+	rq := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: corev1.ResourceQuotaSpec{Hard: hard}}
+	for _, m := range mutate {
+		m(rq)
+	}
+	out, err := c.CoreV1().ResourceQuotas(ns).Create(context.Background(), rq, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create quota %s: %v", name, err)
+	}
+	return out
+}
+
+// waitUsed waits until the quota's status.hard equals its spec and status.used holds want
+// (other names are not checked).
+func waitUsed(t *testing.T, c kubernetes.Interface, ns, name string, want map[corev1.ResourceName]string) *corev1.ResourceQuota {
+	t.Helper()
+	var last *corev1.ResourceQuota
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		rq, err := c.CoreV1().ResourceQuotas(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		last = rq
+		if len(rq.Status.Hard) != len(rq.Spec.Hard) {
+			return false, nil
+		}
+		for n, h := range rq.Spec.Hard {
+			if s, ok := rq.Status.Hard[n]; !ok || s.Cmp(h) != 0 {
+				return false, nil
+			}
+		}
+		for n, w := range want {
+			got, ok := rq.Status.Used[n]
+			if !ok || got.Cmp(q(w)) != 0 {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("quota %s/%s: want used %v; last status %+v: %v", ns, name, want, last.Status, err)
+	}
+	return last
+}
+
+func computePod(ns, name, cpu, mem string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.PodSpec{
+			NodeName: "node-1",
+			Containers: []corev1.Container{{
+				Name: "c", Image: "registry.k8s.io/pause:3.10",
+				Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: q(cpu), corev1.ResourceMemory: q(mem)},
+					Limits:   corev1.ResourceList{corev1.ResourceCPU: q(cpu), corev1.ResourceMemory: q(mem)},
+				},
+			}},
+		},
+	}
+}
+
+func isQuotaRefusal(err error) bool {
+	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota")
+}
+
+// ---- a namespaced CRD, shared by the tests that count custom resources ----
+
+var widgets = schema.GroupVersionResource{Group: "kcm-split.example.com", Version: "v1", Resource: "widgets"}
+
+func crd(group, plural, kind string, versions []any, conversion map[string]any) *unstructured.Unstructured {
+	spec := map[string]any{
+		"group": group,
+		"names": map[string]any{"plural": plural, "singular": strings.TrimSuffix(plural, "s"), "kind": kind, "listKind": kind + "List"},
+		"scope": "Namespaced", "versions": versions,
+	}
+	if conversion != nil {
+		spec["conversion"] = conversion
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+		"metadata": map[string]any{"name": plural + "." + group},
+		"spec":     spec,
+	}}
+}
+
+func crdVersion(name string, storage bool) map[string]any {
+	return map[string]any{
+		"name": name, "served": true, "storage": storage,
+		"schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+	}
+}
+
+var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+// ensureCRD creates the CRD (once per apiserver) and waits until its resource is served.
+func ensureCRD(t *testing.T, obj *unstructured.Unstructured, served schema.GroupVersionResource) dynamic.Interface {
+	t.Helper()
+	dyn := dynamic.NewForConfigOrDie(env.Config)
+	ctx := context.Background()
+	if _, err := dyn.Resource(crdGVR).Create(ctx, obj, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("create CRD: %v", err)
+	}
+	poll(t, "CRD served", 60*time.Second, func() (bool, error) {
+		_, err := dyn.Resource(served).Namespace("default").List(ctx, metav1.ListOptions{})
+		return err == nil, nil
+	})
+	return dyn
+}
+
+func customResource(gvr schema.GroupVersionResource, kind, ns, name string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": gvr.GroupVersion().String(), "kind": kind,
+		"metadata": map[string]any{"name": name, "namespace": ns},
+	}}
+}
+
+// ---- tests ----
+
+// TestUsageAdmissionAndReplenishment walks the issue's scenario: status.hard and correct
+// status.used, admission refusing one object past the limit, usage released by deletion (and a
+// Pod turning Failed, a Service changing type) long before the 5-minute resync, and spec.hard
+// edits showing in status.hard.
+func TestUsageAdmissionAndReplenishment(t *testing.T) {
+	testenv.Require(t, env)
+	c := env.Client(t)
+	ns := env.Namespace(t)
+	ctx := context.Background()
+	dyn := ensureCRD(t, crd(widgets.Group, widgets.Resource, "Widget", []any{crdVersion("v1", true)}, nil), widgets)
+
+	createQuota(t, c, ns, "compute", corev1.ResourceList{
+		corev1.ResourcePods: q("3"), corev1.ResourceRequestsCPU: q("2"), corev1.ResourceLimitsMemory: q("1Gi"),
+		corev1.ResourceMemory: q("1Gi"),
+	})
+	createQuota(t, c, ns, "objects", corev1.ResourceList{
+		corev1.ResourceConfigMaps:                             q("2"),
+		"count/widgets." + corev1.ResourceName(widgets.Group): q("2"),
+		corev1.ResourceServicesLoadBalancers:                  q("1"),
+	})
+	// The default 5-minute resync: everything below that happens in seconds is replenishment.
+	startController(t, "ctrl")
+
+	waitUsed(t, c, ns, "compute", map[corev1.ResourceName]string{"pods": "0", "requests.cpu": "0", "limits.memory": "0", "memory": "0"})
+	waitUsed(t, c, ns, "objects", map[corev1.ResourceName]string{"configmaps": "0", "count/widgets.kcm-split.example.com": "0", "services.loadbalancers": "0"})
+
+	// Pods up to the limit, then one more.
+	for i := range 3 {
+		if _, err := c.CoreV1().Pods(ns).Create(ctx, computePod(ns, fmt.Sprintf("p%d", i), "500m", "256Mi"), metav1.CreateOptions{}); err != nil {
+			t.Fatalf("pod %d: %v", i, err)
+		}
+	}
+	if _, err := c.CoreV1().Pods(ns).Create(ctx, computePod(ns, "p3", "500m", "256Mi"), metav1.CreateOptions{}); !isQuotaRefusal(err) {
+		t.Fatalf("4th pod: want refused by quota, got %v", err)
+	}
+	waitUsed(t, c, ns, "compute", map[corev1.ResourceName]string{"pods": "3", "requests.cpu": "1500m", "memory": "768Mi", "limits.memory": "768Mi"})
+
+	// Deleting one releases its usage: the refused create succeeds soon after.
+	start := time.Now()
+	if err := c.CoreV1().Pods(ns).Delete(ctx, "p0", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "a new pod admitted after a delete", 30*time.Second, func() (bool, error) {
+		_, err := c.CoreV1().Pods(ns).Create(ctx, computePod(ns, "p3", "500m", "256Mi"), metav1.CreateOptions{})
+		if isQuotaRefusal(err) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	t.Logf("delete to admitted create: %v", time.Since(start))
+
+	// A Pod turning Failed stops being charged, though it still exists.
+	p1, err := c.CoreV1().Pods(ns).Get(ctx, "p1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p1.Status.Phase = corev1.PodFailed
+	if _, err := c.CoreV1().Pods(ns).UpdateStatus(ctx, p1, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUsed(t, c, ns, "compute", map[corev1.ResourceName]string{"pods": "2", "requests.cpu": "1", "memory": "512Mi"})
+
+	// Config maps and custom resources: up to the limit, one more refused, delete, admitted.
+	for i := range 2 {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("cm%d", i)}}
+		if _, err := c.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := dyn.Resource(widgets).Namespace(ns).Create(ctx, customResource(widgets, "Widget", ns, fmt.Sprintf("w%d", i)), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cm2"}}, metav1.CreateOptions{}); !isQuotaRefusal(err) {
+		t.Fatalf("3rd configmap: want refused, got %v", err)
+	}
+	if _, err := dyn.Resource(widgets).Namespace(ns).Create(ctx, customResource(widgets, "Widget", ns, "w2"), metav1.CreateOptions{}); !isQuotaRefusal(err) {
+		t.Fatalf("3rd widget: want refused, got %v", err)
+	}
+	waitUsed(t, c, ns, "objects", map[corev1.ResourceName]string{"configmaps": "2", "count/widgets.kcm-split.example.com": "2"})
+	if err := c.CoreV1().ConfigMaps(ns).Delete(ctx, "cm0", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := dyn.Resource(widgets).Namespace(ns).Delete(ctx, "w0", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUsed(t, c, ns, "objects", map[corev1.ResourceName]string{"configmaps": "1", "count/widgets.kcm-split.example.com": "1"})
+
+	// Load balancers: one allowed; turning it into a ClusterIP Service gives it back.
+	lb := func(name string) *corev1.Service {
+		return &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Port: 80}}},
+		}
+	}
+	if _, err := c.CoreV1().Services(ns).Create(ctx, lb("lb1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CoreV1().Services(ns).Create(ctx, lb("lb2"), metav1.CreateOptions{}); !isQuotaRefusal(err) {
+		t.Fatalf("2nd load balancer: want refused, got %v", err)
+	}
+	waitUsed(t, c, ns, "objects", map[corev1.ResourceName]string{"services.loadbalancers": "1"})
+	svc, err := c.CoreV1().Services(ns).Get(ctx, "lb1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.Spec.Type = corev1.ServiceTypeClusterIP
+	for i := range svc.Spec.Ports {
+		svc.Spec.Ports[i].NodePort = 0
+	}
+	svc.Spec.AllocateLoadBalancerNodePorts = nil
+	svc.Spec.ExternalTrafficPolicy = ""
+	if _, err := c.CoreV1().Services(ns).Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUsed(t, c, ns, "objects", map[corev1.ResourceName]string{"services.loadbalancers": "0"})
+	if _, err := c.CoreV1().Services(ns).Create(ctx, lb("lb2"), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("load balancer after the first one changed type: %v", err)
+	}
+
+	// spec.hard edits show in status.hard.
+	rq, err := c.CoreV1().ResourceQuotas(ns).Get(ctx, "compute", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rq.Spec.Hard[corev1.ResourcePods] = q("5")
+	rq.Spec.Hard[corev1.ResourceSecrets] = q("4")
+	if _, err := c.CoreV1().ResourceQuotas(ns).Update(ctx, rq, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got := waitUsed(t, c, ns, "compute", map[corev1.ResourceName]string{"pods": "2", "secrets": "0"})
+	if h := got.Status.Hard[corev1.ResourcePods]; h.Cmp(q("5")) != 0 {
+		t.Fatalf("status.hard pods = %s, want 5", h.String())
+	}
+}
+
+// controllerQuotaWrites counts the controller's writes to ResourceQuotas in ns.
+func controllerQuotaWrites(t *testing.T, ns string) int {
+	t.Helper()
+	evs, err := env.Writes(testenv.ByUserAgentPrefix(userAgentPrefix, "resourcequotas"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, ev := range evs {
+		if ev.ObjectRef.Namespace == ns {
+			n++
+		}
+	}
+	return n
+}
+
+// TestUnchangedResyncWritesNothing runs full recalculations every second over usage that does
+// not change: none of them may write.
+func TestUnchangedResyncWritesNothing(t *testing.T) {
+	testenv.Require(t, env)
+	c := env.Client(t)
+	ns := env.Namespace(t)
+	ctx := context.Background()
+	createQuota(t, c, ns, "q", corev1.ResourceList{corev1.ResourcePods: q("10"), corev1.ResourceRequestsMemory: q("10Gi"), corev1.ResourceConfigMaps: q("10")})
+	ctrl := startController(t, "ctrl", "--"+quota.FlagSyncPeriod+"=1s")
+	waitUsed(t, c, ns, "q", map[corev1.ResourceName]string{"pods": "0", "configmaps": "0"})
+	// Usage in units the apiserver spells differently from how the sum comes out.
+	for i := range 2 {
+		if _, err := c.CoreV1().Pods(ns).Create(ctx, computePod(ns, fmt.Sprintf("p%d", i), "100m", "0.5Gi"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cm"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUsed(t, c, ns, "q", map[corev1.ResourceName]string{"pods": "2", "requests.memory": "1Gi", "configmaps": "1"})
+
+	before := controllerQuotaWrites(t, ns)
+	unchanged := ctrl.Metric(`kcm_split_quota_syncs_total{outcome="unchanged"}`)
+	// Three more full recalculations: each one syncs every quota in the cluster.
+	all, err := c.CoreV1().ResourceQuotas("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "three full recalculations", 60*time.Second, func() (bool, error) {
+		return ctrl.Metric(`kcm_split_quota_syncs_total{outcome="unchanged"}`) >= unchanged+3*float64(len(all.Items)), nil
+	})
+	if after := controllerQuotaWrites(t, ns); after != before {
+		t.Fatalf("resync over unchanged usage wrote %d times", after-before)
+	}
+}
+
+// TestBrokenConversionWebhookIsolated: a CRD whose conversion webhook cannot be reached cannot
+// be listed. A quota on config maps alone is unaffected; a quota that also counts the CRD
+// publishes its config maps, keeps the last value for the CRD and gets an Event naming it.
+func TestBrokenConversionWebhookIsolated(t *testing.T) {
+	testenv.Require(t, env)
+	c := env.Client(t)
+	ns := env.Namespace(t)
+	ctx := context.Background()
+	gadgetsV1 := schema.GroupVersionResource{Group: "broken.kcm-split.example.com", Version: "v1", Resource: "gadgets"}
+	gadgetsV2 := gadgetsV1.GroupResource().WithVersion("v2")
+	// Stored as v1, preferred (and so listed by the controller) as v2: listing needs the
+	// webhook, which nothing serves.
+	dyn := ensureCRD(t, crd(gadgetsV1.Group, "gadgets", "Gadget",
+		[]any{crdVersion("v1", true), crdVersion("v2", false)},
+		map[string]any{"strategy": "Webhook", "webhook": map[string]any{
+			"conversionReviewVersions": []any{"v1"},
+			"clientConfig":             map[string]any{"url": "https://127.0.0.1:1/convert"},
+		}}), gadgetsV1)
+	if _, err := dyn.Resource(gadgetsV1).Namespace(ns).Create(ctx, customResource(gadgetsV1, "Gadget", ns, "g0"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dyn.Resource(gadgetsV2).Namespace(ns).List(ctx, metav1.ListOptions{}); err == nil {
+		t.Fatal("listing gadgets at v2 works: the test's premise (a broken conversion) does not hold")
+	}
+
+	gadgetCount := corev1.ResourceName("count/gadgets." + gadgetsV1.Group)
+	createQuota(t, c, ns, "plain", corev1.ResourceList{corev1.ResourceConfigMaps: q("5")})
+	mixed := createQuota(t, c, ns, "mixed", corev1.ResourceList{corev1.ResourceConfigMaps: q("5"), gadgetCount: q("5")})
+	// The last good value, as an earlier controller would have left it.
+	mixed.Status = corev1.ResourceQuotaStatus{Hard: mixed.Spec.Hard, Used: corev1.ResourceList{corev1.ResourceConfigMaps: q("0"), gadgetCount: q("1")}}
+	if _, err := c.CoreV1().ResourceQuotas(ns).UpdateStatus(ctx, mixed, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	ctrl := startController(t, "ctrl", "--"+quota.FlagSourceSyncTimeout+"=2s")
+	if _, err := c.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cm"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CoreV1().ConfigMaps(ns).Delete(ctx, "cm", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Both quotas saw the config map come and go; the mixed one kept its gadget count.
+	for _, name := range []string{"plain", "mixed"} {
+		waitUsed(t, c, ns, name, map[corev1.ResourceName]string{"configmaps": "0"})
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cm2"}}
+	if _, err := c.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUsed(t, c, ns, "plain", map[corev1.ResourceName]string{"configmaps": "1"})
+	waitUsed(t, c, ns, "mixed", map[corev1.ResourceName]string{"configmaps": "1", gadgetCount: "1"})
+
+	poll(t, "an Event naming the resource that cannot be counted", 30*time.Second, func() (bool, error) {
+		evs, err := c.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=mixed"})
+		if err != nil {
+			return false, err
+		}
+		for _, ev := range evs.Items {
+			if ev.Reason == quota.ReasonCannotCount && ev.Type == corev1.EventTypeWarning && strings.Contains(ev.Message, "gadgets."+gadgetsV1.Group) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	evs, err := c.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=plain"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs.Items) != 0 {
+		t.Fatalf("the quota that does not count gadgets got events: %v", evs.Items)
+	}
+	if v := ctrl.Metric(`kcm_split_quota_uncountable_resource_types`); v != 1 {
+		t.Fatalf("kcm_split_quota_uncountable_resource_types = %v, want 1", v)
+	}
+	if v := ctrl.Metric(`kcm_split_quota_syncs_total{outcome="partial"}`); v < 1 {
+		t.Fatalf(`kcm_split_quota_syncs_total{outcome="partial"} = %v, want >= 1`, v)
+	}
+}
+
+func TestBadFlagsExit2(t *testing.T) {
+	testenv.Require(t, env)
+	for _, arg := range []string{"--" + quota.FlagConcurrentSyncs + "=0", "--" + quota.FlagSyncPeriod + "=-1s"} {
+		p := env.StartController(t, controllerBinary(t), "bad", arg)
+		select {
+		case <-p.Done():
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: still running", arg)
+		}
+		if p.ExitCode() != 2 || !strings.Contains(p.Tail(5), strings.TrimPrefix(strings.Split(arg, "=")[0], "--")) {
+			t.Fatalf("%s: exit %d, output %q; want 2 and the flag named", arg, p.ExitCode(), p.Tail(5))
+		}
+	}
+}

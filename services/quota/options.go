@@ -1,0 +1,117 @@
+package quota
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/kcm-split/kcm-split/shared/app"
+)
+
+// Names this controller is known by: the single source of truth for the binary, the Lease,
+// the queues' metrics labels and the Events it writes.
+const (
+	// ControllerID is the binary name and the default Lease name.
+	ControllerID = "quota-controller"
+	// QueuePrimary is upstream's queue for full recalculations and replenishment.
+	QueuePrimary = "resourcequota_primary"
+	// QueuePriority is upstream's queue for quotas whose status is missing hard limits or
+	// usage: until they are computed, admission refuses every create the quota covers.
+	QueuePriority = "resourcequota_priority"
+	// ComponentName is upstream's controller name, the source component of our Events.
+	ComponentName = "resourcequota-controller"
+	// DefaultPort serves metrics and health unless --metrics-bind-address says otherwise.
+	DefaultPort = 10283
+)
+
+// Flag names: the first two are upstream's, the others are kcm-split's own.
+const (
+	FlagConcurrentSyncs   = "concurrent-resource-quota-syncs"
+	FlagSyncPeriod        = "resource-quota-sync-period"
+	FlagDiscoveryPeriod   = "resource-quota-discovery-period"
+	FlagSourceSyncTimeout = "resource-quota-informer-sync-timeout"
+)
+
+// Options are the controller's own settings.
+type Options struct {
+	// ConcurrentSyncs is the number of workers per queue.
+	ConcurrentSyncs int
+	// SyncPeriod is how often every quota is recalculated from scratch; 0 disables it.
+	SyncPeriod time.Duration
+	// DiscoveryPeriod is how often the API's resources are discovered again, so that
+	// count/<resource> of a CRD created later is counted.
+	DiscoveryPeriod time.Duration
+	// SourceSyncTimeout is how long a resource type's informer may take to list before the
+	// quotas tracking it get an Event saying it cannot be counted.
+	SourceSyncTimeout time.Duration
+}
+
+// DefaultOptions returns upstream's defaults (and ours for our own flags).
+func DefaultOptions() Options {
+	return Options{
+		ConcurrentSyncs:   5,
+		SyncPeriod:        5 * time.Minute,
+		DiscoveryPeriod:   30 * time.Second,
+		SourceSyncTimeout: 30 * time.Second,
+	}
+}
+
+// Validate reports the first bad value as an *app.FlagError.
+func (o Options) Validate() error {
+	if o.ConcurrentSyncs < 1 {
+		return &app.FlagError{Flag: FlagConcurrentSyncs, Err: fmt.Errorf("%d is less than 1", o.ConcurrentSyncs)}
+	}
+	if o.SyncPeriod < 0 {
+		return &app.FlagError{Flag: FlagSyncPeriod, Err: fmt.Errorf("%s is negative", o.SyncPeriod)}
+	}
+	if o.DiscoveryPeriod < time.Second {
+		return &app.FlagError{Flag: FlagDiscoveryPeriod, Err: fmt.Errorf("%s is less than 1s", o.DiscoveryPeriod)}
+	}
+	if o.SourceSyncTimeout <= 0 {
+		return &app.FlagError{Flag: FlagSourceSyncTimeout, Err: fmt.Errorf("%s is not positive", o.SourceSyncTimeout)}
+	}
+	return nil
+}
+
+// flags returns new flag values on every call: app.Main adds environment variables to them
+// in place, so they must not be shared between Specs.
+func flags() []cli.Flag {
+	d := DefaultOptions()
+	return []cli.Flag{
+		&cli.IntFlag{
+			Name:     FlagConcurrentSyncs,
+			Category: "Controller",
+			Value:    d.ConcurrentSyncs,
+			Usage:    "number of ResourceQuotas synced concurrently, per queue",
+		},
+		&cli.DurationFlag{
+			Name:     FlagSyncPeriod,
+			Category: "Controller",
+			Value:    d.SyncPeriod,
+			Usage:    "period for recalculating the usage of every quota from scratch; 0 disables it",
+		},
+		&cli.DurationFlag{
+			Name:     FlagDiscoveryPeriod,
+			Category: "Controller",
+			Value:    d.DiscoveryPeriod,
+			Usage:    "period for discovering the API's resources again, so that count/<resource> of a CRD created later is counted",
+		},
+		&cli.DurationFlag{
+			Name:     FlagSourceSyncTimeout,
+			Category: "Controller",
+			Value:    d.SourceSyncTimeout,
+			Usage:    "how long a resource type may take to list before quotas tracking it get a warning Event; their other resources are published meanwhile",
+		},
+	}
+}
+
+// optionsFrom reads the controller's flags.
+func optionsFrom(c *cli.Context) Options {
+	return Options{
+		ConcurrentSyncs:   c.Int(FlagConcurrentSyncs),
+		SyncPeriod:        c.Duration(FlagSyncPeriod),
+		DiscoveryPeriod:   c.Duration(FlagDiscoveryPeriod),
+		SourceSyncTimeout: c.Duration(FlagSourceSyncTimeout),
+	}
+}

@@ -1,0 +1,101 @@
+package quota
+
+import (
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// The resource types with usage beyond a plain object count.
+var (
+	podsResource     = schema.GroupResource{Resource: "pods"}
+	servicesResource = schema.GroupResource{Resource: "services"}
+	pvcsResource     = schema.GroupResource{Resource: "persistentvolumeclaims"}
+)
+
+// countPrefix starts the name of an object-count quota: count/<resource>[.<group>].
+const countPrefix = "count/"
+
+// legacyCounts are the object counts quota had before count/<resource> existed; they mean the
+// same as count/<resource>. (pods, services and persistentvolumeclaims have their own
+// evaluators, whose legacy names mean something else than a plain count.)
+var legacyCounts = map[v1.ResourceName]schema.GroupResource{
+	v1.ResourceConfigMaps:             {Resource: "configmaps"},
+	v1.ResourceSecrets:                {Resource: "secrets"},
+	v1.ResourceQuotas:                 {Resource: "resourcequotas"},
+	v1.ResourceReplicationControllers: {Resource: "replicationcontrollers"},
+}
+
+// coreVersions are the versions of the resource types every apiserver serves, so that they
+// are counted even while discovery fails.
+var coreVersions = map[schema.GroupResource]string{
+	podsResource:                         "v1",
+	servicesResource:                     "v1",
+	pvcsResource:                         "v1",
+	{Resource: "configmaps"}:             "v1",
+	{Resource: "secrets"}:                "v1",
+	{Resource: "resourcequotas"}:         "v1",
+	{Resource: "replicationcontrollers"}: "v1",
+}
+
+// countName is the object-count quota name of gr, as the apiserver's admission spells it.
+func countName(gr schema.GroupResource) v1.ResourceName {
+	if gr.Group == "" {
+		return v1.ResourceName(countPrefix + gr.Resource)
+	}
+	return v1.ResourceName(countPrefix + gr.Resource + "." + gr.Group)
+}
+
+// parseCountName returns the resource type an object-count name counts. The resource is
+// everything up to the first dot: resource names have none, group names do.
+func parseCountName(name v1.ResourceName) (schema.GroupResource, bool) {
+	rest, ok := strings.CutPrefix(string(name), countPrefix)
+	if !ok || rest == "" {
+		return schema.GroupResource{}, false
+	}
+	resource, group, _ := strings.Cut(rest, ".")
+	if resource == "" {
+		return schema.GroupResource{}, false
+	}
+	return schema.GroupResource{Group: group, Resource: resource}, true
+}
+
+// resourceFor returns the resource type whose objects make up the usage of name, or false
+// when no evaluator measures name (a typo, or a resource quota does not know). The usage of
+// such names is left as it is, as upstream does.
+func resourceFor(name v1.ResourceName) (schema.GroupResource, bool) {
+	switch {
+	case podTracks(name):
+		return podsResource, true
+	case serviceTracks(name):
+		return servicesResource, true
+	case pvcTracks(name):
+		return pvcsResource, true
+	}
+	if gr, ok := legacyCounts[name]; ok {
+		return gr, true
+	}
+	return parseCountName(name)
+}
+
+// plan groups the names of a quota's hard limits by the resource type that measures them.
+func plan(hard v1.ResourceList) map[schema.GroupResource][]v1.ResourceName {
+	out := map[schema.GroupResource][]v1.ResourceName{}
+	for name := range hard {
+		if gr, ok := resourceFor(name); ok {
+			out[gr] = append(out[gr], name)
+		}
+	}
+	return out
+}
+
+// tracksResource reports whether any of the quota's hard limits is measured from gr.
+func tracksResource(hard v1.ResourceList, gr schema.GroupResource) bool {
+	for name := range hard {
+		if g, ok := resourceFor(name); ok && g == gr {
+			return true
+		}
+	}
+	return false
+}
