@@ -1,0 +1,132 @@
+{{/*
+Names and labels. Templates render one object per enabled controller: they range over
+.Values.controllers and call the helpers below with a controller context,
+(dict "root" $ "alias" $alias "c" $controllerValues).
+*/}}
+
+{{- define "kcm-split.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "kcm-split.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "kcm-split.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Object name of a controller's Deployment, ServiceAccount, Service, roles, PDB. */}}
+{{- define "kcm-split.ctrlName" -}}
+{{- printf "%s-%s" (include "kcm-split.fullname" .root) .c.binary | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Labels on every object of the release. */}}
+{{- define "kcm-split.commonLabels" -}}
+helm.sh/chart: {{ include "kcm-split.chart" . }}
+app.kubernetes.io/name: {{ include "kcm-split.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/part-of: kcm-split
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- with .Values.defaults.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "kcm-split.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "kcm-split.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .c.binary }}
+{{- end -}}
+
+{{- define "kcm-split.labels" -}}
+{{ include "kcm-split.commonLabels" .root }}
+app.kubernetes.io/component: {{ .c.binary }}
+{{- end -}}
+
+{{- define "kcm-split.image" -}}
+{{- $d := .root.Values.defaults.image -}}
+{{- $repo := .c.image.repository | default (printf "%s/%s" $d.registry .c.binary) -}}
+{{- $tag := .c.image.tag | default $d.tag | default .root.Chart.AppVersion -}}
+{{- printf "%s:%s" $repo $tag -}}
+{{- end -}}
+
+{{- define "kcm-split.leaseName" -}}
+{{- .c.leaseName | default .c.binary -}}
+{{- end -}}
+
+{{- define "kcm-split.replicas" -}}
+{{- if kindIs "invalid" .c.replicas -}}{{ .root.Values.defaults.replicas }}{{- else -}}{{ .c.replicas }}{{- end -}}
+{{- end -}}
+
+{{/*
+Command line. Common flags first, then the controller's own flags (sorted, so a values change
+that does not change a flag never changes the Pod template), then extra arguments: the binary
+takes the last value of a repeated flag, so extraArgs override everything.
+*/}}
+{{- define "kcm-split.args" -}}
+{{- $d := .root.Values.defaults -}}
+- --leader-elect-resource-namespace={{ .root.Release.Namespace }}
+- --leader-elect-resource-name={{ include "kcm-split.leaseName" . }}
+- --leader-elect-lease-duration={{ $d.leaderElection.leaseDuration }}
+- --leader-elect-renew-deadline={{ $d.leaderElection.renewDeadline }}
+- --leader-elect-retry-period={{ $d.leaderElection.retryPeriod }}
+- --kube-api-qps={{ include "kcm-split.flagValue" $d.kubeAPIQPS }}
+- --kube-api-burst={{ int64 $d.kubeAPIBurst }}
+- --log-level={{ .c.logLevel | default $d.logLevel }}
+- --log-format={{ $d.logFormat }}
+- --shutdown-grace-period={{ $d.shutdownGracePeriod }}
+{{ include "kcm-split.serving.args" . }}
+{{- range $k := keys .c.flags | sortAlpha }}
+- {{ printf "--%s=%s" $k (include "kcm-split.flagValue" (index $.c.flags $k)) | quote }}
+{{- end }}
+{{- range concat $d.extraArgs .c.extraArgs }}
+- {{ . | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* Affinity: the controller's, else the defaults', else anti-affinity per defaults.podAntiAffinity. */}}
+{{- define "kcm-split.affinity" -}}
+{{- $d := .root.Values.defaults -}}
+{{- if .c.affinity -}}
+{{ toYaml .c.affinity }}
+{{- else if $d.affinity -}}
+{{ toYaml $d.affinity }}
+{{- else if eq $d.podAntiAffinity "soft" -}}
+podAntiAffinity:
+  preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: 100
+      podAffinityTerm:
+        topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            {{- include "kcm-split.selectorLabels" . | nindent 12 }}
+{{- else if eq $d.podAntiAffinity "hard" -}}
+podAntiAffinity:
+  requiredDuringSchedulingIgnoredDuringExecution:
+    - topologyKey: kubernetes.io/hostname
+      labelSelector:
+        matchLabels:
+          {{- include "kcm-split.selectorLabels" . | nindent 10 }}
+{{- end -}}
+{{- end -}}
+
+{{/* A flag value as the binary parses it: YAML numbers arrive as float64, and whole ones
+must not print as 1e+06. */}}
+{{- define "kcm-split.flagValue" -}}
+{{- if and (kindIs "float64" .) (eq . (float64 (int64 .))) -}}
+{{- int64 . -}}
+{{- else -}}
+{{- . -}}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,473 @@
+package charttest
+
+// Render checks: what `helm template` produces for each controller alone, all of them, none,
+// and with bad values. They need bin/helm only (no control plane), so they also run with -short.
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"sigs.k8s.io/yaml"
+)
+
+const ns = "kcm-system"
+
+func byKind(objs []Object, kind string) []Object {
+	var out []Object
+	for _, o := range objs {
+		if o.Kind == kind {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+func TestEachControllerAlone(t *testing.T) {
+	c, v := chart(t)
+	for _, alias := range v.Aliases() {
+		t.Run(alias, func(t *testing.T) {
+			cv := v.Controllers[alias]
+			name := "kcm-split-" + cv.Binary
+			objs := render(t, c, "kcm-split", ns, v.Only(alias)...)
+			kinds := map[string][]string{}
+			for _, o := range objs {
+				kinds[o.Kind] = append(kinds[o.Kind], o.Name)
+			}
+			for _, kind := range []string{"Deployment", "ServiceAccount", "Service", "Role", "RoleBinding"} {
+				if got := kinds[kind]; !slices.Equal(got, []string{name}) {
+					t.Errorf("%s: got %v, want exactly [%s]", kind, got, name)
+				}
+			}
+			if got := kinds["ConfigMap"]; !slices.Equal(got, []string{name + "-dashboard", "kcm-split-overview-dashboard"}) {
+				t.Errorf("dashboard ConfigMaps: got %v", got)
+			}
+			for _, kind := range []string{"PodDisruptionBudget", "ServiceMonitor"} {
+				if len(kinds[kind]) > 0 {
+					t.Errorf("%s rendered by default: %v", kind, kinds[kind])
+				}
+			}
+			d := byKind(objs, "Deployment")[0].Typed.(*appsv1.Deployment)
+			checkDeployment(t, d, cv, ns)
+
+			// More than one replica: a PodDisruptionBudget selecting exactly this controller.
+			objs = render(t, c, "kcm-split", ns, append(v.Only(alias), "--set", fmt.Sprintf("controllers.%s.replicas=2", alias))...)
+			pdbs := byKind(objs, "PodDisruptionBudget")
+			if len(pdbs) != 1 {
+				t.Fatalf("replicas=2: %d PodDisruptionBudgets, want 1", len(pdbs))
+			}
+			pdb := pdbs[0].Typed.(*policyv1.PodDisruptionBudget)
+			d = byKind(objs, "Deployment")[0].Typed.(*appsv1.Deployment)
+			if *d.Spec.Replicas != 2 || !equalMaps(pdb.Spec.Selector.MatchLabels, d.Spec.Selector.MatchLabels) || pdb.Spec.MaxUnavailable.IntValue() != 1 {
+				t.Errorf("replicas=2: deployment replicas %d, PDB selector %v (deployment's %v), maxUnavailable %v", *d.Spec.Replicas, pdb.Spec.Selector.MatchLabels, d.Spec.Selector.MatchLabels, pdb.Spec.MaxUnavailable)
+			}
+		})
+	}
+}
+
+func equalMaps(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// checkDeployment asserts the properties the chart promises for every controller.
+func checkDeployment(t *testing.T, d *appsv1.Deployment, cv ControllerValues, ns string) {
+	t.Helper()
+	ru := d.Spec.Strategy.RollingUpdate
+	if d.Spec.Strategy.Type != appsv1.RollingUpdateDeploymentStrategyType || ru == nil || ru.MaxUnavailable.IntValue() != 0 || ru.MaxSurge.IntValue() != 1 {
+		t.Errorf("strategy %+v: want RollingUpdate maxUnavailable 0, maxSurge 1", d.Spec.Strategy)
+	}
+	pod := d.Spec.Template.Spec
+	if !equalMaps(d.Spec.Selector.MatchLabels, d.Spec.Template.Labels) && !isSubset(d.Spec.Selector.MatchLabels, d.Spec.Template.Labels) {
+		t.Errorf("selector %v does not select the Pod labels %v", d.Spec.Selector.MatchLabels, d.Spec.Template.Labels)
+	}
+	if pod.ServiceAccountName != d.Name {
+		t.Errorf("serviceAccountName %q, want %q", pod.ServiceAccountName, d.Name)
+	}
+	psc := pod.SecurityContext
+	if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("pod securityContext %+v: want runAsNonRoot and seccomp RuntimeDefault", psc)
+	}
+	if len(pod.Containers) != 1 {
+		t.Fatalf("%d containers, want 1", len(pod.Containers))
+	}
+	ctr := pod.Containers[0]
+	sc := ctr.SecurityContext
+	if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+		sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0 {
+		t.Errorf("container securityContext %+v: want read-only root, no privilege escalation, all capabilities dropped", sc)
+	}
+	if want := "ghcr.io/kcm-split/" + cv.Binary + ":"; !strings.HasPrefix(ctr.Image, want) || strings.HasSuffix(ctr.Image, ":") {
+		t.Errorf("image %q, want %s<tag>", ctr.Image, want)
+	}
+	if len(ctr.Ports) != 1 || int(ctr.Ports[0].ContainerPort) != cv.Port {
+		t.Errorf("ports %+v, want one on %d", ctr.Ports, cv.Port)
+	}
+	for path, p := range map[string]*corev1.Probe{"/readyz": ctr.ReadinessProbe, "/healthz": ctr.LivenessProbe} {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != path || p.HTTPGet.Port.String() != ctr.Ports[0].Name {
+			t.Errorf("probe on %s: got %+v", path, p)
+		}
+	}
+	for _, want := range []string{
+		"--leader-elect-resource-name=" + cv.Binary,
+		"--leader-elect-resource-namespace=" + ns,
+		fmt.Sprintf("--metrics-bind-address=:%d", cv.Port),
+	} {
+		if !slices.Contains(ctr.Args, want) {
+			t.Errorf("args %v lack %s", ctr.Args, want)
+		}
+	}
+}
+
+func isSubset(sub, super map[string]string) bool {
+	for k, v := range sub {
+		if super[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func TestAllAndNone(t *testing.T) {
+	c, v := chart(t)
+	var all []string
+	for _, a := range v.Aliases() {
+		all = append(all, "--set", "controllers."+a+".enabled=true")
+	}
+	objs := render(t, c, "kcm-split", ns, all...)
+	if got := len(byKind(objs, "Deployment")); got != len(v.Controllers) {
+		t.Errorf("all enabled: %d Deployments, want %d", got, len(v.Controllers))
+	}
+	if got := len(byKind(objs, "ConfigMap")); got != len(v.Controllers)+1 {
+		t.Errorf("all enabled: %d dashboard ConfigMaps, want %d (one each and the overview)", got, len(v.Controllers)+1)
+	}
+	seen := map[string]bool{}
+	for _, o := range objs {
+		key := o.Kind + "/" + o.Namespace + "/" + o.Name
+		if seen[key] {
+			t.Errorf("rendered twice: %s", key)
+		}
+		seen[key] = true
+	}
+	var none []string
+	for _, a := range v.Aliases() {
+		none = append(none, "--set", "controllers."+a+".enabled=false")
+	}
+	if objs := render(t, c, "kcm-split", ns, none...); len(objs) != 0 {
+		t.Errorf("nothing enabled: rendered %d objects, want none", len(objs))
+	}
+}
+
+func TestServiceMonitorNeedsTheCRDAndIsOffByDefault(t *testing.T) {
+	c, v := chart(t)
+	if n := len(render(t, c, "r", ns)); n != 0 {
+		t.Errorf("every controller is off by default, yet %d objects rendered", n)
+	}
+	capability := []string{"--api-versions", "monitoring.coreos.com/v1/ServiceMonitor"}
+	if n := len(byKind(render(t, c, "r", ns, capability...), "ServiceMonitor")); n != 0 {
+		t.Errorf("off by default, yet %d ServiceMonitors rendered", n)
+	}
+	if n := len(byKind(render(t, c, "r", ns, "--set", "serviceMonitor.enabled=true"), "ServiceMonitor")); n != 0 {
+		t.Errorf("enabled without the CRD, yet %d ServiceMonitors rendered", n)
+	}
+	if n := len(byKind(render(t, c, "r", ns, append(capability, "--set", "serviceMonitor.enabled=true")...), "ServiceMonitor")); n != 0 {
+		t.Errorf("no controller enabled (the default), yet %d ServiceMonitors rendered", n)
+	}
+	args := append(capability, "--set", "serviceMonitor.enabled=true", "--set", "serviceMonitor.labels.release=prom")
+	for _, a := range v.Aliases() {
+		args = append(args, "--set", "controllers."+a+".enabled=true")
+	}
+	objs := render(t, c, "r", ns, args...)
+	sms := byKind(objs, "ServiceMonitor")
+	if len(sms) != len(v.Controllers) {
+		t.Fatalf("%d ServiceMonitors, want one per enabled controller (%d)", len(sms), len(v.Controllers))
+	}
+	// Each selects its controller's metrics Service by labels and port name.
+	svcs := map[string]*corev1.Service{}
+	for _, o := range byKind(objs, "Service") {
+		svcs[o.Name] = o.Typed.(*corev1.Service)
+	}
+	for _, sm := range sms {
+		var spec struct {
+			Spec struct {
+				Selector struct {
+					MatchLabels map[string]string `json:"matchLabels"`
+				} `json:"selector"`
+				Endpoints []struct {
+					Port string `json:"port"`
+				} `json:"endpoints"`
+			} `json:"spec"`
+			Metadata struct {
+				Labels map[string]string `json:"labels"`
+			} `json:"metadata"`
+		}
+		b, _ := yaml.Marshal(sm.Raw)
+		if err := yaml.Unmarshal(b, &spec); err != nil {
+			t.Fatal(err)
+		}
+		svc := svcs[sm.Name]
+		if svc == nil || !isSubset(spec.Spec.Selector.MatchLabels, svc.Labels) || len(spec.Spec.Endpoints) != 1 || spec.Spec.Endpoints[0].Port != svc.Spec.Ports[0].Name {
+			t.Errorf("ServiceMonitor %s does not select Service %s's port: %+v", sm.Name, sm.Name, spec.Spec)
+		}
+		if spec.Metadata.Labels["release"] != "prom" {
+			t.Errorf("ServiceMonitor %s lacks serviceMonitor.labels", sm.Name)
+		}
+	}
+}
+
+// The schema turns typos and wrong types into errors naming the offending key.
+func TestSchemaRejectsBadValues(t *testing.T) {
+	c, v := chart(t)
+	alias := v.Aliases()[0]
+	for _, tc := range []struct {
+		set, want string
+	}{
+		{"controllers." + alias + "X.enabled=true", "'" + alias + "X' not allowed"},
+		{"controllers." + alias + ".replica=2", "'replica' not allowed"},
+		{"controllers." + alias + ".replicas=two", "/controllers/" + alias + "/replicas"},
+		{"controllers." + alias + ".flags.no-such-flag=1", "'no-such-flag' not allowed"},
+		{"defaults.logLevl=debug", "'logLevl' not allowed"},
+		{"defaults.logFormat=xml", "/defaults/logFormat"},
+		{"defaults.leaderElection.leaseDuration=15", "/defaults/leaderElection/leaseDuration"},
+		{"defaults.leaderElection.leaseDuration=15 seconds", "/defaults/leaderElection/leaseDuration"},
+		{"defaults.image.pullPolicy=Sometimes", "/defaults/image/pullPolicy"},
+		{"serviceMonitor.enabled=yes please", "/serviceMonitor/enabled"},
+		{"dashboards.lable=x", "'lable' not allowed"},
+	} {
+		_, err := c.Template("r", ns, "--set", tc.set)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("--set %s: got %v, want an error mentioning %q", tc.set, err, tc.want)
+		}
+	}
+}
+
+// Every controller of the chart has its files, and no file belongs to no controller.
+func TestEveryControllerHasItsFiles(t *testing.T) {
+	c, v := chart(t)
+	root, _ := RepoRoot()
+	want := map[string]bool{}
+	for _, alias := range v.Aliases() {
+		cv := v.Controllers[alias]
+		for _, f := range []string{
+			filepath.Join(c.Dir, "rbac", alias+".yaml"),
+			filepath.Join(c.Dir, "dashboards", alias+".json"),
+			filepath.Join(root, "services", alias, "Dockerfile"),
+			filepath.Join(root, "services", alias, "cmd", cv.Binary),
+		} {
+			if _, err := os.Stat(f); err != nil {
+				t.Errorf("controller %s: %v", alias, err)
+			}
+		}
+		want["rbac/"+alias+".yaml"] = true
+		want["dashboards/"+alias+".json"] = true
+	}
+	want["dashboards/overview.json"] = true
+	for _, dir := range []string{"rbac", "dashboards"} {
+		entries, err := os.ReadDir(filepath.Join(c.Dir, dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if !want[dir+"/"+e.Name()] {
+				t.Errorf("%s/%s belongs to no controller in values.yaml", dir, e.Name())
+			}
+		}
+	}
+}
+
+// The Dockerfile builds the binary the chart runs and exposes the port the chart probes; the
+// binary's own default port is that port too.
+func TestDockerfilesAndPorts(t *testing.T) {
+	_, v := chart(t)
+	root, _ := RepoRoot()
+	for _, alias := range v.Aliases() {
+		cv := v.Controllers[alias]
+		b, err := os.ReadFile(filepath.Join(root, "services", alias, "Dockerfile"))
+		if err != nil {
+			t.Errorf("%s: %v", alias, err)
+			continue
+		}
+		df := string(b)
+		for _, want := range []string{
+			"./cmd/" + cv.Binary,
+			"-trimpath", "CGO_ENABLED=0", "-s -w", "GOWORK=off",
+			fmt.Sprintf("EXPOSE %d", cv.Port),
+			"USER 65532:65532",
+			`ENTRYPOINT ["/` + cv.Binary + `"]`,
+		} {
+			if !strings.Contains(df, want) {
+				t.Errorf("services/%s/Dockerfile lacks %q", alias, want)
+			}
+		}
+		flags := binaryFlags(t, alias, cv.Binary)
+		if got := flags["metrics-bind-address"].def; got != fmt.Sprintf(`":%d"`, cv.Port) {
+			t.Errorf("%s: the binary's --metrics-bind-address default is %s, the chart's port %d", alias, got, cv.Port)
+		}
+	}
+}
+
+type flagInfo struct {
+	category string
+	def      string // as --help prints it: 5, 0s, "json"; empty when none is shown
+}
+
+var helpLine = regexp.MustCompile(`^\s+--([a-z0-9-]+)(?: value)?\s.*?(?:\(default: (.*?)\))?\s*(?:\[\$[A-Z0-9_]+\])?$`)
+
+// binaryFlags parses the binary's --help: flag name -> category and default.
+func binaryFlags(t *testing.T, alias, binary string) map[string]flagInfo {
+	t.Helper()
+	out, _ := exec.Command(buildBinary(t, alias, binary), "--help").CombinedOutput()
+	flags := map[string]flagInfo{}
+	category := ""
+	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "   ") && !strings.HasPrefix(strings.TrimSpace(line), "-") && strings.TrimSpace(line) != "" {
+			category = strings.TrimSpace(line)
+			continue
+		}
+		if m := helpLine.FindStringSubmatch(line); m != nil {
+			flags[m[1]] = flagInfo{category: category, def: m[2]}
+		}
+	}
+	if len(flags) == 0 {
+		t.Fatalf("%s --help listed no flags:\n%s", binary, out)
+	}
+	return flags
+}
+
+// The schema knows exactly the binary's own flags, with types that accept its defaults, so
+// a flag the binary drops or adds cannot go unnoticed in the chart.
+func TestSchemaFlagsMatchBinaries(t *testing.T) {
+	c, v := chart(t)
+	b, err := os.ReadFile(filepath.Join(c.Dir, "values.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schema struct {
+		Properties struct {
+			Controllers struct {
+				Properties map[string]struct {
+					AllOf []struct {
+						Properties struct {
+							Flags struct {
+								Properties map[string]struct {
+									Type    string `json:"type"`
+									Pattern string `json:"pattern"`
+								} `json:"properties"`
+							} `json:"flags"`
+						} `json:"properties"`
+					} `json:"allOf"`
+				} `json:"properties"`
+			} `json:"controllers"`
+		} `json:"properties"`
+	}
+	if err := yaml.Unmarshal(b, &schema); err != nil {
+		t.Fatal(err)
+	}
+	for _, alias := range v.Aliases() {
+		t.Run(alias, func(t *testing.T) {
+			entry, ok := schema.Properties.Controllers.Properties[alias]
+			if !ok || len(entry.AllOf) != 2 {
+				t.Fatalf("values.schema.json: controllers.%s must be allOf [controller, {flags}]", alias)
+			}
+			inSchema := entry.AllOf[1].Properties.Flags.Properties
+			var own []string
+			for name, f := range binaryFlags(t, alias, v.Controllers[alias].Binary) {
+				if f.category != "Controller" {
+					continue
+				}
+				own = append(own, name)
+				s, ok := inSchema[name]
+				if !ok {
+					t.Errorf("--%s: not in the schema's controllers.%s.flags", name, alias)
+					continue
+				}
+				def := strings.Trim(f.def, `"`)
+				switch s.Type {
+				case "integer":
+					if !regexp.MustCompile(`^-?[0-9]+$`).MatchString(def) {
+						t.Errorf("--%s: schema says integer, default is %q", name, def)
+					}
+				case "number":
+					if !regexp.MustCompile(`^-?[0-9.e+]+$`).MatchString(def) {
+						t.Errorf("--%s: schema says number, default is %q", name, def)
+					}
+				case "boolean":
+					if def != "" && def != "true" && def != "false" {
+						t.Errorf("--%s: schema says boolean, default is %q", name, def)
+					}
+				case "string":
+					if s.Pattern != "" && !regexp.MustCompile(s.Pattern).MatchString(def) {
+						t.Errorf("--%s: default %q does not match the schema's pattern %s", name, def, s.Pattern)
+					}
+				default:
+					t.Errorf("--%s: schema type %q", name, s.Type)
+				}
+			}
+			for name := range inSchema {
+				if !slices.Contains(own, name) {
+					t.Errorf("schema flag %s is not a flag of the binary (its own: %v)", name, own)
+				}
+			}
+		})
+	}
+}
+
+// The README documents every value of values.yaml.
+func TestEveryValueDocumented(t *testing.T) {
+	c, _ := chart(t)
+	b, err := os.ReadFile(filepath.Join(c.Dir, "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values map[string]any
+	if err := yaml.Unmarshal(b, &values); err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(filepath.Join(c.Dir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	var walk func(prefix string, m map[string]any)
+	walk = func(prefix string, m map[string]any) {
+		for k, v := range m {
+			p := prefix + k
+			// resources is a Kubernetes type, documented as one value.
+			if sub, ok := v.(map[string]any); ok && len(sub) > 0 && k != "resources" {
+				if strings.HasPrefix(p, "controllers.") && strings.Count(p, ".") == 1 {
+					p = "controllers.<alias>"
+				}
+				walk(p+".", sub)
+				continue
+			}
+			paths = append(paths, p)
+		}
+	}
+	walk("", values)
+	sort.Strings(paths)
+	paths = slices.Compact(paths)
+	for _, p := range paths {
+		if !strings.Contains(string(readme), "`"+p+"`") {
+			t.Errorf("README.md does not document `%s`", p)
+		}
+	}
+}
