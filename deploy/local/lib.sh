@@ -123,16 +123,15 @@ stop_all() {
 
 # summary prints where things are; needs ports.env from up.sh.
 summary() {
-  local ETCD_PORT API_PORT CONTROLLER_PORTS="" entry names=""
+  local ETCD_PORT API_PORT CONTROLLER_PORTS=""
   [ -f "$RUN/ports.env" ] || return 0
   # shellcheck source=/dev/null
   source "$RUN/ports.env"
-  for entry in $CONTROLLER_PORTS; do names+="${entry%=*} "; done
   cat <<EOF2
   apiserver   https://127.0.0.1:$API_PORT (etcd http://127.0.0.1:$ETCD_PORT)
   kubeconfig  $KUBECONFIG_FILE
   logs        $LOGS/<component>.log
-  kcm-split   ${names:-none built yet}
+  kcm-split   ${CONTROLLER_PORTS:-none built yet} (name=HTTPS port)
 EOF2
 }
 
@@ -146,6 +145,9 @@ Try:
   bin/kubectl create deployment web --image=nginx --replicas=3
   bin/kubectl expose deployment web --port=80
   bin/kubectl get endpoints web
+Scrape a controller (HTTPS with a token; system:monitoring may get /metrics):
+  bin/kubectl create clusterrolebinding scrape --clusterrole=system:monitoring --serviceaccount=default:default
+  curl -k -H "Authorization: Bearer \$(bin/kubectl create token default)" https://127.0.0.1:<port>/metrics
 Stop with 'make down'.
 EOF2
 }

@@ -36,4 +36,21 @@ while :; do
 done
 k -n "$ns" get endpoints web
 say "smoke: ok (Deployment web: 3 Pods, 3 ready addresses in its Endpoints)"
+
+# Every controller serves its metrics over HTTPS to authorized tokens only (the hint up.sh
+# prints): none gets 401, the namespace's default ServiceAccount bound to system:monitoring 200.
+# shellcheck source=/dev/null
+source "$RUN/ports.env"
+k -n "$ns" create serviceaccount scraper >/dev/null
+k create clusterrolebinding "$ns-scrape" --clusterrole=system:monitoring --serviceaccount="$ns:scraper" >/dev/null
+token=$(k -n "$ns" create token scraper)
+for entry in $CONTROLLER_PORTS; do
+  url="https://127.0.0.1:${entry#*=}/metrics"
+  code=$(curl -sk -o /dev/null -w '%{http_code}' "$url")
+  [ "$code" = 401 ] || die "smoke: ${entry%=*} $url without a token answered $code, want 401"
+  curl -fsSk -H "Authorization: Bearer $token" "$url" | grep -q '^workqueue_adds_total' ||
+    die "smoke: ${entry%=*} $url did not serve its metrics to an authorized token"
+done
+k delete clusterrolebinding "$ns-scrape" >/dev/null
+say "smoke: ok (metrics over HTTPS: 401 without a token, served to a system:monitoring token)"
 k delete namespace "$ns" --wait=false >/dev/null

@@ -98,8 +98,8 @@ pick_port SCHED_PORT 10259
 pick_port KWOK_PORT 10247
 CONTROLLER_PORTS="" port=""
 for name in "${controllers[@]}"; do
-  # Keep each binary's own default port (from its --help), but on 127.0.0.1 only.
-  preferred=$("$BIN/$name" --help 2>&1 | sed -n 's/.*--metrics-bind-address.*(default: "[^"]*:\([0-9][0-9]*\)").*/\1/p' | head -n1)
+  # Keep each binary's own default secure port (from its --help), but on 127.0.0.1 only.
+  preferred=$("$BIN/$name" --help 2>&1 | sed -n 's/.*--secure-port .*(default: \([0-9][0-9]*\)).*/\1/p' | head -n1)
   pick_port port "${preferred:-10300}"
   CONTROLLER_PORTS+="$name=$port "
 done
@@ -347,8 +347,8 @@ for entry in $CONTROLLER_PORTS; do
   extra=()
   # Optional local-only flags, one per line: deploy/local/flags/<controller-id>.
   if [ -f "$HERE/flags/$name" ]; then mapfile -t extra < <(grep -v '^[[:space:]]*\(#\|$\)' "$HERE/flags/$name"); fi
-  say "starting $name (metrics http://127.0.0.1:${entry#*=}/metrics)"
-  launch "$name" --kubeconfig="$KUBECONFIG_FILE" --metrics-bind-address="127.0.0.1:${entry#*=}" "${extra[@]}"
+  say "starting $name (https://127.0.0.1:${entry#*=}/metrics, bearer token needed)"
+  launch "$name" --kubeconfig="$KUBECONFIG_FILE" --secure-port="${entry#*=}" --bind-address=127.0.0.1 "${extra[@]}"
 done
 
 wait_for kube-controller-manager "$T_COMPONENT" "/healthz" https_ok "https://127.0.0.1:$KCM_PORT/healthz"
@@ -358,7 +358,7 @@ wait_for kwok "$T_COMPONENT" "/healthz" http_ok "http://127.0.0.1:$KWOK_PORT/hea
 wait_for kwok "$T_NODES" "3 Ready nodes" kubectl wait --for=condition=Ready node -l type=kwok --timeout=5s
 for entry in $CONTROLLER_PORTS; do
   name=${entry%=*}
-  wait_for "$name" "$T_COMPONENT" "/readyz" http_ok "http://127.0.0.1:${entry#*=}/readyz"
+  wait_for "$name" "$T_COMPONENT" "/readyz" https_ok "https://127.0.0.1:${entry#*=}/readyz"
   wait_for "$name" "$T_COMPONENT" "Lease kube-system/$name held" lease_held "$name"
 done
 

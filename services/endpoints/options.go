@@ -20,7 +20,7 @@ const (
 	// ComponentName is upstream's name for this controller: the source component of the
 	// Events it writes and the value of LabelManagedBy on the Endpoints it owns.
 	ComponentName = "endpoint-controller"
-	// DefaultPort serves metrics and health unless --metrics-bind-address says otherwise.
+	// DefaultPort is the default --secure-port: HTTPS metrics and health.
 	DefaultPort = 10281
 )
 

@@ -35,6 +35,7 @@ import (
 	"github.com/kcm-split/kcm-split/shared/leader"
 	klog2 "github.com/kcm-split/kcm-split/shared/log"
 	"github.com/kcm-split/kcm-split/shared/metrics"
+	"github.com/kcm-split/kcm-split/shared/serving"
 )
 
 // Version is the kcm-split release, set at build time with
@@ -167,6 +168,8 @@ type options struct {
 	log      klog2.Options
 	metrics  string
 	health   string
+	secure   serving.Options
+	ttls     serving.CacheTTLs
 	shutdown time.Duration
 }
 
@@ -189,9 +192,26 @@ func parseOptions(spec Spec, c *cli.Context) (options, error) {
 			RetryPeriod:   c.Duration(FlagRetryPeriod),
 			ShutdownGrace: c.Duration(FlagShutdownGracePeriod),
 		},
-		log:      klog2.Options{Level: c.String(FlagLogLevel), Format: c.String(FlagLogFormat)},
-		metrics:  c.String(FlagMetricsBindAddress),
-		health:   c.String(FlagHealthBindAddress),
+		log:     klog2.Options{Level: c.String(FlagLogLevel), Format: c.String(FlagLogFormat)},
+		metrics: c.String(FlagMetricsBindAddress),
+		health:  c.String(FlagHealthBindAddress),
+		secure: serving.Options{
+			Port:                     c.Int(serving.FlagSecurePort),
+			BindAddress:              c.String(serving.FlagBindAddress),
+			CertFile:                 c.String(serving.FlagTLSCertFile),
+			KeyFile:                  c.String(serving.FlagTLSPrivateKeyFile),
+			MinTLSVersion:            c.String(serving.FlagTLSMinVersion),
+			AuthenticationKubeconfig: c.String(serving.FlagAuthenticationKubconfig),
+			AuthorizationKubeconfig:  c.String(serving.FlagAuthorizationKubconfig),
+			AlwaysAllowPaths:         c.StringSlice(serving.FlagAlwaysAllowPaths),
+			Profiling:                c.Bool(serving.FlagProfiling),
+		},
+		ttls: serving.CacheTTLs{
+			Authenticated:   c.Duration(FlagAuthnCacheTTL),
+			Unauthenticated: serving.DefaultCacheTTLs.Unauthenticated,
+			Authorized:      c.Duration(FlagAuthzAllowedTTL),
+			Unauthorized:    c.Duration(FlagAuthzDeniedTTL),
+		},
 		shutdown: c.Duration(FlagShutdownGracePeriod),
 	}
 	if _, err := klog2.ParseLevel(o.log.Level); err != nil {
@@ -207,11 +227,19 @@ func parseOptions(spec Spec, c *cli.Context) (options, error) {
 		return o, err
 	}
 	for flag, addr := range map[string]string{FlagMetricsBindAddress: o.metrics, FlagHealthBindAddress: o.health} {
-		if addr == "" && flag == FlagHealthBindAddress {
+		if addr == "" {
 			continue
 		}
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			return o, &FlagError{Flag: flag, Err: err}
+		}
+	}
+	if err := o.secure.Validate(); err != nil {
+		return o, err
+	}
+	for flag, d := range map[string]time.Duration{FlagAuthnCacheTTL: o.ttls.Authenticated, FlagAuthzAllowedTTL: o.ttls.Authorized, FlagAuthzDeniedTTL: o.ttls.Unauthorized} {
+		if d < 0 {
+			return o, &FlagError{Flag: flag, Err: fmt.Errorf("%s is negative (0 turns the cache off)", d)}
 		}
 	}
 	if d := c.Duration(FlagMinResyncPeriod); d <= 0 {
@@ -276,7 +304,7 @@ func run(parent context.Context, spec Spec, c *cli.Context, stderr io.Writer) er
 		return nil
 	}, health.Readyz)
 
-	srv, err := serve(ctx, logger, o, reg, checks)
+	srv, err := serve(logger, o, cfg, reg, checks)
 	if err != nil {
 		return err
 	}

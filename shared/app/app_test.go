@@ -61,6 +61,14 @@ func TestBadFlagsExit2WithOneLine(t *testing.T) {
 		{"unknown flag", []string{"--kube-api-qpz=1"}, nil, "kube-api-qpz"},
 		{"controller flag", []string{"--concurrent-test-syncs=0"}, nil, "invalid value for --concurrent-test-syncs"},
 		{"bad bind address", []string{"--metrics-bind-address=nope"}, nil, "invalid value for --metrics-bind-address"},
+		{"missing certificate", []string{"--tls-cert-file=" + filepath.Join(dir, "nope.crt"), "--tls-private-key-file=" + garbage}, nil, "invalid value for --tls-cert-file"},
+		{"unparseable certificate", []string{"--tls-cert-file=" + garbage, "--tls-private-key-file=" + garbage}, nil, "invalid value for --tls-cert-file"},
+		{"key without certificate", []string{"--tls-private-key-file=" + garbage}, nil, "invalid value for --tls-cert-file"},
+		{"unknown TLS version", []string{"--tls-min-version=VersionTLS10"}, nil, "invalid value for --tls-min-version"},
+		{"secure port out of range", []string{"--secure-port=70000"}, nil, "invalid value for --secure-port"},
+		{"bind address not an IP", []string{"--bind-address=example.com"}, nil, "invalid value for --bind-address"},
+		{"missing authentication kubeconfig", []string{"--authentication-kubeconfig=" + filepath.Join(dir, "nope")}, nil, "invalid value for --authentication-kubeconfig"},
+		{"relative always-allow path", []string{"--authorization-always-allow-paths=healthz"}, nil, "invalid value for --authorization-always-allow-paths"},
 		{"stray argument", []string{"extra"}, nil, "unexpected arguments"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

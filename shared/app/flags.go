@@ -8,6 +8,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kcm-split/kcm-split/shared/kube"
+	"github.com/kcm-split/kcm-split/shared/serving"
 )
 
 // Common flag names, upstream's.
@@ -29,6 +30,9 @@ const (
 	FlagLogFormat           = "log-format"
 	FlagShutdownGracePeriod = "shutdown-grace-period"
 	FlagMinResyncPeriod     = "min-resync-period"
+	FlagAuthnCacheTTL       = "authentication-token-webhook-cache-ttl"
+	FlagAuthzAllowedTTL     = "authorization-webhook-cache-authorized-ttl"
+	FlagAuthzDeniedTTL      = "authorization-webhook-cache-unauthorized-ttl"
 )
 
 // EnvPrefix prefixes the environment variable of every flag: --kube-api-qps is also read from
@@ -57,8 +61,20 @@ func commonFlags(spec Spec) []cli.Flag {
 		&cli.StringFlag{Name: FlagLeaseNamespace, Category: "Leader election", Value: "kube-system", Usage: "namespace of the Lease"},
 		&cli.StringFlag{Name: FlagLeaseName, Category: "Leader election", Value: spec.ID, Usage: "name of the Lease"},
 
-		&cli.StringFlag{Name: FlagMetricsBindAddress, Category: "Serving", Value: fmt.Sprintf(":%d", spec.DefaultPort), Usage: "address serving /metrics (and the health endpoints unless --" + FlagHealthBindAddress + " differs); port 0 disables"},
-		&cli.StringFlag{Name: FlagHealthBindAddress, Category: "Serving", Usage: "address serving /healthz, /readyz and /livez; empty means the metrics address; port 0 disables"},
+		&cli.IntFlag{Name: serving.FlagSecurePort, Category: "Secure serving", Value: spec.DefaultPort, Usage: "HTTPS port serving /metrics, /healthz, /readyz, /livez (and /debug/pprof with --" + serving.FlagProfiling + "), with authentication and authorization; 0 disables"},
+		&cli.StringFlag{Name: serving.FlagBindAddress, Category: "Secure serving", Value: "0.0.0.0", Usage: "IP address the secure port listens on (0.0.0.0 or :: for all interfaces)"},
+		&cli.StringFlag{Name: serving.FlagTLSCertFile, Category: "Secure serving", Usage: "PEM certificate (with intermediates) for the secure port; empty means a self-signed certificate generated at start"},
+		&cli.StringFlag{Name: serving.FlagTLSPrivateKeyFile, Category: "Secure serving", Usage: "PEM private key matching --" + serving.FlagTLSCertFile},
+		&cli.StringFlag{Name: serving.FlagTLSMinVersion, Category: "Secure serving", Value: serving.DefaultTLSMinVersion, Usage: "minimum TLS version: VersionTLS12 or VersionTLS13"},
+		&cli.StringFlag{Name: serving.FlagAuthenticationKubconfig, Category: "Secure serving", Usage: "kubeconfig of the apiserver that answers TokenReviews; empty means this controller's own credentials"},
+		&cli.StringFlag{Name: serving.FlagAuthorizationKubconfig, Category: "Secure serving", Usage: "kubeconfig of the apiserver that answers SubjectAccessReviews; empty means this controller's own credentials"},
+		&cli.StringSliceFlag{Name: serving.FlagAlwaysAllowPaths, Category: "Secure serving", Value: cli.NewStringSlice(serving.DefaultAlwaysAllowPaths...), Usage: "paths served without authentication or authorization; a trailing * matches a prefix"},
+		&cli.DurationFlag{Name: FlagAuthnCacheTTL, Category: "Secure serving", Value: serving.DefaultCacheTTLs.Authenticated, Usage: "how long an accepted token is trusted before the next TokenReview (upstream's default is 10s; longer than a scrape interval here so scrapes cost no review)"},
+		&cli.DurationFlag{Name: FlagAuthzAllowedTTL, Category: "Secure serving", Value: serving.DefaultCacheTTLs.Authorized, Usage: "how long an allowing SubjectAccessReview is reused (upstream's default is 10s)"},
+		&cli.DurationFlag{Name: FlagAuthzDeniedTTL, Category: "Secure serving", Value: serving.DefaultCacheTTLs.Unauthorized, Usage: "how long a denying SubjectAccessReview is reused (upstream's default is 10s)"},
+		&cli.BoolFlag{Name: serving.FlagProfiling, Category: "Secure serving", Usage: "serve /debug/pprof on the secure port, to authorized users only"},
+		&cli.StringFlag{Name: FlagMetricsBindAddress, Category: "Plain HTTP serving", Usage: "address serving /metrics (and the health endpoints unless --" + FlagHealthBindAddress + " differs) over plain HTTP WITHOUT authentication, e.g. 127.0.0.1:8080; empty or port 0 disables"},
+		&cli.StringFlag{Name: FlagHealthBindAddress, Category: "Plain HTTP serving", Usage: "address serving /healthz, /readyz and /livez over plain HTTP; empty means the metrics address; port 0 disables"},
 		&cli.DurationFlag{Name: FlagShutdownGracePeriod, Category: "Serving", Value: 20 * time.Second, Usage: "how long to let workers finish after SIGTERM before releasing the Lease and exiting"},
 
 		&cli.StringFlag{Name: FlagLogLevel, Category: "Logging", Value: "info", Usage: "debug, info, warn, error, or a verbosity 0-10 (4 logs every sync)"},

@@ -10,12 +10,19 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/rest"
 
 	"github.com/kcm-split/kcm-split/shared/health"
 	"github.com/kcm-split/kcm-split/shared/metrics"
+	"github.com/kcm-split/kcm-split/shared/serving"
 )
 
-type servers struct{ list []*http.Server }
+// servers are the running HTTP(S) servers, stopped together.
+type servers struct {
+	list []interface {
+		Shutdown(context.Context) error
+	}
+}
 
 func (s *servers) shutdown() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -25,15 +32,31 @@ func (s *servers) shutdown() {
 	}
 }
 
-// disabled reports whether addr asks for no server (port 0).
+// disabled reports whether addr asks for no plain server: empty or port 0.
 func disabled(addr string) bool {
+	if addr == "" {
+		return true
+	}
 	_, port, err := net.SplitHostPort(addr)
 	return err == nil && port == "0"
 }
 
-// serve starts the metrics and health endpoints: one server when both flags name the same
-// address (the default), two otherwise; port 0 disables either.
-func serve(ctx context.Context, logger logr.Logger, o options, reg *prometheus.Registry, checks *health.Checks) (*servers, error) {
+// serve starts the secure server (metrics and health behind authentication and authorization,
+// the default) and, only when asked for, the plain-HTTP ones: one server when the metrics and
+// health flags name the same address, two otherwise.
+func serve(logger logr.Logger, o options, cfg *rest.Config, reg *prometheus.Registry, checks *health.Checks) (*servers, error) {
+	s := &servers{}
+	if o.secure.Enabled() {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", metrics.Handler(reg))
+		checks.Install(mux)
+		srv, err := serving.Start(logger, &o.secure, o.ttls, cfg, reg, mux)
+		if err != nil {
+			return nil, err
+		}
+		s.list = append(s.list, srv)
+	}
+
 	healthAddr := o.health
 	if healthAddr == "" {
 		healthAddr = o.metrics
@@ -53,7 +76,6 @@ func serve(ctx context.Context, logger logr.Logger, o options, reg *prometheus.R
 	if !disabled(healthAddr) {
 		checks.Install(mux(healthAddr))
 	}
-	s := &servers{}
 	for addr, m := range muxes {
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
@@ -62,12 +84,15 @@ func serve(ctx context.Context, logger logr.Logger, o options, reg *prometheus.R
 		}
 		srv := &http.Server{Handler: m, ReadHeaderTimeout: 10 * time.Second}
 		s.list = append(s.list, srv)
-		logger.Info("Serving", "address", ln.Addr().String())
+		logger.Info("Serving plain HTTP, without authentication", "address", ln.Addr().String())
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				logger.Error(err, "HTTP server stopped", "address", addr)
 			}
 		}()
+	}
+	if len(s.list) == 0 {
+		logger.Info("Serving nothing: --" + serving.FlagSecurePort + " is 0 and no plain address is set; probes and scrapes will fail")
 	}
 	return s, nil
 }

@@ -116,7 +116,8 @@ type Controller struct {
 }
 
 // StartController runs the controller binary bin against env with args added after
-// --kubeconfig, --metrics-bind-address and --log-level=2. It is stopped (SIGTERM) when the
+// --kubeconfig, --secure-port=0, --metrics-bind-address (plain HTTP on a free loopback port)
+// and --log-level=2. It is stopped (SIGTERM) when the
 // test ends, and its log is printed if the test failed.
 func (env *Env) StartController(t testing.TB, bin, name string, args ...string) *Controller {
 	t.Helper()
@@ -126,6 +127,9 @@ func (env *Env) StartController(t testing.TB, bin, name string, args ...string) 
 	}
 	all := append([]string{
 		"--kubeconfig=" + env.Kubeconfig,
+		// Tests scrape plain HTTP on a free port; the secure port (a fixed default per binary)
+		// would collide between two replicas. args may turn it back on: the last value wins.
+		"--secure-port=0",
 		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", port),
 		"--log-level=2",
 	}, args...)

@@ -96,6 +96,7 @@ var ours = controllerUnderTest{
 		return []string{
 			"--kubeconfig=" + kubeconfig,
 			"--leader-elect=false",
+			"--secure-port=0",
 			fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", port),
 			"--concurrent-endpoint-syncs=" + concurrentSyncs,
 			"--endpoint-updates-batch-period=" + batchPeriod,
