@@ -65,6 +65,7 @@ type Controller struct {
 	synced     []cache.InformerSynced
 
 	queue     *worker.Queue[string]
+	stale     *staleTracker
 	nodeQueue *worker.Queue[string]
 	poolQueue *worker.Queue[string]
 
@@ -120,6 +121,7 @@ func New(
 			Controller: ControllerID,
 			Registerer: reg,
 		}),
+		stale:    newStaleTracker(),
 		alloc:    ipam.New(),
 		poolInfo: map[string]*poolInfo{},
 		pending:  map[string]bool{},
@@ -255,10 +257,17 @@ func (c *Controller) syncService(ctx context.Context, key string) error {
 	if apierrors.IsNotFound(err) {
 		// Deleted without our finalizer (or after we removed it): just forget it.
 		c.release(ctx, key)
+		c.stale.forget(key)
 		return nil
 	}
 	if err != nil {
 		return err
+	}
+	if c.stale.isStale(key, svc.ResourceVersion) {
+		// The cache is behind our own last write; its update event brings the key back.
+		// The delayed requeue is a safety net only.
+		logger.V(4).Info("Cache still has a version this controller replaced; waiting for it to catch up", "resourceVersion", svc.ResourceVersion)
+		return worker.RequeueAfter(time.Second)
 	}
 
 	wants := handles(svc, c.opts.LoadBalancerClass) && svc.DeletionTimestamp == nil
@@ -597,12 +606,22 @@ func (c *Controller) addFinalizer(ctx context.Context, svc *v1.Service) (*v1.Ser
 	// A strategic merge patch appends to the finalizer list without replacing what others
 	// put there meanwhile.
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": []string{FinalizerLoadBalancerCleanup}}})
-	return c.client.CoreV1().Services(svc.Namespace).Patch(ctx, svc.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+	out, err := c.client.CoreV1().Services(svc.Namespace).Patch(ctx, svc.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+	c.replaced(svc, out, err)
+	return out, err
+}
+
+// replaced records svc's version as outdated after a write that changed it.
+func (c *Controller) replaced(svc, out *v1.Service, err error) {
+	if err == nil && out != nil && out.ResourceVersion != svc.ResourceVersion {
+		c.stale.replacedVersion(svc.Namespace+"/"+svc.Name, svc.ResourceVersion)
+	}
 }
 
 func (c *Controller) removeFinalizer(ctx context.Context, svc *v1.Service) error {
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"$deleteFromPrimitiveList/finalizers": []string{FinalizerLoadBalancerCleanup}}})
-	_, err := c.client.CoreV1().Services(svc.Namespace).Patch(ctx, svc.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+	out, err := c.client.CoreV1().Services(svc.Namespace).Patch(ctx, svc.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+	c.replaced(svc, out, err)
 	return err
 }
 
@@ -616,7 +635,8 @@ func (c *Controller) patchIngress(ctx context.Context, svc *v1.Service, ingress 
 	if err != nil {
 		return err
 	}
-	_, err = c.client.CoreV1().Services(svc.Namespace).Patch(ctx, svc.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	out, err := c.client.CoreV1().Services(svc.Namespace).Patch(ctx, svc.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	c.replaced(svc, out, err)
 	return err
 }
 

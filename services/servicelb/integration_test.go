@@ -1,0 +1,645 @@
+package servicelb_test
+
+// Integration tests: the service-lb-controller binary, built as it ships, against a real
+// etcd + kube-apiserver v1.36.3 (shared/testenv) serving both IP families, with the
+// IPAddressPool CRD installed from the chart. Each test creates its own pools, restricted to
+// its own namespace and on its own address ranges, so tests cannot take each other's
+// addresses.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/kcm-split/kcm-split/services/servicelb"
+	"github.com/kcm-split/kcm-split/services/servicelb/api/v1alpha1"
+	"github.com/kcm-split/kcm-split/shared/testenv"
+)
+
+var (
+	env     *testenv.Env
+	binPath string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(runTests(m))
+}
+
+func runTests(m *testing.M) int {
+	if slices.ContainsFunc(os.Args[1:], func(a string) bool { return a == "-test.short" || a == "-test.short=true" }) {
+		return m.Run()
+	}
+	// Dual-stack Services need a dual-stack service CIDR.
+	e, err := testenv.Start(testenv.Options{ExtraAPIServerArgs: []string{"--service-cluster-ip-range=10.0.0.0/16,fd00:10::/108"}})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "testenv: %v\n", err)
+		return 1
+	}
+	defer e.Stop()
+	if err := installCRDs(e.Config); err != nil {
+		fmt.Fprintf(os.Stderr, "installing CRDs: %v\n", err)
+		return 1
+	}
+	dir, err := os.MkdirTemp("", "servicelb-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	binPath = filepath.Join(dir, "service-lb-controller")
+	cmd := exec.Command("go", "build", "-o", binPath, "./cmd/service-lb-controller")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintf(os.Stderr, "building the controller: %v\n", err)
+		return 1
+	}
+	env = e
+	return m.Run()
+}
+
+const (
+	lease     = servicelb.ControllerID
+	userAgent = servicelb.ControllerID + "/"
+)
+
+// startController runs the binary; it stops when the test ends.
+func startController(t *testing.T, name string, args ...string) *testenv.Controller {
+	t.Helper()
+	c := env.StartController(t, binPath, name, args...)
+	c.WaitLeadingAndSynced(lease, 60*time.Second)
+	return c
+}
+
+type fixture struct {
+	t      *testing.T
+	c      kubernetes.Interface
+	pools  *v1alpha1.Client
+	ns     string
+	block  int // this test's address block
+	ctrl   *testenv.Controller
+}
+
+var blocks atomic.Int32
+
+// setup returns a client, a fresh namespace and a running controller.
+func setup(t *testing.T, args ...string) *fixture {
+	t.Helper()
+	testenv.Require(t, env)
+	dyn, err := dynamic.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, c: env.Client(t), pools: v1alpha1.NewClient(dyn), ns: env.Namespace(t), block: int(blocks.Add(1))}
+	f.ctrl = startController(t, "ctrl", args...)
+	return f
+}
+
+// v4 and v6 return addresses of this test's own blocks: 10.200.<block>.<i> and
+// fd00:200:<block>::<i>.
+func (f *fixture) v4(i int) string { return fmt.Sprintf("10.200.%d.%d", f.block, i) }
+func (f *fixture) v6(i int) string { return fmt.Sprintf("fd00:200:%d::%x", f.block, i) }
+
+// pool creates a pool restricted to the test's namespace; it is deleted when the test ends.
+func (f *fixture) pool(name string, addresses []string, mut ...func(*v1alpha1.IPAddressPoolSpec)) *v1alpha1.IPAddressPool {
+	f.t.Helper()
+	p := &v1alpha1.IPAddressPool{
+		ObjectMeta: metav1.ObjectMeta{Name: f.ns + "-" + name},
+		Spec:       v1alpha1.IPAddressPoolSpec{Addresses: addresses, Namespaces: []string{f.ns}},
+	}
+	for _, m := range mut {
+		m(&p.Spec)
+	}
+	out, err := f.pools.Create(context.Background(), p)
+	if err != nil {
+		f.t.Fatalf("creating pool %s: %v", p.Name, err)
+	}
+	f.t.Cleanup(func() { _ = f.pools.Delete(context.Background(), out.Name) })
+	return out
+}
+
+type svcOpt func(*corev1.Service)
+
+func ports(ps ...int32) svcOpt {
+	return func(s *corev1.Service) {
+		s.Spec.Ports = nil
+		for _, p := range ps {
+			s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: fmt.Sprintf("p%d", p), Port: p, Protocol: corev1.ProtocolTCP})
+		}
+	}
+}
+
+func annotate(k, v string) svcOpt {
+	return func(s *corev1.Service) {
+		if s.Annotations == nil {
+			s.Annotations = map[string]string{}
+		}
+		s.Annotations[k] = v
+	}
+}
+
+func dualStack() svcOpt {
+	return func(s *corev1.Service) {
+		s.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicyRequireDualStack)
+		s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+	}
+}
+
+func class(c string) svcOpt {
+	return func(s *corev1.Service) { s.Spec.LoadBalancerClass = &c }
+}
+
+func (f *fixture) service(name string, opts ...svcOpt) *corev1.Service {
+	f.t.Helper()
+	s := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name},
+		Spec: corev1.ServiceSpec{
+			Type:     corev1.ServiceTypeLoadBalancer,
+			Selector: map[string]string{"app": name},
+		},
+	}
+	ports(80)(s)
+	for _, o := range opts {
+		o(s)
+	}
+	out, err := f.c.CoreV1().Services(f.ns).Create(context.Background(), s, metav1.CreateOptions{})
+	if err != nil {
+		f.t.Fatalf("creating service %s: %v", name, err)
+	}
+	return out
+}
+
+func ingressIPs(s *corev1.Service) []string {
+	var out []string
+	for _, in := range s.Status.LoadBalancer.Ingress {
+		out = append(out, in.IP)
+	}
+	return out
+}
+
+// wait polls the Service until cond holds and returns it.
+func (f *fixture) wait(name, what string, cond func(*corev1.Service) bool) *corev1.Service {
+	f.t.Helper()
+	var last *corev1.Service
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		s, err := f.c.CoreV1().Services(f.ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			last = nil
+			return cond(nil), nil
+		}
+		if err != nil {
+			return false, nil
+		}
+		last = s
+		return cond(s), nil
+	})
+	if err != nil {
+		desc := "<gone>"
+		if last != nil {
+			desc = fmt.Sprintf("ingress=%v finalizers=%v", ingressIPs(last), last.Finalizers)
+		}
+		f.t.Fatalf("service %s never %s; last: %s", name, what, desc)
+	}
+	return last
+}
+
+func (f *fixture) waitAddress(name string) *corev1.Service {
+	f.t.Helper()
+	return f.wait(name, "got an address", func(s *corev1.Service) bool { return s != nil && len(s.Status.LoadBalancer.Ingress) > 0 })
+}
+
+// waitEvent waits for an Event with reason on the Service and returns its message.
+func (f *fixture) waitEvent(name, reason string) string {
+	f.t.Helper()
+	var msg string
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		evs, err := f.c.CoreV1().Events(f.ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, e := range evs.Items {
+			if e.InvolvedObject.Name == name && e.Reason == reason {
+				msg = e.Message
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		f.t.Fatalf("no %s event on service %s", reason, name)
+	}
+	return msg
+}
+
+func (f *fixture) hasEvent(name, reason string) bool {
+	evs, err := f.c.CoreV1().Events(f.ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	for _, e := range evs.Items {
+		if e.InvolvedObject.Name == name && e.Reason == reason {
+			return true
+		}
+	}
+	return false
+}
+
+// serviceWrites counts the controller's writes to Services in the test's namespace.
+func (f *fixture) serviceWrites() int {
+	f.t.Helper()
+	evs, err := env.Writes(testenv.ByUserAgentPrefix(userAgent, "services"))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	n := 0
+	for _, e := range evs {
+		if e.ObjectRef.Namespace == f.ns {
+			n++
+		}
+	}
+	return n
+}
+
+func (f *fixture) delete(name string) {
+	f.t.Helper()
+	if err := f.c.CoreV1().Services(f.ns).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// ---- tests ----
+
+func TestAddressFinalizerAndRelease(t *testing.T) {
+	f := setup(t)
+	f.pool("main", []string{f.v4(10) + "-" + f.v4(11)})
+
+	f.service("web")
+	s := f.waitAddress("web")
+	if got := ingressIPs(s); !slices.Equal(got, []string{f.v4(10)}) {
+		t.Fatalf("ingress = %v, want [%s]", got, f.v4(10))
+	}
+	if in := s.Status.LoadBalancer.Ingress[0]; in.IPMode == nil || *in.IPMode != corev1.LoadBalancerIPModeVIP {
+		t.Fatalf("ipMode = %v, want VIP", in.IPMode)
+	}
+	if !slices.Contains(s.Finalizers, servicelb.FinalizerLoadBalancerCleanup) {
+		t.Fatalf("finalizers = %v", s.Finalizers)
+	}
+	f.waitEvent("web", servicelb.ReasonEnsured)
+	if n := f.serviceWrites(); n != 2 {
+		t.Fatalf("%d writes to the Service, want 2 (finalizer, status)", n)
+	}
+
+	// Deleting the Service releases the address and lets the Service go.
+	f.delete("web")
+	f.wait("web", "went away", func(s *corev1.Service) bool { return s == nil })
+	// The released address is the first free one again.
+	f.service("next")
+	if got := ingressIPs(f.waitAddress("next")); !slices.Equal(got, []string{f.v4(10)}) {
+		t.Fatalf("next got %v, want the released %s", got, f.v4(10))
+	}
+}
+
+func TestTypeChangeReleases(t *testing.T) {
+	f := setup(t)
+	f.pool("main", []string{f.v4(1) + "/32"})
+	f.service("a")
+	f.waitAddress("a")
+	f.service("b")
+	f.waitEvent("b", servicelb.ReasonAllocationFailed)
+
+	s, err := f.c.CoreV1().Services(f.ns).Get(context.Background(), "a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Spec.Type = corev1.ServiceTypeClusterIP
+	s.Spec.AllocateLoadBalancerNodePorts = nil
+	for i := range s.Spec.Ports {
+		s.Spec.Ports[i].NodePort = 0
+	}
+	if _, err := f.c.CoreV1().Services(f.ns).Update(context.Background(), s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.wait("a", "cleaned up", func(s *corev1.Service) bool {
+		return s != nil && len(s.Status.LoadBalancer.Ingress) == 0 && !slices.Contains(s.Finalizers, servicelb.FinalizerLoadBalancerCleanup)
+	})
+	if got := ingressIPs(f.waitAddress("b")); !slices.Equal(got, []string{f.v4(1)}) {
+		t.Fatalf("b got %v, want the address a gave back", got)
+	}
+	f.waitEvent("a", servicelb.ReasonDeleted)
+}
+
+func TestSharingKey(t *testing.T) {
+	f := setup(t)
+	f.pool("main", []string{f.v4(0) + "/29"}, func(s *v1alpha1.IPAddressPoolSpec) { s.AvoidBuggyIPs = true })
+	key := annotate(servicelb.AnnotationAllowSharedIP, "shared")
+	f.service("http", key, ports(80))
+	a := ingressIPs(f.waitAddress("http"))
+	f.service("https", key, ports(443))
+	b := ingressIPs(f.waitAddress("https"))
+	if !slices.Equal(a, b) || !slices.Equal(a, []string{f.v4(1)}) {
+		t.Fatalf("http %v and https %v: want both on %s (.0 avoided)", a, b, f.v4(1))
+	}
+	f.service("http2", key, ports(80))
+	c := ingressIPs(f.waitAddress("http2"))
+	if slices.Equal(c, a) {
+		t.Fatalf("http2 shares %v with http although both use port 80", c)
+	}
+	f.service("nokey", ports(8080))
+	if d := ingressIPs(f.waitAddress("nokey")); slices.Equal(d, a) || slices.Equal(d, c) {
+		t.Fatalf("a Service without the key shares %v", d)
+	}
+	// The shared address stays with https when http goes.
+	f.delete("http")
+	f.wait("http", "went away", func(s *corev1.Service) bool { return s == nil })
+	f.service("other", ports(80))
+	if got := ingressIPs(f.waitAddress("other")); slices.Equal(got, a) {
+		t.Fatalf("other got %v, still held by https", got)
+	}
+}
+
+func TestDualStack(t *testing.T) {
+	f := setup(t)
+	f.pool("v4", []string{f.v4(5) + "/32"})
+	f.pool("v6", []string{f.v6(5) + "/128"}, func(s *v1alpha1.IPAddressPoolSpec) { s.Priority = 1 })
+	f.service("ds", dualStack())
+	s := f.wait("ds", "got two addresses", func(s *corev1.Service) bool { return s != nil && len(s.Status.LoadBalancer.Ingress) == 2 })
+	if got := ingressIPs(s); !slices.Equal(got, []string{f.v4(5), f.v6(5)}) {
+		t.Fatalf("ingress = %v, want [%s %s]", got, f.v4(5), f.v6(5))
+	}
+	// The IPv4 pool is now empty: a second RequireDualStack Service waits and holds
+	// nothing, and a single-stack IPv6 one still gets nothing because ds holds it.
+	f.service("ds2", dualStack())
+	f.waitEvent("ds2", servicelb.ReasonAllocationFailed)
+	f.delete("ds")
+	s = f.wait("ds2", "got two addresses", func(s *corev1.Service) bool { return s != nil && len(s.Status.LoadBalancer.Ingress) == 2 })
+	if got := ingressIPs(s); !slices.Equal(got, []string{f.v4(5), f.v6(5)}) {
+		t.Fatalf("ds2 = %v", got)
+	}
+}
+
+func TestExhaustionThenServedOnRelease(t *testing.T) {
+	f := setup(t)
+	f.pool("tiny", []string{f.v4(1) + "-" + f.v4(2)})
+	f.service("a")
+	f.service("b")
+	f.waitAddress("a")
+	f.waitAddress("b")
+	f.service("c")
+	msg := f.waitEvent("c", servicelb.ReasonAllocationFailed)
+	if !strings.Contains(msg, "no address available") {
+		t.Fatalf("AllocationFailed message: %q", msg)
+	}
+	if s := f.wait("c", "got the finalizer", func(s *corev1.Service) bool { return s != nil && len(s.Finalizers) > 0 }); len(s.Status.LoadBalancer.Ingress) != 0 {
+		t.Fatalf("c has %v", ingressIPs(s))
+	}
+	start := time.Now()
+	f.delete("a")
+	s := f.waitAddress("c")
+	took := time.Since(start)
+	t.Logf("pending Service served %s after the deletion", took)
+	// Served by the release itself, not by a retry: the first retry would come after the
+	// 5 s minimum backoff.
+	if took > 4*time.Second {
+		t.Fatalf("c served %s after the deletion; want well under the 5 s retry backoff", took)
+	}
+	if got := ingressIPs(s); !slices.Equal(got, []string{f.v4(1)}) {
+		t.Fatalf("c got %v", got)
+	}
+}
+
+func TestPoolGrowsServesPending(t *testing.T) {
+	f := setup(t)
+	p := f.pool("grow", []string{f.v4(1) + "/32"})
+	f.service("a")
+	f.waitAddress("a")
+	f.service("b")
+	f.waitEvent("b", servicelb.ReasonAllocationFailed)
+	p, err := f.pools.Get(context.Background(), p.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Spec.Addresses = append(p.Spec.Addresses, f.v4(2)+"/32")
+	if _, err := f.pools.Update(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	if got := ingressIPs(f.waitAddress("b")); !slices.Equal(got, []string{f.v4(2)}) {
+		t.Fatalf("b got %v", got)
+	}
+}
+
+func TestPoolEditMovesStaleAddress(t *testing.T) {
+	f := setup(t)
+	p := f.pool("edit", []string{f.v4(1) + "-" + f.v4(3)})
+	f.service("a")
+	f.service("b")
+	f.waitAddress("a")
+	f.waitAddress("b")
+	p, err := f.pools.Get(context.Background(), p.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := map[string][]string{}
+	for _, n := range []string{"a", "b"} {
+		s, _ := f.c.CoreV1().Services(f.ns).Get(context.Background(), n, metav1.GetOptions{})
+		before[n] = ingressIPs(s)
+	}
+	// Drop .1 (whoever holds it), keep .2 and add .4.
+	p.Spec.Addresses = []string{f.v4(2) + "/32", f.v4(4) + "/32"}
+	if _, err := f.pools.Update(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	moved := ""
+	for n, ips := range before {
+		if slices.Equal(ips, []string{f.v4(1)}) {
+			moved = n
+		}
+	}
+	if moved == "" {
+		t.Fatalf("nobody held %s: %v", f.v4(1), before)
+	}
+	s := f.wait(moved, "moved off the removed address", func(s *corev1.Service) bool {
+		return s != nil && slices.Equal(ingressIPs(s), []string{f.v4(4)})
+	})
+	_ = s
+	f.waitEvent(moved, servicelb.ReasonAddressReassigned)
+	for n, ips := range before {
+		if n == moved {
+			continue
+		}
+		s, _ := f.c.CoreV1().Services(f.ns).Get(context.Background(), n, metav1.GetOptions{})
+		if !slices.Equal(ingressIPs(s), ips) {
+			t.Fatalf("%s moved from %v to %v although its address stayed in the pool", n, ips, ingressIPs(s))
+		}
+	}
+}
+
+func TestRequestedAddressAndPool(t *testing.T) {
+	f := setup(t)
+	f.pool("auto", []string{f.v4(1) + "/32"})
+	f.pool("manual", []string{f.v4(100) + "-" + f.v4(110)}, func(s *v1alpha1.IPAddressPoolSpec) { s.AutoAssign = ptr.To(false) })
+	f.service("want-ip", annotate(servicelb.AnnotationLoadBalancerIPs, f.v4(105)))
+	if got := ingressIPs(f.waitAddress("want-ip")); !slices.Equal(got, []string{f.v4(105)}) {
+		t.Fatalf("want-ip got %v", got)
+	}
+	f.service("want-pool", annotate(servicelb.AnnotationAddressPool, f.ns+"-manual"))
+	if got := ingressIPs(f.waitAddress("want-pool")); !slices.Equal(got, []string{f.v4(100)}) {
+		t.Fatalf("want-pool got %v", got)
+	}
+	f.service("plain")
+	if got := ingressIPs(f.waitAddress("plain")); !slices.Equal(got, []string{f.v4(1)}) {
+		t.Fatalf("plain got %v (manual pool must not auto-assign)", got)
+	}
+	// Asking for a taken address waits; asking for one in no pool is reported.
+	f.service("taken", annotate(servicelb.AnnotationLoadBalancerIPs, f.v4(105)))
+	f.waitEvent("taken", servicelb.ReasonAllocationFailed)
+	f.service("bad", annotate(servicelb.AnnotationLoadBalancerIPs, "not-an-ip"))
+	f.waitEvent("bad", servicelb.ReasonSyncFailed)
+}
+
+func TestRestartKeepsAddresses(t *testing.T) {
+	f := setup(t)
+	f.pool("main", []string{f.v4(0) + "/27"})
+	f.pool("v6", []string{f.v6(0) + "/124"})
+	names := []string{"s0", "s1", "s2", "s3", "s4", "s5"}
+	for i, n := range names {
+		if i%3 == 2 {
+			f.service(n, dualStack())
+		} else {
+			f.service(n, annotate(servicelb.AnnotationAllowSharedIP, "k"), ports(int32(1000+i)))
+		}
+	}
+	before := map[string][]string{}
+	for i, n := range names {
+		want := 1
+		if i%3 == 2 {
+			want = 2
+		}
+		before[n] = ingressIPs(f.wait(n, "served", func(s *corev1.Service) bool { return s != nil && len(s.Status.LoadBalancer.Ingress) == want }))
+	}
+	writes := f.serviceWrites()
+
+	// A new leader takes over: a standby starts, the leader stops and releases the Lease.
+	standby := env.StartController(t, binPath, "ctrl2")
+	if !f.ctrl.Stop(30 * time.Second) {
+		t.Fatal("the leader did not stop on SIGTERM")
+	}
+	standby.WaitLeadingAndSynced(lease, 60*time.Second)
+	f.service("later", ports(9999))
+	later := ingressIPs(f.waitAddress("later"))
+	for n, ips := range before {
+		s, _ := f.c.CoreV1().Services(f.ns).Get(context.Background(), n, metav1.GetOptions{})
+		if !slices.Equal(ingressIPs(s), ips) {
+			t.Fatalf("%s changed from %v to %v across the restart", n, ips, ingressIPs(s))
+		}
+		for _, ip := range later {
+			if slices.Contains(ips, ip) {
+				t.Fatalf("later got %s, which %s holds", ip, n)
+			}
+		}
+	}
+	if n := f.serviceWrites() - writes; n != 2 {
+		evs, _ := env.Writes(testenv.ByUserAgentPrefix(userAgent, "services"))
+		for _, e := range evs {
+			if e.ObjectRef.Namespace == f.ns {
+				t.Logf("%s %s %s/%s %d", e.Verb, e.UserAgent, e.ObjectRef.Name, e.ObjectRef.Subresource, e.ResponseStatus.Code)
+			}
+		}
+		t.Fatalf("%d Service writes after the restart, want 2 (the new Service's finalizer and status)", n)
+	}
+}
+
+func TestOtherClassLeftAlone(t *testing.T) {
+	f := setup(t)
+	f.pool("main", []string{f.v4(1) + "-" + f.v4(5)})
+	f.service("theirs", class("example.com/other"))
+	f.service("sentinel")
+	f.waitAddress("sentinel")
+	s, err := f.c.CoreV1().Services(f.ns).Get(context.Background(), "theirs", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Finalizers) != 0 || len(s.Status.LoadBalancer.Ingress) != 0 || f.hasEvent("theirs", servicelb.ReasonEnsuring) {
+		t.Fatalf("a Service of another class was touched: finalizers %v, ingress %v", s.Finalizers, ingressIPs(s))
+	}
+}
+
+func TestClassFlag(t *testing.T) {
+	f := setup(t, "--"+servicelb.FlagLoadBalancerClass+"=lb.kcm-split.io/pools")
+	f.pool("main", []string{f.v4(1) + "-" + f.v4(5)})
+	f.service("mine", class("lb.kcm-split.io/pools"))
+	f.service("default")
+	f.waitAddress("mine")
+	s, _ := f.c.CoreV1().Services(f.ns).Get(context.Background(), "default", metav1.GetOptions{})
+	if len(s.Finalizers) != 0 || len(s.Status.LoadBalancer.Ingress) != 0 {
+		t.Fatalf("a class-less Service was served by a controller with a class: %v", ingressIPs(s))
+	}
+}
+
+func TestInvalidPool(t *testing.T) {
+	f := setup(t)
+	// The schema rejects what it can at admission.
+	for _, bad := range []string{"not-an-ip", "10.0.0.1-fd00::1", "10.0.0.0/33", "1-2-3"} {
+		_, err := f.pools.Create(context.Background(), &v1alpha1.IPAddressPool{
+			ObjectMeta: metav1.ObjectMeta{Name: f.ns + "-rejected"},
+			Spec:       v1alpha1.IPAddressPoolSpec{Addresses: []string{bad}},
+		})
+		if !apierrors.IsInvalid(err) {
+			t.Fatalf("pool with %q: err = %v, want Invalid", bad, err)
+		}
+	}
+	// The controller reports the rest: a reversed range, and an overlap with an older pool.
+	bad := f.pool("reversed", []string{f.v4(9) + "-" + f.v4(1)})
+	f.pool("good", []string{f.v4(20) + "/32"})
+	over := f.pool("overlap", []string{f.v4(20) + "-" + f.v4(21)})
+	for name, reason := range map[string]string{bad.Name: v1alpha1.ReasonInvalidAddresses, over.Name: v1alpha1.ReasonOverlapping} {
+		err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+			p, err := f.pools.Get(ctx, name)
+			if err != nil {
+				return false, nil
+			}
+			for _, c := range p.Status.Conditions {
+				if c.Type == v1alpha1.ConditionValid && c.Status == metav1.ConditionFalse && c.Reason == reason {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			t.Fatalf("pool %s never got Valid=False/%s", name, reason)
+		}
+	}
+	f.service("on-bad", annotate(servicelb.AnnotationAddressPool, bad.Name))
+	f.waitEvent("on-bad", servicelb.ReasonSyncFailed)
+	f.service("plain")
+	if got := ingressIPs(f.waitAddress("plain")); !slices.Equal(got, []string{f.v4(20)}) {
+		t.Fatalf("plain got %v", got)
+	}
+	f.service("plain2")
+	f.waitEvent("plain2", servicelb.ReasonAllocationFailed)
+	// The valid pool reports its counts.
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		p, err := f.pools.Get(ctx, f.ns+"-good")
+		return err == nil && p.Status.AssignedIPv4 == 1 && p.Status.AvailableIPv4 == 0, nil
+	})
+	if err != nil {
+		p, _ := f.pools.Get(context.Background(), f.ns+"-good")
+		t.Fatalf("good pool status %+v", p.Status)
+	}
+	if s, _ := f.c.CoreV1().Services(f.ns).Get(context.Background(), "on-bad", metav1.GetOptions{}); len(s.Status.LoadBalancer.Ingress) != 0 {
+		t.Fatalf("a Service asking for an invalid pool got %v", ingressIPs(s))
+	}
+}
