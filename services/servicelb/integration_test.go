@@ -86,12 +86,12 @@ func startController(t *testing.T, name string, args ...string) *testenv.Control
 }
 
 type fixture struct {
-	t      *testing.T
-	c      kubernetes.Interface
-	pools  *v1alpha1.Client
-	ns     string
-	block  int // this test's address block
-	ctrl   *testenv.Controller
+	t     *testing.T
+	c     kubernetes.Interface
+	pools *v1alpha1.Client
+	ns    string
+	block int // this test's address block
+	ctrl  *testenv.Controller
 }
 
 var blocks atomic.Int32
