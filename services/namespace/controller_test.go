@@ -1,0 +1,339 @@
+package namespace
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/kcm-split/kcm-split/shared/worker"
+)
+
+var secrets = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+
+// coreDiscovery is what discovery returns in these tests: Pods, ConfigMaps, Secrets.
+func coreDiscovery() ([]*metav1.APIResourceList, error) {
+	return []*metav1.APIResourceList{{
+		GroupVersion: "v1",
+		APIResources: []metav1.APIResource{
+			{Name: "pods", Namespaced: true, Verbs: allVerbs},
+			{Name: "pods/status", Namespaced: true, Verbs: []string{"get", "patch", "update"}},
+			{Name: "configmaps", Namespaced: true, Verbs: allVerbs},
+			{Name: "secrets", Namespaced: true, Verbs: allVerbs},
+			{Name: "bindings", Namespaced: true, Verbs: []string{"create"}},
+		},
+	}}, nil
+}
+
+func terminating(name string, uid types.UID) *v1.Namespace {
+	ts := metav1.NewTime(time.Now().Add(-time.Minute))
+	return &v1.Namespace{
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: uid, DeletionTimestamp: &ts},
+		Spec:       v1.NamespaceSpec{Finalizers: []v1.FinalizerName{v1.FinalizerKubernetes}},
+		Status:     v1.NamespaceStatus{Phase: v1.NamespaceActive},
+	}
+}
+
+type fixture struct {
+	t        *testing.T
+	client   *fake.Clientset
+	content  *fakeContent
+	c        *Controller
+	reg      *prometheus.Registry
+	recorder *record.FakeRecorder
+	informer cache.SharedIndexInformer
+}
+
+func newFixture(t *testing.T, discover func() ([]*metav1.APIResourceList, error), objs ...runtime.Object) *fixture {
+	t.Helper()
+	client := fake.NewClientset(objs...)
+	// The fake does not know the finalize subresource: apply it to the stored namespace.
+	client.PrependReactor("create", "namespaces", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "finalize" {
+			return false, nil, nil
+		}
+		ns := a.(clienttesting.CreateAction).GetObject().(*v1.Namespace)
+		cur, err := client.Tracker().Get(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, "", ns.Name)
+		if err != nil {
+			return true, nil, err
+		}
+		if cur.(*v1.Namespace).UID != ns.UID {
+			return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "namespaces"}, ns.Name, errors.New("UID changed"))
+		}
+		next := cur.(*v1.Namespace).DeepCopy()
+		next.Spec.Finalizers = ns.Spec.Finalizers
+		return true, next, client.Tracker().Update(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, next, "")
+	})
+	factory := informers.NewSharedInformerFactory(client, time.Hour)
+	content := newFakeContent(time.Now)
+	opts := DefaultOptions()
+	opts.GracePeriod = 0
+	opts.PageSize = 50
+	reg := prometheus.NewRegistry()
+	recorder := record.NewFakeRecorder(100)
+	c := New(factory.Core().V1().Namespaces(), client, content, discover, recorder, opts, reg)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() { cancel(); factory.Shutdown() })
+	factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), c.HasSynced) {
+		t.Fatal("cache never synced")
+	}
+	return &fixture{t: t, client: client, content: content, c: c, reg: reg, recorder: recorder, informer: factory.Core().V1().Namespaces().Informer()}
+}
+
+func (f *fixture) sync(name string) error {
+	f.t.Helper()
+	return f.c.sync(context.Background(), name)
+}
+
+func (f *fixture) namespace(name string) *v1.Namespace {
+	f.t.Helper()
+	ns, err := f.client.CoreV1().Namespaces().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return ns
+}
+
+func (f *fixture) condition(name string, ct v1.NamespaceConditionType) v1.NamespaceCondition {
+	f.t.Helper()
+	ns := f.namespace(name)
+	i := indexOf(ns.Status.Conditions, ct)
+	if i < 0 {
+		f.t.Fatalf("no %s condition on %s", ct, name)
+	}
+	return ns.Status.Conditions[i]
+}
+
+// writes returns the verbs+subresources of the namespace writes made so far.
+func (f *fixture) writes() []string {
+	var out []string
+	for _, a := range f.client.Actions() {
+		if a.GetResource().Resource != "namespaces" || a.GetVerb() == "get" || a.GetVerb() == "list" || a.GetVerb() == "watch" {
+			continue
+		}
+		out = append(out, a.GetVerb()+"/"+a.GetSubresource())
+	}
+	return out
+}
+
+func requeueOf(t *testing.T, err error) time.Duration {
+	t.Helper()
+	var rq *worker.Requeue
+	if !errors.As(err, &rq) {
+		t.Fatalf("sync returned %v, want a requeue", err)
+	}
+	return rq.After
+}
+
+func TestSyncPodsFirstThenEverythingThenFinalize(t *testing.T) {
+	f := newFixture(t, coreDiscovery, terminating("ns", "uid-1"))
+	f.content.graceful[podsResource] = 30 * time.Second
+	f.content.add(podsResource, "ns", 2)
+	f.content.add(configMaps, "ns", 120)
+	f.content.add(secrets, "ns", 3)
+
+	after := requeueOf(t, f.sync("ns"))
+	// Pods got 30 s to terminate: look again halfway through.
+	if after < 14*time.Second || after > 17*time.Second {
+		t.Fatalf("requeue after %s, want about 16s", after)
+	}
+	if calls := f.content.callsOf("deletecollection configmaps"); len(calls) != 0 || len(f.content.callsOf("list configmaps")) != 0 {
+		t.Fatal("ConfigMaps were looked at while Pods remain")
+	}
+	if f.namespace("ns").Status.Phase != v1.NamespaceTerminating {
+		t.Fatal("phase not set to Terminating")
+	}
+	c := f.condition("ns", v1.NamespaceContentRemaining)
+	if c.Status != v1.ConditionTrue || !strings.Contains(c.Message, "pods. has 2 resource instances") {
+		t.Fatalf("ContentRemaining = %+v", c)
+	}
+
+	// A resync while the Pods terminate: no write at all.
+	before := len(f.writes())
+	requeueOf(t, f.sync("ns"))
+	if w := f.writes(); len(w) != before {
+		t.Fatalf("a pass that learned nothing new wrote %v", w[before:])
+	}
+
+	// The kubelet is done: the Pods go, everything else follows, the namespace is finalized.
+	f.content.graceful = map[schema.GroupVersionResource]time.Duration{}
+	f.content.removeFinalizers(podsResource, "ns")
+	if err := f.sync("ns"); err != nil {
+		t.Fatal(err)
+	}
+	for _, gvr := range []schema.GroupVersionResource{podsResource, configMaps, secrets} {
+		if n := f.content.count(gvr, "ns"); n != 0 {
+			t.Fatalf("%d %s left", n, gvr.Resource)
+		}
+	}
+	if fin := f.namespace("ns").Spec.Finalizers; len(fin) != 0 {
+		t.Fatalf("finalizers %v after a complete pass", fin)
+	}
+	if w := f.writes(); w[len(w)-1] != "create/finalize" {
+		t.Fatalf("last write %q, want the finalize subresource", w[len(w)-1])
+	}
+	if got := testutil.ToFloat64(f.c.metrics.deleted.WithLabelValues("configmaps.")); got != 120 {
+		t.Errorf("objects_deleted_total{configmaps.} = %v, want 120", got)
+	}
+	if got := testutil.CollectAndCount(f.reg, "kcm_split_namespace_deletion_duration_seconds"); got != 1 {
+		t.Errorf("deletion duration histogram has %d series, want 1", got)
+	}
+}
+
+func TestSyncPartialDiscoveryFailureDeletesButDoesNotFinalize(t *testing.T) {
+	var broken atomic.Bool
+	broken.Store(true)
+	discover := func() ([]*metav1.APIResourceList, error) {
+		lists, _ := coreDiscovery()
+		if broken.Load() {
+			return lists, &discovery.ErrGroupDiscoveryFailed{Groups: map[schema.GroupVersion]error{
+				{Group: "metrics.example.com", Version: "v1beta1"}: errors.New("the server is currently unable to handle the request"),
+			}}
+		}
+		return lists, nil
+	}
+	f := newFixture(t, discover, terminating("ns", "uid-1"))
+	f.content.add(configMaps, "ns", 10)
+	err := f.sync("ns")
+	if err == nil || !strings.Contains(err.Error(), "metrics.example.com/v1beta1") {
+		t.Fatalf("sync = %v, want an error naming the failing group version", err)
+	}
+	if n := f.content.count(configMaps, "ns"); n != 0 {
+		t.Fatalf("%d ConfigMaps left: what can be deleted must be", n)
+	}
+	c := f.condition("ns", v1.NamespaceDeletionDiscoveryFailure)
+	if c.Status != v1.ConditionTrue || c.Reason != "DiscoveryFailed" || !strings.Contains(c.Message, "metrics.example.com/v1beta1") {
+		t.Fatalf("DiscoveryFailure = %+v", c)
+	}
+	if fin := f.namespace("ns").Spec.Finalizers; !slices.Contains(fin, v1.FinalizerKubernetes) {
+		t.Fatal("finalized although discovery failed")
+	}
+	select {
+	case e := <-f.recorder.Events:
+		if !strings.HasPrefix(e, "Warning DiscoveryFailed") || !strings.Contains(e, "metrics.example.com/v1beta1") {
+			t.Fatalf("event %q", e)
+		}
+	default:
+		t.Fatal("no Event naming the failing API")
+	}
+
+	// The API is removed: the next pass finalizes (the cache is refreshed on APIService
+	// changes; here the failed discovery is simply too old to reuse).
+	broken.Store(false)
+	f.c.resources.invalidate()
+	if err := f.sync("ns"); err != nil {
+		t.Fatal(err)
+	}
+	if c := f.condition("ns", v1.NamespaceDeletionDiscoveryFailure); c.Status != v1.ConditionFalse {
+		t.Fatalf("DiscoveryFailure still %s", c.Status)
+	}
+	if fin := f.namespace("ns").Spec.Finalizers; len(fin) != 0 {
+		t.Fatalf("not finalized once discovery works: %v", fin)
+	}
+}
+
+func TestSyncLeavesAReplacedNamespaceAlone(t *testing.T) {
+	f := newFixture(t, coreDiscovery, terminating("ns", "uid-old"))
+	f.content.add(configMaps, "ns", 3)
+	// Between the pass's first read and its finalize, someone else finalizes the namespace
+	// and creates a new one with the same name: every later read shows the new UID.
+	var gets atomic.Int32
+	f.client.PrependReactor("get", "namespaces", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if gets.Add(1) == 1 {
+			return false, nil, nil
+		}
+		fresh := &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns", UID: "uid-new"}, Spec: v1.NamespaceSpec{Finalizers: []v1.FinalizerName{v1.FinalizerKubernetes}}}
+		return true, fresh, nil
+	})
+	f.client.PrependReactor("create", "namespaces", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "finalize" {
+			return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "namespaces"}, "ns", errors.New("resourceVersion changed"))
+		}
+		return false, nil, nil
+	})
+	if err := f.sync("ns"); err != nil {
+		t.Fatalf("sync = %v, want nil: the namespace it worked on is gone", err)
+	}
+	finalizes := 0
+	for _, w := range f.writes() {
+		if w == "create/finalize" {
+			finalizes++
+		}
+	}
+	if finalizes != 1 {
+		t.Fatalf("%d finalize calls, want 1 (the one that conflicted, not retried on the new namespace)", finalizes)
+	}
+}
+
+func TestSyncStopsDeletingWhenTheCacheShowsANewNamespace(t *testing.T) {
+	old := terminating("ns", "uid-old")
+	// Already Terminating, so the pass writes nothing (whose watch event would put the old
+	// object back into the cache) before it deletes.
+	old.Status.Phase = v1.NamespaceTerminating
+	f := newFixture(t, coreDiscovery, old)
+	f.content.add(configMaps, "ns", 3)
+	// The API still answers with the old object, the watch already delivered a new,
+	// live namespace of the same name: its content must not be deleted.
+	if err := f.informer.GetStore().Update(&v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns", UID: "uid-new"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.sync("ns"); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.content.count(configMaps, "ns"); n != 3 || len(f.content.callsOf("delete")) != 0 {
+		t.Fatalf("content deleted under a replaced namespace: %d left, calls %v", n, f.content.calls)
+	}
+	for _, w := range f.writes() {
+		if w == "create/finalize" {
+			t.Fatal("finalized although the namespace was replaced")
+		}
+	}
+}
+
+func TestSyncWaitsForTheGracePeriod(t *testing.T) {
+	f := newFixture(t, coreDiscovery, terminating("ns", "uid-1"))
+	f.c.opts.GracePeriod = time.Hour
+	f.content.add(configMaps, "ns", 3)
+	after := requeueOf(t, f.sync("ns"))
+	if after <= 59*time.Minute || after > time.Hour {
+		t.Fatalf("requeue after %s, want just under the 1h grace", after)
+	}
+	if len(f.content.calls) != 0 || len(f.writes()) != 0 {
+		t.Fatalf("acted within the grace period: %v %v", f.content.calls, f.writes())
+	}
+}
+
+func TestSyncIgnoresLiveAndFinalizedNamespaces(t *testing.T) {
+	live := &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "live", UID: "u1"}, Spec: v1.NamespaceSpec{Finalizers: []v1.FinalizerName{v1.FinalizerKubernetes}}}
+	done := terminating("done", "u2")
+	done.Spec.Finalizers = []v1.FinalizerName{"example.com/other"}
+	f := newFixture(t, coreDiscovery, live, done)
+	f.content.add(configMaps, "live", 3)
+	for _, name := range []string{"live", "done", "missing"} {
+		if err := f.sync(name); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	if f.content.count(configMaps, "live") != 3 || len(f.content.calls) != 0 {
+		t.Fatalf("content of a live or finalized namespace touched: %v", f.content.calls)
+	}
+}
