@@ -186,7 +186,9 @@ func (c *Controller) warmUp(ctx context.Context) {
 			pending = append(pending, src)
 		}
 	}
-	_ = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, c.opts.SourceSyncTimeout, true, func(context.Context) (bool, error) {
+	// A little longer than the sync timeout, so that a type that times out is seen failing
+	// (and warned about) by the first syncs rather than still starting.
+	_ = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, c.opts.SourceSyncTimeout+time.Second, true, func(context.Context) (bool, error) {
 		for _, s := range pending {
 			if s.state() == stateStarting {
 				return false, nil

@@ -1,0 +1,312 @@
+package quota
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	v1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	metadatafake "k8s.io/client-go/metadata/fake"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+)
+
+var widgetsResource = schema.GroupResource{Group: "example.com", Resource: "widgets"}
+
+type fixture struct {
+	t        *testing.T
+	ctx      context.Context
+	client   *fake.Clientset
+	c        *Controller
+	recorder *record.FakeRecorder
+}
+
+// newFixture runs the controller's informers over a fake clientset, without workers: tests
+// call syncQuota and the handlers directly. Listing widgets.example.com always fails (the
+// metadata fake's list fails), which makes it a type that cannot be counted.
+func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
+	t.Helper()
+	client := fake.NewClientset(objs...)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	meta := metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())
+	meta.PrependReactor("list", "widgets", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("conversion webhook for example.com/v1, Kind=Widget failed: connection refused")
+	})
+	discover := func() (map[schema.GroupResource]string, map[string]string, error) {
+		return map[schema.GroupResource]string{widgetsResource: "v1"}, nil, nil
+	}
+	rec := record.NewFakeRecorder(100)
+	opts := DefaultOptions()
+	opts.SourceSyncTimeout = 300 * time.Millisecond
+	c := New(factory.Core().V1().ResourceQuotas(), client, meta, discover, rec, opts, prometheus.NewRegistry())
+	ctx, cancel := context.WithCancel(context.Background())
+	c.sources.ctx = ctx
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+	c.runDiscovery(ctx)
+	// The handlers, not only the informer, must have seen every quota.
+	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return c.quotaSynced(), nil
+	}); err != nil {
+		t.Fatal("quota handler never synced")
+	}
+	t.Cleanup(func() {
+		cancel()
+		factory.Shutdown()
+		c.sources.wait()
+		c.primary.ShutDown()
+		c.priority.ShutDown()
+	})
+	return &fixture{t: t, ctx: ctx, client: client, c: c, recorder: rec}
+}
+
+// sync starts and waits for the informers the quotas need, then syncs key.
+func (f *fixture) sync(key string) error {
+	f.t.Helper()
+	f.c.warmUp(f.ctx)
+	return f.c.syncQuota(f.ctx, key)
+}
+
+func (f *fixture) writes() []string {
+	var out []string
+	for _, a := range f.client.Actions() {
+		switch a.GetVerb() {
+		case "get", "list", "watch":
+			continue
+		}
+		out = append(out, a.GetVerb()+" "+a.GetResource().Resource+"/"+a.GetSubresource())
+	}
+	return out
+}
+
+func (f *fixture) stored(ns, name string) *v1.ResourceQuota {
+	f.t.Helper()
+	rq, err := f.client.CoreV1().ResourceQuotas(ns).Get(f.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return rq
+}
+
+// catchUp waits until the quota lister holds what the fake apiserver stores.
+func (f *fixture) catchUp(ns, name string) {
+	f.t.Helper()
+	// The fake clientset does not bump resourceVersions: compare what matters.
+	want := f.stored(ns, name)
+	err := wait.PollUntilContextTimeout(f.ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		rq, err := f.c.quotas.ResourceQuotas(ns).Get(name)
+		return err == nil && apiequality.Semantic.DeepEqual(rq.Spec, want.Spec) && apiequality.Semantic.DeepEqual(rq.Status, want.Status), nil
+	})
+	if err != nil {
+		f.t.Fatal("quota informer did not catch up")
+	}
+}
+
+// drain empties both queues and returns what they held.
+func (f *fixture) drain() (priority, primary []string) {
+	take := func(q interface {
+		Len() int
+		Get() (string, bool)
+		Done(string)
+	}) []string {
+		var out []string
+		for q.Len() > 0 {
+			k, _ := q.Get()
+			q.Done(k)
+			out = append(out, k)
+		}
+		return out
+	}
+	return take(f.c.priority), take(f.c.primary)
+}
+
+func quotaObj(ns, name string, hard v1.ResourceList) *v1.ResourceQuota {
+	return &v1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, ResourceVersion: "1"}, Spec: v1.ResourceQuotaSpec{Hard: hard}}
+}
+
+func namedPod(ns, name string, opts ...func(*v1.Pod)) *v1.Pod {
+	p := pod(opts...)
+	p.Namespace, p.Name = ns, name
+	return p
+}
+
+func TestSyncWritesOnceThenNothing(t *testing.T) {
+	f := newFixture(t,
+		quotaObj("ns", "q", rl("pods", "10", "requests.cpu", "4", "count/pods", "10")),
+		namedPod("ns", "a", containers(container("c", rl("cpu", "500m"), nil))),
+		namedPod("ns", "b", containers(container("c", rl("cpu", "1"), nil)), phase(v1.PodFailed)),
+		namedPod("other", "c", containers(container("c", rl("cpu", "1"), nil))),
+	)
+	if err := f.sync("ns/q"); err != nil {
+		t.Fatal(err)
+	}
+	if w := f.writes(); len(w) != 1 || w[0] != "update resourcequotas/status" {
+		t.Fatalf("writes = %v, want one status update", w)
+	}
+	rq := f.stored("ns", "q")
+	checkUsage(t, rq.Status.Used, map[string]string{"pods": "1", "requests.cpu": "500m", "count/pods": "2"})
+	checkUsage(t, rq.Status.Hard, map[string]string{"pods": "10", "requests.cpu": "4"})
+
+	f.catchUp("ns", "q")
+	f.client.ClearActions()
+	if err := f.sync("ns/q"); err != nil {
+		t.Fatal(err)
+	}
+	if w := f.writes(); len(w) != 0 {
+		t.Fatalf("resync over unchanged usage wrote %v", w)
+	}
+	if got := testutil.ToFloat64(f.c.metrics.syncs.WithLabelValues(OutcomeUnchanged)); got != 1 {
+		t.Fatalf("unchanged syncs = %v, want 1", got)
+	}
+}
+
+func TestReplenishOnlyQuotasTrackingTheResourceInItsNamespace(t *testing.T) {
+	f := newFixture(t,
+		quotaObj("ns", "pods", rl("pods", "10")),
+		quotaObj("ns", "cpu", rl("requests.cpu", "10")),
+		quotaObj("ns", "maps", rl("configmaps", "10")),
+		quotaObj("other", "pods", rl("pods", "10")),
+	)
+	f.drain()
+	h := f.c.replenisher(podsResource)
+	running := namedPod("ns", "p", containers(container("c", rl("cpu", "1"), nil)))
+
+	h.OnDelete(running)
+	prio, prim := f.drain()
+	if strings.Join(prio, ",") != "ns/pods,ns/cpu" && strings.Join(prio, ",") != "ns/cpu,ns/pods" || len(prim) != 0 {
+		t.Fatalf("delete queued priority=%v primary=%v, want ns/pods and ns/cpu in priority", prio, prim)
+	}
+	h.OnDelete(cacheTombstone(running))
+	if prio, _ := f.drain(); len(prio) != 2 {
+		t.Fatalf("tombstone queued %v", prio)
+	}
+
+	relabeled := running.DeepCopy()
+	relabeled.Labels = map[string]string{"a": "b"}
+	h.OnUpdate(running, relabeled)
+	if prio, prim := f.drain(); len(prio)+len(prim) != 0 {
+		t.Fatalf("a label change queued %v %v", prio, prim)
+	}
+	failed := running.DeepCopy()
+	failed.Status.Phase = v1.PodFailed
+	h.OnUpdate(running, failed)
+	if prio, _ := f.drain(); len(prio) != 2 {
+		t.Fatalf("turning Failed queued %v", prio)
+	}
+	// Creations are charged by admission: nothing to do.
+	h.OnAdd(running, false)
+	if prio, prim := f.drain(); len(prio)+len(prim) != 0 {
+		t.Fatalf("a create queued %v %v", prio, prim)
+	}
+}
+
+func TestQuotaHandlers(t *testing.T) {
+	synced := quotaObj("ns", "q", rl("pods", "1"))
+	synced.Status = v1.ResourceQuotaStatus{Hard: rl("pods", "1"), Used: rl("pods", "0")}
+	f := newFixture(t, synced, quotaObj("ns", "new", rl("pods", "1")))
+	prio, prim := f.drain()
+	if strings.Join(prio, ",") != "ns/new" || strings.Join(prim, ",") != "ns/q" {
+		t.Fatalf("initial adds: priority=%v primary=%v", prio, prim)
+	}
+	statusOnly := synced.DeepCopy()
+	statusOnly.Status.Used = rl("pods", "1")
+	f.c.onQuotaUpdate(synced, statusOnly)
+	if prio, prim := f.drain(); len(prio)+len(prim) != 0 {
+		t.Fatalf("a status update queued %v %v", prio, prim)
+	}
+	edited := synced.DeepCopy()
+	edited.Spec.Hard = rl("pods", "2")
+	f.c.onQuotaUpdate(synced, edited)
+	if prio, _ := f.drain(); strings.Join(prio, ",") != "ns/q" {
+		t.Fatalf("a spec.hard edit queued %v, want ns/q in priority", prio)
+	}
+}
+
+func TestUncountableTypeKeepsLastValuePublishesTheRestAndWarnsOnce(t *testing.T) {
+	rq := quotaObj("ns", "q", rl("pods", "5", "count/widgets.example.com", "5"))
+	rq.Status = v1.ResourceQuotaStatus{Hard: rl("pods", "5", "count/widgets.example.com", "5"), Used: rl("pods", "0", "count/widgets.example.com", "2")}
+	f := newFixture(t, rq, namedPod("ns", "a"))
+	if err := f.sync("ns/q"); err != nil {
+		t.Fatal(err)
+	}
+	got := f.stored("ns", "q")
+	checkUsage(t, got.Status.Used, map[string]string{"pods": "1", "count/widgets.example.com": "2"})
+	if len(f.recorder.Events) != 1 {
+		t.Fatalf("%d events, want 1", len(f.recorder.Events))
+	}
+	ev := <-f.recorder.Events
+	if !strings.Contains(ev, ReasonCannotCount) || !strings.Contains(ev, "widgets.example.com") {
+		t.Fatalf("event %q does not name the resource", ev)
+	}
+	if got := testutil.ToFloat64(f.c.metrics.syncs.WithLabelValues(OutcomePartial)); got != 1 {
+		t.Fatalf("partial syncs = %v, want 1", got)
+	}
+	if f.c.sources.failing.Load() != 1 {
+		t.Fatalf("failing types = %d, want 1", f.c.sources.failing.Load())
+	}
+	f.catchUp("ns", "q")
+	f.client.ClearActions()
+	if err := f.sync("ns/q"); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.recorder.Events) != 0 || len(f.writes()) != 0 {
+		t.Fatalf("second sync: %d more events, writes %v; want none", len(f.recorder.Events), f.writes())
+	}
+}
+
+func TestDeletingPodIsRecheckedWhenItsGracePeriodEnds(t *testing.T) {
+	now := time.Now()
+	f := newFixture(t,
+		quotaObj("ns", "q", rl("pods", "5")),
+		namedPod("ns", "a", func(p *v1.Pod) {
+			p.DeletionTimestamp = &metav1.Time{Time: now}
+			p.DeletionGracePeriodSeconds = new(int64(30))
+		}),
+	)
+	f.c.now = func() time.Time { return now }
+	err := f.sync("ns/q")
+	if err == nil || !strings.Contains(err.Error(), "requeue after 30") {
+		t.Fatalf("sync = %v, want a requeue after the grace period", err)
+	}
+	f.c.now = func() time.Time { return now.Add(31 * time.Second) }
+	f.catchUp("ns", "q")
+	if err := f.sync("ns/q"); err != nil {
+		t.Fatal(err)
+	}
+	checkUsage(t, f.stored("ns", "q").Status.Used, map[string]string{"pods": "0"})
+}
+
+func TestOptionsValidate(t *testing.T) {
+	ok := DefaultOptions()
+	if err := ok.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for name, mut := range map[string]func(*Options){
+		FlagConcurrentSyncs:   func(o *Options) { o.ConcurrentSyncs = 0 },
+		FlagSyncPeriod:        func(o *Options) { o.SyncPeriod = -time.Second },
+		FlagDiscoveryPeriod:   func(o *Options) { o.DiscoveryPeriod = 0 },
+		FlagSourceSyncTimeout: func(o *Options) { o.SourceSyncTimeout = 0 },
+	} {
+		o := DefaultOptions()
+		mut(&o)
+		if err := o.Validate(); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+func cacheTombstone(obj any) any {
+	return cache.DeletedFinalStateUnknown{Key: "ns/p", Obj: obj}
+}
