@@ -1,0 +1,222 @@
+package nodelifecycle
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+)
+
+// handleDisruption updates zone states and rates from this pass's counts. When every zone
+// is fully disrupted the problem is most likely between the control plane and the Nodes,
+// not the Nodes: all NoExecute taints this controller placed are removed and tainting stops
+// everywhere until some Node is Ready again, at which point every Node gets a fresh grace
+// period.
+func (c *Controller) handleDisruption(ctx context.Context, counts map[string]*zoneCount, nodes []*v1.Node) {
+	logger := klog.FromContext(ctx)
+	newStates := make(map[string]ZoneState, len(counts))
+	allDownNow := len(counts) > 0
+	for k, zc := range counts {
+		size := zc.ready + zc.notReady
+		c.metrics.zoneSize.WithLabelValues(k).Set(float64(size))
+		c.metrics.unhealthy.WithLabelValues(k).Set(float64(zc.notReady))
+		c.metrics.zoneHealth.WithLabelValues(k).Set(float64(100*zc.ready) / float64(size))
+		s := zoneState(zc.ready, zc.notReady, c.opts.UnhealthyZoneThreshold)
+		newStates[k] = s
+		if s != StateFullDisruption {
+			allDownNow = false
+		}
+	}
+
+	c.mu.Lock()
+	wasAllDown := c.allDown
+	now := c.now()
+	// Zones with no counted Node (all gone or excluded) take no part.
+	for k, z := range c.zones {
+		if _, ok := counts[k]; !ok {
+			c.metrics.zoneSize.WithLabelValues(k).Set(0)
+			c.metrics.unhealthy.WithLabelValues(k).Set(0)
+			c.metrics.zoneHealth.WithLabelValues(k).Set(100)
+			z.state = StateInitial
+		}
+	}
+	switch {
+	case allDownNow && wasAllDown:
+		// Still down: nothing changes.
+	case allDownNow:
+		c.allDown = true
+		for _, z := range c.zones {
+			z.tainter.setRate(0, now)
+			z.tainter.clear()
+			z.state = StateFullDisruption
+		}
+	case wasAllDown:
+		c.allDown = false
+		for k, z := range c.zones {
+			s, ok := newStates[k]
+			if !ok {
+				s = StateInitial
+			}
+			z.state = s
+			z.tainter.setRate(c.opts.zoneRate(s, sizeOf(counts[k])), now)
+		}
+	default:
+		for k, s := range newStates {
+			z := c.zones[k]
+			if z == nil || z.state == s {
+				continue
+			}
+			from := z.state
+			z.state = s
+			z.tainter.setRate(c.opts.zoneRate(s, sizeOf(counts[k])), now)
+			logger.Info("Zone changed state", "zone", k, "from", from, "to", s, "rate", z.tainter.Rate())
+			c.zoneEvent(k, from, s, counts[k], z.tainter.Rate())
+		}
+	}
+	c.updatePauseMetrics()
+	c.mu.Unlock()
+
+	switch {
+	case allDownNow && !wasAllDown:
+		logger.Info("No zone has a Ready node: entering all-zones-down mode, NoExecute tainting stops and its taints are removed")
+		c.recorder.Eventf(zoneEventObject, v1.EventTypeWarning, ReasonAllZonesDown,
+			"No Ready Node in any of %d zones: NoExecute tainting stopped everywhere and the NoExecute taints of this controller removed; grace periods restart once a Node is Ready", len(counts))
+		for _, n := range nodes {
+			if err := c.markReachable(ctx, n); err != nil {
+				logger.Error(err, "Removing NoExecute taints in all-zones-down mode", "node", n.Name)
+			}
+		}
+	case !allDownNow && wasAllDown:
+		logger.Info("Some node is Ready again: leaving all-zones-down mode, every node gets a fresh grace period")
+		c.health.restartGrace()
+		c.recorder.Eventf(zoneEventObject, v1.EventTypeNormal, ReasonAllZonesDownEnded,
+			"A Node is Ready again: NoExecute tainting resumes per zone; every Node got a fresh grace period")
+	}
+}
+
+func sizeOf(zc *zoneCount) int {
+	if zc == nil {
+		return 0
+	}
+	return zc.ready + zc.notReady
+}
+
+// zoneEvent records a zone's move into or out of disruption, saying what it does to
+// NoExecute tainting: upstream only logs it, and "why are the Pods of my dead Node not
+// evicted?" deserves an answer in the API.
+func (c *Controller) zoneEvent(key string, from, to ZoneState, zc *zoneCount, rate float64) {
+	name := key
+	if name == "" {
+		name = "(no zone labels)"
+	}
+	counted := fmt.Sprintf("%d of %d Nodes not Ready", zc.notReady, zc.ready+zc.notReady)
+	switch to {
+	case StatePartialDisruption:
+		effect := fmt.Sprintf("NoExecute tainting slowed to %g Nodes/s (--%s)", rate, FlagSecondaryEvictionRate)
+		if rate == 0 {
+			effect = fmt.Sprintf("NoExecute tainting paused: the zone has no more than %d Nodes (--%s)", c.opts.LargeClusterThreshold, FlagLargeClusterThreshold)
+		}
+		c.recorder.Eventf(zoneEventObject, v1.EventTypeWarning, ReasonZoneDisrupted,
+			"Zone %s is in PartialDisruption (%s): %s", name, counted, effect)
+	case StateFullDisruption:
+		c.recorder.Eventf(zoneEventObject, v1.EventTypeWarning, ReasonZoneDisrupted,
+			"Zone %s is in FullDisruption (%s): other zones are healthy, so NoExecute tainting continues at %g Nodes/s", name, counted, rate)
+	case StateNormal:
+		if from == StatePartialDisruption || from == StateFullDisruption {
+			c.recorder.Eventf(zoneEventObject, v1.EventTypeNormal, ReasonZoneNormal,
+				"Zone %s is Normal again (%s): NoExecute tainting at %g Nodes/s", name, counted, rate)
+		}
+	}
+}
+
+// updatePauseMetrics publishes each zone's rate and, for paused zones, why. Called with
+// c.mu held.
+func (c *Controller) updatePauseMetrics() {
+	for k, z := range c.zones {
+		r := z.tainter.Rate()
+		c.metrics.zoneRate.WithLabelValues(k).Set(r)
+		reason := ""
+		switch {
+		case c.allDown:
+			reason = PauseAllZonesDown
+		case r == 0 && z.state == StatePartialDisruption:
+			reason = PausePartialDisruption
+		}
+		for _, other := range []string{PauseAllZonesDown, PausePartialDisruption} {
+			if other != reason {
+				c.metrics.paused.DeleteLabelValues(k, other)
+			}
+		}
+		if reason != "" {
+			c.metrics.paused.WithLabelValues(k, reason).Set(1)
+		}
+	}
+}
+
+// runTainter applies queued NoExecute taints as each zone's rate allows. It sleeps while
+// no zone has work it may do.
+func (c *Controller) runTainter(ctx context.Context) {
+	for {
+		busy := false
+		c.mu.Lock()
+		zones := make(map[string]*zoneTainter, len(c.zones))
+		for k, z := range c.zones {
+			zones[k] = z.tainter
+		}
+		c.mu.Unlock()
+		for k, t := range zones {
+			for {
+				name, ok := t.next(c.now())
+				if !ok {
+					break
+				}
+				c.applyNoExecute(ctx, k, t, name)
+			}
+			if t.pending() > 0 && t.Rate() > 0 {
+				busy = true
+			}
+		}
+		var tick <-chan time.Time
+		if busy {
+			tick = time.After(taintRetryPeriod)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick:
+		case <-c.tainterKick:
+		}
+	}
+}
+
+// applyNoExecute gives one Node the NoExecute taint matching its Ready status now.
+func (c *Controller) applyNoExecute(ctx context.Context, zoneKey string, t *zoneTainter, name string) {
+	logger := klog.FromContext(ctx).WithValues("node", name, "zone", zoneKey)
+	node, err := c.nodes.Get(name)
+	if err != nil {
+		return // deleted meanwhile
+	}
+	written, err := c.setTaints(ctx, node, func(n *v1.Node) ([]v1.Taint, bool) {
+		var want, other v1.Taint
+		switch readyStatus(n) {
+		case v1.ConditionFalse:
+			want, other = notReadyTaint, unreachableTaint
+		case v1.ConditionUnknown:
+			want, other = unreachableTaint, notReadyTaint
+		default:
+			return nil, false // Ready again, or never reported: nothing to do
+		}
+		return swapTaints(n.Spec.Taints, &want, []v1.Taint{other}, c.now())
+	})
+	if err != nil {
+		logger.Error(err, "Adding a NoExecute taint; will retry")
+		t.retry(name, c.now())
+		return
+	}
+	if written != nil {
+		c.metrics.evictions.WithLabelValues(zoneKey).Inc()
+		logger.Info("Node tainted NoExecute", "taints", len(written.Spec.Taints))
+	}
+}

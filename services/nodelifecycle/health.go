@@ -1,0 +1,155 @@
+package nodelifecycle
+
+import (
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	coordv1 "k8s.io/api/coordination/v1"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// health is what the controller knows of one Node's signs of life.
+type health struct {
+	// probe is the local time of the last sign of life: a new Ready heartbeat or Lease
+	// renewal, as this process observed it. Local time, never the timestamps inside the
+	// objects, so clock skew between the kubelet and this process cannot shorten or stretch
+	// the grace period.
+	probe time.Time
+	// nodeSeen is false while only the Node's Lease has been observed.
+	nodeSeen bool
+	// hasReady: the Node has a Ready condition (it has reported at least once).
+	hasReady bool
+	// heartbeat is the Ready condition's lastHeartbeatTime last observed.
+	heartbeat metav1.Time
+	// renew is the Lease's renewTime last observed.
+	renew time.Time
+}
+
+// healthTracker records signs of life as the informers deliver them, so that a heartbeat
+// counts from the moment it arrives rather than from the next periodic check. It is safe
+// for concurrent use by event handlers and the monitor loop.
+type healthTracker struct {
+	mu    sync.Mutex
+	nodes map[string]*health
+	now   func() time.Time
+}
+
+func newHealthTracker(now func() time.Time) *healthTracker {
+	return &healthTracker{nodes: map[string]*health{}, now: now}
+}
+
+func readyCondition(status *v1.NodeStatus) *v1.NodeCondition {
+	for i := range status.Conditions {
+		if status.Conditions[i].Type == v1.NodeReady {
+			return &status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// observeNode records node's Ready heartbeat. It reports whether that counted as a sign of
+// life.
+func (t *healthTracker) observeNode(node *v1.Node) bool {
+	ready := readyCondition(&node.Status)
+	now := t.now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	h := t.nodes[node.Name]
+	if h == nil {
+		h = &health{}
+		t.nodes[node.Name] = h
+	}
+	alive := false
+	switch {
+	case !h.nodeSeen && ready == nil:
+		// Never reported: the startup grace period runs from the Node's creation, unless a
+		// Lease renewal was seen already.
+		if created := node.CreationTimestamp.Time; created.After(h.probe) {
+			h.probe = created
+		}
+	case !h.nodeSeen:
+		// A Node seen for the first time (most often: this process just started leading)
+		// gets a full grace period from now; the heartbeat in its status may be from
+		// another clock.
+		h.probe, alive = now, true
+	case (ready != nil) != h.hasReady:
+		// The Ready condition appeared (first report) or vanished (someone removed it).
+		h.probe, alive = now, true
+	case ready != nil && !ready.LastHeartbeatTime.Equal(&h.heartbeat):
+		h.probe, alive = now, true
+	}
+	h.nodeSeen = true
+	h.hasReady = ready != nil
+	if ready != nil {
+		h.heartbeat = ready.LastHeartbeatTime
+	}
+	return alive
+}
+
+// observeLease records a node Lease's renewal. It reports whether that counted as a sign of
+// life (a renewTime later than the last one seen).
+func (t *healthTracker) observeLease(lease *coordv1.Lease) bool {
+	if lease.Spec.RenewTime == nil {
+		return false
+	}
+	renew := lease.Spec.RenewTime.Time
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	h := t.nodes[lease.Name]
+	if h == nil {
+		h = &health{}
+		t.nodes[lease.Name] = h
+	}
+	if !renew.After(h.renew) {
+		return false
+	}
+	h.renew = renew
+	h.probe = t.now()
+	return true
+}
+
+// get returns a copy of the record for name.
+func (t *healthTracker) get(name string) (health, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	h, ok := t.nodes[name]
+	if !ok {
+		return health{}, false
+	}
+	return *h, true
+}
+
+// forget drops a deleted Node.
+func (t *healthTracker) forget(name string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.nodes, name)
+}
+
+// restartGrace gives every Node a fresh grace period from now: after all zones were down,
+// the silence was most likely the control plane's network, not the Nodes.
+func (t *healthTracker) restartGrace() {
+	now := t.now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, h := range t.nodes {
+		h.probe = now
+	}
+}
+
+// deadline is when h's grace period ends.
+func (o Options) deadline(h health) time.Time {
+	if !h.hasReady {
+		return h.probe.Add(o.StartupGracePeriod)
+	}
+	return h.probe.Add(o.MonitorGracePeriod)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	return slices.Sorted(maps.Keys(m))
+}
+
+func metavOf(t time.Time) metav1.Time { return metav1.NewTime(t) }

@@ -1,0 +1,167 @@
+package nodelifecycle
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/kcm-split/kcm-split/shared/app"
+)
+
+// Names this controller is known by. They are the single source of truth for the binary,
+// the Lease, the queues' metrics labels, the Helm chart key and what other components see.
+const (
+	// ControllerID is upstream's controller name, the binary name and the default Lease name.
+	ControllerID = "node-lifecycle-controller"
+	// NodeQueueName is upstream's name of the queue of Nodes whose NoSchedule taints are
+	// reconciled, so workqueue_*{name="node_lifecycle_controller"} queries keep working.
+	NodeQueueName = "node_lifecycle_controller"
+	// PodQueueName is upstream's name of the queue of Pods newly bound to a Node.
+	PodQueueName = "node_lifecycle_controller_pods"
+	// EvictionNodeQueueName and EvictionPodQueueName are the taint-eviction controller's
+	// queues, upstream's names.
+	EvictionNodeQueueName = "noexec_taint_node"
+	EvictionPodQueueName  = "noexec_taint_pod"
+	// EvictionQueueName holds Pods whose eviction is due, or will be at a known time.
+	EvictionQueueName = "noexec_taint_eviction"
+	// ComponentName is the source component of the Events about Nodes, upstream's.
+	ComponentName = "node-controller"
+	// EvictionComponentName is the source component of eviction Events, upstream's.
+	EvictionComponentName = "taint-eviction-controller"
+	// DefaultPort serves metrics and health unless --metrics-bind-address says otherwise.
+	DefaultPort = 10282
+)
+
+// Flag names, upstream's (--enable-taint-eviction is ours: upstream chooses with --controllers).
+const (
+	FlagMonitorPeriod          = "node-monitor-period"
+	FlagMonitorGracePeriod     = "node-monitor-grace-period"
+	FlagStartupGracePeriod     = "node-startup-grace-period"
+	FlagEvictionRate           = "node-eviction-rate"
+	FlagSecondaryEvictionRate  = "secondary-node-eviction-rate"
+	FlagLargeClusterThreshold  = "large-cluster-size-threshold"
+	FlagUnhealthyZoneThreshold = "unhealthy-zone-threshold"
+	FlagEnableTaintEviction    = "enable-taint-eviction"
+)
+
+// Options are the controller's own settings.
+type Options struct {
+	// MonitorPeriod is how often every Node is checked even when no deadline or event asks
+	// for it. Node health deadlines are also watched directly, so this bounds neither the
+	// detection delay nor the zone-state refresh after a change.
+	MonitorPeriod time.Duration
+	// MonitorGracePeriod is how long a Node that has reported before may stay silent (no
+	// Ready heartbeat, no Lease renewal) before it is marked Unknown.
+	MonitorGracePeriod time.Duration
+	// StartupGracePeriod replaces MonitorGracePeriod for a Node that has never reported.
+	StartupGracePeriod time.Duration
+	// EvictionRate is the NoExecute tainting rate per zone, Nodes per second, in a healthy
+	// zone and in a fully disrupted one (while some other zone is healthy).
+	EvictionRate float64
+	// SecondaryEvictionRate applies to a partially disrupted zone larger than
+	// LargeClusterThreshold; smaller ones stop tainting.
+	SecondaryEvictionRate float64
+	// LargeClusterThreshold is the zone size above which a partially disrupted zone keeps
+	// tainting at the secondary rate.
+	LargeClusterThreshold int
+	// UnhealthyZoneThreshold is the fraction of not-Ready Nodes (more than 2) at which a
+	// zone counts as partially disrupted.
+	UnhealthyZoneThreshold float64
+	// TaintEviction turns on the deletion of Pods that do not tolerate a NoExecute taint.
+	TaintEviction bool
+}
+
+// DefaultOptions returns upstream's defaults.
+func DefaultOptions() Options {
+	return Options{
+		MonitorPeriod:          5 * time.Second,
+		MonitorGracePeriod:     50 * time.Second,
+		StartupGracePeriod:     time.Minute,
+		EvictionRate:           0.1,
+		SecondaryEvictionRate:  0.01,
+		LargeClusterThreshold:  50,
+		UnhealthyZoneThreshold: 0.55,
+		TaintEviction:          true,
+	}
+}
+
+// Validate reports the first bad value as an *app.FlagError.
+func (o Options) Validate() error {
+	bad := func(flag, format string, args ...any) error {
+		return &app.FlagError{Flag: flag, Err: fmt.Errorf(format, args...)}
+	}
+	switch {
+	case o.MonitorPeriod <= 0:
+		return bad(FlagMonitorPeriod, "%s must be positive", o.MonitorPeriod)
+	// A grace period shorter than the period that checks it would mark Nodes Unknown
+	// between two of their heartbeats; upstream documents the constraint, we enforce it.
+	case o.MonitorGracePeriod < o.MonitorPeriod:
+		return bad(FlagMonitorGracePeriod, "%s is shorter than --%s (%s)", o.MonitorGracePeriod, FlagMonitorPeriod, o.MonitorPeriod)
+	case o.StartupGracePeriod < o.MonitorPeriod:
+		return bad(FlagStartupGracePeriod, "%s is shorter than --%s (%s)", o.StartupGracePeriod, FlagMonitorPeriod, o.MonitorPeriod)
+	case o.EvictionRate < 0:
+		return bad(FlagEvictionRate, "%g is negative", o.EvictionRate)
+	case o.SecondaryEvictionRate < 0:
+		return bad(FlagSecondaryEvictionRate, "%g is negative", o.SecondaryEvictionRate)
+	case o.LargeClusterThreshold < 0:
+		return bad(FlagLargeClusterThreshold, "%d is negative", o.LargeClusterThreshold)
+	case o.UnhealthyZoneThreshold < 0 || o.UnhealthyZoneThreshold > 1:
+		return bad(FlagUnhealthyZoneThreshold, "%g is outside 0..1", o.UnhealthyZoneThreshold)
+	}
+	return nil
+}
+
+// flags returns new flag values on every call: app.Main adds environment variables to them
+// in place, so they must not be shared between Specs.
+func flags() []cli.Flag {
+	d := DefaultOptions()
+	return []cli.Flag{
+		&cli.DurationFlag{
+			Name: FlagMonitorPeriod, Category: "Controller", Value: d.MonitorPeriod,
+			Usage: "how often every Node's health is checked; deadlines are also tracked per Node, so detection does not wait for this period",
+		},
+		&cli.DurationFlag{
+			Name: FlagMonitorGracePeriod, Category: "Controller", Value: d.MonitorGracePeriod,
+			Usage: "how long a Node may post no Ready heartbeat and renew no Lease before it is marked Unknown; at least --" + FlagMonitorPeriod,
+		},
+		&cli.DurationFlag{
+			Name: FlagStartupGracePeriod, Category: "Controller", Value: d.StartupGracePeriod,
+			Usage: "grace period for a Node that has never reported, instead of --" + FlagMonitorGracePeriod + "; at least --" + FlagMonitorPeriod,
+		},
+		&cli.Float64Flag{
+			Name: FlagEvictionRate, Category: "Controller", Value: d.EvictionRate,
+			Usage: "Nodes per second given a NoExecute taint in a zone that is healthy (or fully down while another zone is healthy)",
+		},
+		&cli.Float64Flag{
+			Name: FlagSecondaryEvictionRate, Category: "Controller", Value: d.SecondaryEvictionRate,
+			Usage: "Nodes per second given a NoExecute taint in a partially disrupted zone larger than --" + FlagLargeClusterThreshold,
+		},
+		&cli.IntFlag{
+			Name: FlagLargeClusterThreshold, Category: "Controller", Value: d.LargeClusterThreshold,
+			Usage: "zone size above which a partially disrupted zone keeps tainting at --" + FlagSecondaryEvictionRate + "; smaller ones stop",
+		},
+		&cli.Float64Flag{
+			Name: FlagUnhealthyZoneThreshold, Category: "Controller", Value: d.UnhealthyZoneThreshold,
+			Usage: "fraction (0..1) of not-Ready Nodes, more than 2, at which a zone is partially disrupted",
+		},
+		&cli.BoolFlag{
+			Name: FlagEnableTaintEviction, Category: "Controller", Value: d.TaintEviction,
+			Usage: "delete Pods that do not tolerate a NoExecute taint of their Node (upstream's taint-eviction-controller)",
+		},
+	}
+}
+
+// optionsFrom reads the controller's flags.
+func optionsFrom(c *cli.Context) Options {
+	return Options{
+		MonitorPeriod:          c.Duration(FlagMonitorPeriod),
+		MonitorGracePeriod:     c.Duration(FlagMonitorGracePeriod),
+		StartupGracePeriod:     c.Duration(FlagStartupGracePeriod),
+		EvictionRate:           c.Float64(FlagEvictionRate),
+		SecondaryEvictionRate:  c.Float64(FlagSecondaryEvictionRate),
+		LargeClusterThreshold:  c.Int(FlagLargeClusterThreshold),
+		UnhealthyZoneThreshold: c.Float64(FlagUnhealthyZoneThreshold),
+		TaintEviction:          c.Bool(FlagEnableTaintEviction),
+	}
+}

@@ -1,0 +1,68 @@
+package nodelifecycle
+
+import (
+	coordv1 "k8s.io/api/coordination/v1"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// cacheTransform trims objects before they enter the informers' caches. Every write this
+// controller makes is a patch of the fields it owns (taints, conditions), never an update
+// of a cached object, so the caches need only what the controller reads.
+func cacheTransform(obj any) (any, error) {
+	switch o := obj.(type) {
+	case *v1.Pod:
+		return projectPod(o), nil
+	case *v1.Node:
+		return projectNode(o), nil
+	case *coordv1.Lease:
+		return &coordv1.Lease{
+			TypeMeta:   o.TypeMeta,
+			ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace, UID: o.UID, ResourceVersion: o.ResourceVersion},
+			Spec:       coordv1.LeaseSpec{RenewTime: o.Spec.RenewTime},
+		}, nil
+	}
+	if m, err := meta.Accessor(obj); err == nil && m.GetManagedFields() != nil {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+// projectPod keeps identity and deletion, the Node and tolerations for eviction, and the
+// conditions for readiness.
+func projectPod(pod *v1.Pod) *v1.Pod {
+	return &v1.Pod{
+		TypeMeta: pod.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name:              pod.Name,
+			Namespace:         pod.Namespace,
+			UID:               pod.UID,
+			ResourceVersion:   pod.ResourceVersion,
+			DeletionTimestamp: pod.DeletionTimestamp,
+		},
+		Spec: v1.PodSpec{NodeName: pod.Spec.NodeName, Tolerations: pod.Spec.Tolerations},
+		Status: v1.PodStatus{
+			Phase:      pod.Status.Phase,
+			Conditions: pod.Status.Conditions,
+		},
+	}
+}
+
+// projectNode drops what a kubelet reports but this controller never reads; the image
+// list alone is often most of a Node's size.
+func projectNode(node *v1.Node) *v1.Node {
+	return &v1.Node{
+		TypeMeta: node.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name:              node.Name,
+			UID:               node.UID,
+			ResourceVersion:   node.ResourceVersion,
+			CreationTimestamp: node.CreationTimestamp,
+			DeletionTimestamp: node.DeletionTimestamp,
+			Labels:            node.Labels,
+		},
+		Spec:   v1.NodeSpec{Unschedulable: node.Spec.Unschedulable, Taints: node.Spec.Taints},
+		Status: v1.NodeStatus{Conditions: node.Status.Conditions},
+	}
+}

@@ -1,0 +1,66 @@
+package nodelifecycle
+
+import (
+	"context"
+
+	"github.com/urfave/cli/v2"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+
+	"github.com/kcm-split/kcm-split/shared/app"
+)
+
+// Spec describes the node-lifecycle-controller binary to app.Main.
+func Spec() app.Spec {
+	return app.Spec{
+		ID:          ControllerID,
+		Usage:       "marks silent Nodes Unknown, taints Nodes from their conditions, taints unreachable Nodes NoExecute at a zone-aware rate, and evicts the Pods that do not tolerate it",
+		DefaultPort: DefaultPort,
+		Flags:       flags(),
+		Validate: func(c *cli.Context) error {
+			return optionsFrom(c).Validate()
+		},
+		Run: run,
+	}
+}
+
+// run is called only while this process holds the Lease: it owns the informers, so a standby
+// replica watches nothing.
+func run(ctx context.Context, rt *app.Runtime) error {
+	opts := optionsFrom(rt.CLI)
+	client := rt.Client
+	ctx, cancel := context.WithCancel(ctx)
+	resync := rt.ResyncPeriod()
+	transform := informers.WithTransform(cacheTransform)
+	factory := informers.NewSharedInformerFactoryWithOptions(client, resync, transform)
+	// Only Node Leases matter, and only Pods bound to a Node: pending Pods are never
+	// marked or evicted, and can be many.
+	leaseFactory := informers.NewSharedInformerFactoryWithOptions(client, resync, transform, informers.WithNamespace(v1.NamespaceNodeLease))
+	podFactory := informers.NewSharedInformerFactoryWithOptions(client, resync, transform,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermNotEqualSelector("spec.nodeName", "").String()
+		}))
+	c := New(
+		factory.Core().V1().Nodes(),
+		leaseFactory.Coordination().V1().Leases(),
+		podFactory.Core().V1().Pods(),
+		client,
+		rt.EventRecorder(ctx, ComponentName),
+		rt.EventRecorder(ctx, EvictionComponentName),
+		opts,
+		rt.Registry,
+	)
+	for _, f := range []informers.SharedInformerFactory{factory, leaseFactory, podFactory} {
+		f.Start(ctx.Done())
+	}
+	defer func() {
+		cancel()
+		for _, f := range []informers.SharedInformerFactory{factory, leaseFactory, podFactory} {
+			f.Shutdown()
+		}
+	}()
+	rt.SetSynced(c.HasSynced)
+	return c.Run(ctx)
+}
