@@ -125,12 +125,6 @@ func (w *waitingClaims) remove(key string) {
 	delete(w.claims, key)
 }
 
-func (w *waitingClaims) len() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.claims)
-}
-
 // takeOldest removes and returns the oldest waiting claim for which accept holds, or "".
 func (w *waitingClaims) takeOldest(accept func(key string) bool) string {
 	w.mu.Lock()

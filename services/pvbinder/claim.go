@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -99,6 +100,17 @@ func (c *Controller) syncUnboundClaim(ctx context.Context, key string, claim *v1
 			return err
 		}
 		c.wakeNext()
+		return nil
+	}
+
+	// A PV that fits is about to become Available (the volume loop has yet to write its
+	// phase): the claim waits for it, woken when it is. Reporting no volume, or asking a
+	// provisioner for one, would be wrong and would cost an Event or a claim update per
+	// claim in a burst of PV/claim pairs. Upstream does both, then binds on its resync.
+	if !delayBinding && slices.ContainsFunc(pvs, func(pv *v1.PersistentVolume) bool {
+		return arriving(pv) && couldServe(pv, claim)
+	}) {
+		logger.V(4).Info("A fitting volume is about to become Available; waiting for it")
 		return nil
 	}
 
@@ -228,10 +240,13 @@ func (c *Controller) bind(ctx context.Context, chosen *v1.PersistentVolume, clai
 		c.claims.store(key, written)
 		claim = written
 	}
+	wasBound := claim.Status.Phase == v1.ClaimBound
 	if _, err := c.updateClaimStatus(ctx, key, claim, v1.ClaimBound, pv); err != nil {
 		return err
 	}
-	klog.FromContext(ctx).V(2).Info("Claim bound", "pv", pv.Name)
+	if !wasBound {
+		klog.FromContext(ctx).V(2).Info("Claim bound", "pv", pv.Name)
+	}
 	return nil
 }
 

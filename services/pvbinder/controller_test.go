@@ -482,3 +482,30 @@ pv_collector_unbound_pvc_count{namespace="ns",storage_class="gold",volume_attrib
 		t.Error(err)
 	}
 }
+
+// TestClaimWaitsSilentlyForArrivingPV: a PV that fits but is still Pending (the volume loop
+// has not made it Available yet) keeps the claim waiting without an event or a provisioning
+// request; once the PV is Available the claim binds it.
+func TestClaimWaitsSilentlyForArrivingPV(t *testing.T) {
+	api := newAPIServer(makeClass("ext", "example.com/p", storagev1.VolumeBindingImmediate, false),
+		makePV("new", "1Gi", pvClass("ext"), pvPhase(v1.VolumePending)), makeClaim("c", "1Gi", claimClassOpt("ext")))
+	f := newFixture(t, api)
+	if err := f.syncClaim("c"); err != nil {
+		t.Fatal(err)
+	}
+	if w, _ := api.counts(); w != 0 || len(f.events()) != 0 {
+		t.Fatalf("writes %d events %v: want a silent wait", w, f.events())
+	}
+	if err := f.syncVolume("new"); err != nil {
+		t.Fatal(err)
+	}
+	// The Available write woke the waiting claim.
+	if f.c.claimQueue.Len() != 1 {
+		t.Fatalf("claim queue has %d keys, want the woken claim", f.c.claimQueue.Len())
+	}
+	f.settle()
+	assertBound(t, api, "c", "new", true)
+	if a := api.claim(t, "c").Annotations[AnnStorageProvisioner]; a != "" {
+		t.Errorf("asked the provisioner for a volume although one was arriving: %q", a)
+	}
+}

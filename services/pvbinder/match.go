@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // Annotations, upstream's keys: other components (kube-scheduler, external provisioners,
@@ -245,6 +244,13 @@ func couldServe(pv *v1.PersistentVolume, claim *v1.PersistentVolumeClaim) bool {
 	return true
 }
 
+// arriving reports whether pv is new and unclaimed: the volume loop is about to make it
+// Available.
+func arriving(pv *v1.PersistentVolume) bool {
+	return pv.Spec.ClaimRef == nil && pv.DeletionTimestamp == nil &&
+		(pv.Status.Phase == v1.VolumePending || pv.Status.Phase == "")
+}
+
 // defaultClass returns the default StorageClass: of those annotated as default, the newest,
 // and of equally new ones the first by name (upstream's rule when an admin leaves two
 // defaults for a while during a switch). Nil when there is none.
@@ -267,11 +273,3 @@ func claimKey(namespace, name string) string { return namespace + "/" + name }
 
 // refKey is the queue key of the claim a claimRef names.
 func refKey(ref *v1.ObjectReference) string { return claimKey(ref.Namespace, ref.Name) }
-
-// uidOf returns a claimRef's UID, or "" for none.
-func uidOf(ref *v1.ObjectReference) types.UID {
-	if ref == nil {
-		return ""
-	}
-	return ref.UID
-}
