@@ -3,6 +3,7 @@ module github.com/kcm-split/kcm-split/services/nodelifecycle
 go 1.26.0
 
 require (
+	github.com/google/go-cmp v0.7.0
 	github.com/kcm-split/kcm-split/shared v0.0.0
 	github.com/prometheus/client_golang v1.23.2
 	github.com/urfave/cli/v2 v2.27.7

@@ -100,13 +100,13 @@ func (o Options) Validate() error {
 		return bad(FlagMonitorGracePeriod, "%s is shorter than --%s (%s)", o.MonitorGracePeriod, FlagMonitorPeriod, o.MonitorPeriod)
 	case o.StartupGracePeriod < o.MonitorPeriod:
 		return bad(FlagStartupGracePeriod, "%s is shorter than --%s (%s)", o.StartupGracePeriod, FlagMonitorPeriod, o.MonitorPeriod)
-	case o.EvictionRate < 0:
-		return bad(FlagEvictionRate, "%g is negative", o.EvictionRate)
-	case o.SecondaryEvictionRate < 0:
-		return bad(FlagSecondaryEvictionRate, "%g is negative", o.SecondaryEvictionRate)
+	case !(o.EvictionRate >= 0): // NaN too
+		return bad(FlagEvictionRate, "%g is not a rate of 0 or more", o.EvictionRate)
+	case !(o.SecondaryEvictionRate >= 0):
+		return bad(FlagSecondaryEvictionRate, "%g is not a rate of 0 or more", o.SecondaryEvictionRate)
 	case o.LargeClusterThreshold < 0:
 		return bad(FlagLargeClusterThreshold, "%d is negative", o.LargeClusterThreshold)
-	case o.UnhealthyZoneThreshold < 0 || o.UnhealthyZoneThreshold > 1:
+	case !(o.UnhealthyZoneThreshold >= 0 && o.UnhealthyZoneThreshold <= 1):
 		return bad(FlagUnhealthyZoneThreshold, "%g is outside 0..1", o.UnhealthyZoneThreshold)
 	}
 	return nil
