@@ -33,6 +33,19 @@ const (
 	FlagLoadBalancerClass = "load-balancer-class"
 )
 
+// Default client budget of this binary, used when neither --kube-api-qps nor --kube-api-burst
+// is given (on the command line or through the environment).
+const (
+	// DefaultQPS: a new LoadBalancer Service costs two writes (finalizer, then status) and
+	// two Events, so at the shared default of 20 QPS the controller would serve only five
+	// new Services a second, and a burst (a namespace of Services applied at once, a
+	// restore of a cluster) would queue for minutes. 100 QPS serves 25 a second. At rest
+	// the controller makes no requests at all: the budget is only spent on real changes.
+	DefaultQPS = 100
+	// DefaultBurst lets a burst of Services start at once.
+	DefaultBurst = 200
+)
+
 // Options are the controller's own settings.
 type Options struct {
 	// ConcurrentSyncs is the number of Services reconciled in parallel.

@@ -6,12 +6,19 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/kcm-split/kcm-split/services/servicelb/api/v1alpha1"
@@ -39,24 +46,34 @@ const crdWait = 60 * time.Second
 // run is called only while this process holds the Lease.
 func run(ctx context.Context, rt *app.Runtime) error {
 	opts := optionsFrom(rt.CLI)
-	dyn, err := dynamic.NewForConfig(rt.Config)
+	cfg := rt.Config
+	if !rt.CLI.IsSet(app.FlagQPS) && !rt.CLI.IsSet(app.FlagBurst) {
+		cfg = rest.CopyConfig(rt.Config)
+		cfg.QPS, cfg.Burst = DefaultQPS, DefaultBurst
+		rt.Logger.V(1).Info("Using the controller's default client budget", "qps", cfg.QPS, "burst", cfg.Burst)
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
 	if err := waitForPoolAPI(ctx, rt); err != nil {
 		return err
 	}
-	recorder := rt.EventRecorder(ctx, ComponentName)
+	recorder := eventRecorder(ctx, client)
 
 	ctx, cancel := context.WithCancel(ctx)
-	factory := informers.NewSharedInformerFactory(rt.Client, rt.ResyncPeriod())
+	factory := informers.NewSharedInformerFactoryWithOptions(client, rt.ResyncPeriod(), informers.WithTransform(dropManagedFields))
 	dynFactory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, rt.ResyncPeriod())
 	c := New(
 		factory.Core().V1().Services(),
 		factory.Core().V1().Nodes(),
 		factory.Core().V1().Namespaces(),
 		dynFactory.ForResource(v1alpha1.GroupVersionResource).Informer(),
-		rt.Client,
+		client,
 		v1alpha1.NewClient(dyn),
 		recorder,
 		opts,
@@ -71,6 +88,26 @@ func run(ctx context.Context, rt *app.Runtime) error {
 	}()
 	rt.SetSynced(c.HasSynced)
 	return c.Run(ctx, opts.ConcurrentSyncs)
+}
+
+// eventRecorder writes Events through client, so they share the controller's own budget:
+// a new Service costs two Events, and on the shared default of 20 QPS a burst of Services
+// would leave its Events (and `kubectl describe`) tens of seconds behind the status.
+func eventRecorder(ctx context.Context, client kubernetes.Interface) record.EventRecorder {
+	b := record.NewBroadcaster(record.WithContext(ctx))
+	b.StartStructuredLogging(3)
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	context.AfterFunc(ctx, b.Shutdown)
+	return b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: ComponentName})
+}
+
+// dropManagedFields keeps managed fields out of the informer caches: nothing here reads them,
+// and on thousands of Services and Nodes they are much of the memory.
+func dropManagedFields(obj any) (any, error) {
+	if m, err := meta.Accessor(obj); err == nil {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
 }
 
 // waitForPoolAPI makes sure the IPAddressPool CRD is served: without it the pool informer

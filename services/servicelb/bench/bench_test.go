@@ -1,0 +1,493 @@
+// Package bench measures service-lb-controller on a real etcd + kube-apiserver
+// (shared/testenv): 500 LoadBalancer Services created at 20/s, create-to-address latency,
+// writes per Service, then a restart that must neither move an address nor write. README.md
+// explains each number. Timings are reported, never asserted; the benchmark fails only when
+// the controller is functionally broken (a Service never gets an address, two Services get
+// one address, a restart moves one, the process dies).
+//
+// Upstream kube-controller-manager is not run: without a cloud provider its service
+// controller does not assign addresses at all, so there is nothing to compare with.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kcm-split/kcm-split/services/servicelb/api/v1alpha1"
+	"github.com/kcm-split/kcm-split/shared/testenv"
+)
+
+const (
+	numServices = 500
+	// createRate is the issue's: 20 Services a second.
+	createInterval = 50 * time.Millisecond
+	floorSamples   = 100
+	quietSettle    = 3 * time.Second
+	serveTimeout   = 3 * time.Minute
+	benchNS        = "bench"
+	sentinelNS     = "bench-sentinel"
+	userAgent      = "service-lb-controller/"
+	// poolRange is RFC 2544's benchmarking range: 1,024 addresses for 500 Services.
+	poolRange = "198.18.0.0/22"
+	crdDir    = "../../../charts/kcm-split/crds"
+)
+
+type result struct {
+	floor        []time.Duration
+	latencies    []time.Duration
+	svcWrites    int
+	eventWrites  int
+	poolWrites   int
+	restartSync  time.Duration
+	restartW     int
+	restartMoved int
+	cpu          time.Duration
+}
+
+func BenchmarkServiceLB(b *testing.B) {
+	var r *result
+	for i := 0; i < b.N; i++ {
+		if r == nil { // one scenario per invocation: it measures a process lifetime
+			r = runScenario(b)
+		}
+	}
+	b.ReportMetric(float64(percentile(r.latencies, 50))/1e6, "p50-ms")
+	b.ReportMetric(float64(percentile(r.latencies, 99))/1e6, "p99-ms")
+	b.ReportMetric(float64(r.svcWrites)/numServices, "writes/svc")
+	b.ReportMetric(float64(r.restartW), "restart-writes")
+	printTable(r)
+}
+
+func runScenario(b *testing.B) *result {
+	logf := progress("service-lb-controller")
+	bin := build(b)
+	env, err := testenv.Start(testenv.Options{})
+	if err != nil {
+		b.Fatalf("starting the control plane: %v", err)
+	}
+	defer env.Stop()
+	if err := installCRDs(env.Config); err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := newClient(b, env.Config, "kcm-split-bench/fixtures")
+	for _, ns := range []string{benchNS, sentinelNS} {
+		if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// One node, so the controller has a node set (no UnAvailableLoadBalancer events).
+	if _, err := client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(env.Config)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pools := v1alpha1.NewClient(dyn)
+	if _, err := pools.Create(ctx, &v1alpha1.IPAddressPool{
+		ObjectMeta: metav1.ObjectMeta{Name: "bench"},
+		Spec:       v1alpha1.IPAddressPoolSpec{Addresses: []string{poolRange}},
+	}); err != nil {
+		b.Fatal(err)
+	}
+
+	// The watcher: when each Service first shows an address.
+	w := newWatcher(ctx, newClient(b, env.Config, "kcm-split-bench/watch"))
+	r := &result{}
+	r.floor = measureFloor(b, ctx, client, w)
+	logf("floor p50 %s p99 %s", ms(percentile(r.floor, 50)), ms(percentile(r.floor, 99)))
+
+	proc := start(b, env, bin)
+	logf("controller leading and synced")
+
+	// 500 Services at 20/s, each timed from issuing its Create to the watcher seeing an
+	// address.
+	tick := time.NewTicker(createInterval)
+	var wg sync.WaitGroup
+	for i := range numServices {
+		<-tick.C
+		wg.Go(func() {
+			name := fmt.Sprintf("svc-%03d", i)
+			w.created(benchNS+"/"+name, time.Now())
+			if _, err := client.CoreV1().Services(benchNS).Create(ctx, lbService(benchNS, name), metav1.CreateOptions{}); err != nil {
+				b.Errorf("creating %s: %v", name, err)
+			}
+		})
+	}
+	tick.Stop()
+	wg.Wait()
+	logf("created %d Services", numServices)
+	if err := w.waitAll(benchNS, numServices, serveTimeout); err != nil {
+		b.Fatalf("%v; controller log:\n%s", err, proc.Tail(30))
+	}
+	r.latencies = w.latencies(benchNS)
+	logf("all served: p50 %s p99 %s max %s", ms(percentile(r.latencies, 50)), ms(percentile(r.latencies, 99)), ms(percentile(r.latencies, 100)))
+	time.Sleep(quietSettle)
+	addrs := checkUnique(b, ctx, client)
+	r.svcWrites = countWrites(b, env, "services", benchNS)
+	r.eventWrites = countWrites(b, env, "events", benchNS)
+	r.poolWrites = countWrites(b, env, "ipaddresspools", "")
+	r.cpu = cpuTime(proc.Cmd.Process.Pid)
+
+	// Restart: a new process must restore every assignment before touching anything.
+	if !proc.Stop(30 * time.Second) {
+		b.Fatal("controller did not stop on SIGTERM")
+	}
+	before := countWrites(b, env, "services", benchNS)
+	restart := time.Now()
+	proc = start(b, env, bin)
+	w.created(sentinelNS+"/sentinel", time.Now())
+	if _, err := client.CoreV1().Services(sentinelNS).Create(ctx, lbService(sentinelNS, "sentinel"), metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	if err := w.waitAll(sentinelNS, 1, serveTimeout); err != nil {
+		b.Fatalf("sentinel: %v", err)
+	}
+	r.restartSync = time.Since(restart)
+	time.Sleep(quietSettle)
+	r.restartW = countWrites(b, env, "services", benchNS) - before
+	after := checkUnique(b, ctx, client)
+	for k, a := range addrs {
+		if after[k] != a {
+			r.restartMoved++
+		}
+	}
+	if r.restartMoved > 0 {
+		b.Fatalf("%d Services changed address across the restart", r.restartMoved)
+	}
+	logf("restart: sentinel served in %s, %d writes to the %d Services", ms(r.restartSync), r.restartW, numServices)
+	proc.Stop(30 * time.Second)
+	return r
+}
+
+// ---- fixtures ----
+
+func lbService(ns, name string) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.ServiceSpec{
+			Type:     corev1.ServiceTypeLoadBalancer,
+			Selector: map[string]string{"app": name},
+			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}},
+		},
+	}
+}
+
+// measureFloor times, before the controller runs, a Service status write from its issue
+// until the watcher sees it: one write-and-observe hop. Create-to-address takes at least
+// three (the create, then the controller's finalizer and status patches).
+func measureFloor(b *testing.B, ctx context.Context, c kubernetes.Interface, w *watcher) []time.Duration {
+	b.Helper()
+	var out []time.Duration
+	for i := range floorSamples {
+		name := fmt.Sprintf("floor-%03d", i)
+		s, err := c.CoreV1().Services(sentinelNS).Create(ctx, lbService(sentinelNS, name), metav1.CreateOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: fmt.Sprintf("203.0.113.%d", i+1)}}
+		w.created(sentinelNS+"/"+name, time.Now())
+		if _, err := c.CoreV1().Services(sentinelNS).UpdateStatus(ctx, s, metav1.UpdateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		if err := w.waitOne(sentinelNS+"/"+name, 30*time.Second); err != nil {
+			b.Fatal(err)
+		}
+		out = append(out, w.latency(sentinelNS+"/"+name))
+		if err := c.CoreV1().Services(sentinelNS).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	w.reset(sentinelNS)
+	return out
+}
+
+// checkUnique reads every Service's address and fails on a duplicate.
+func checkUnique(b *testing.B, ctx context.Context, c kubernetes.Interface) map[string]string {
+	b.Helper()
+	list, err := c.CoreV1().Services(benchNS).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string]string{}
+	owner := map[string]string{}
+	for _, s := range list.Items {
+		if len(s.Status.LoadBalancer.Ingress) != 1 {
+			b.Fatalf("%s has %d addresses", s.Name, len(s.Status.LoadBalancer.Ingress))
+		}
+		ip := s.Status.LoadBalancer.Ingress[0].IP
+		if o, dup := owner[ip]; dup {
+			b.Fatalf("%s given to both %s and %s", ip, o, s.Name)
+		}
+		owner[ip] = s.Name
+		out[s.Name] = ip
+	}
+	return out
+}
+
+// ---- watcher ----
+
+type watcher struct {
+	mu      sync.Mutex
+	cond    *sync.Cond
+	start   map[string]time.Time
+	served  map[string]time.Time
+	counted map[string]int // namespace -> served Services
+}
+
+func newWatcher(ctx context.Context, c kubernetes.Interface) *watcher {
+	w := &watcher{start: map[string]time.Time{}, served: map[string]time.Time{}, counted: map[string]int{}}
+	w.cond = sync.NewCond(&w.mu)
+	f := informers.NewSharedInformerFactory(c, 0)
+	inf := f.Core().V1().Services().Informer()
+	see := func(obj any) {
+		s, ok := obj.(*corev1.Service)
+		if !ok || len(s.Status.LoadBalancer.Ingress) == 0 {
+			return
+		}
+		now := time.Now()
+		key := s.Namespace + "/" + s.Name
+		w.mu.Lock()
+		if _, done := w.served[key]; !done {
+			w.served[key] = now
+			w.counted[s.Namespace]++
+			w.cond.Broadcast()
+		}
+		w.mu.Unlock()
+	}
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: see, UpdateFunc: func(_, o any) { see(o) }})
+	f.Start(ctx.Done())
+	f.WaitForCacheSync(ctx.Done())
+	go func() { <-ctx.Done(); w.mu.Lock(); w.cond.Broadcast(); w.mu.Unlock() }()
+	return w
+}
+
+// created records when a Service's create (or status write) is issued: latencies cover the
+// whole chain, the fixture's own request included.
+func (w *watcher) created(key string, t time.Time) {
+	w.mu.Lock()
+	w.start[key] = t
+	w.mu.Unlock()
+}
+
+func (w *watcher) latency(key string) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return max(0, w.served[key].Sub(w.start[key]))
+}
+
+func (w *watcher) latencies(ns string) []time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []time.Duration
+	for k, t := range w.served {
+		if strings.HasPrefix(k, ns+"/") {
+			out = append(out, max(0, t.Sub(w.start[k])))
+		}
+	}
+	return out
+}
+
+func (w *watcher) reset(ns string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for k := range w.served {
+		if strings.HasPrefix(k, ns+"/") {
+			delete(w.served, k)
+			delete(w.start, k)
+		}
+	}
+	w.counted[ns] = 0
+}
+
+func (w *watcher) waitOne(key string, timeout time.Duration) error {
+	return wait.PollUntilContextTimeout(context.Background(), time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		_, ok := w.served[key]
+		return ok, nil
+	})
+}
+
+func (w *watcher) waitAll(ns string, n int, timeout time.Duration) error {
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.counted[ns] >= n, nil
+	})
+	if err != nil {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return fmt.Errorf("only %d of %d Services in %s got an address", w.counted[ns], n, ns)
+	}
+	return nil
+}
+
+// ---- plumbing ----
+
+func build(b *testing.B) string {
+	b.Helper()
+	out := filepath.Join(b.TempDir(), "service-lb-controller")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", out, "github.com/kcm-split/kcm-split/services/servicelb/cmd/service-lb-controller")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		b.Fatalf("building service-lb-controller: %v", err)
+	}
+	return out
+}
+
+// start runs the controller with its defaults (one worker, its own 100 QPS budget).
+func start(b *testing.B, env *testenv.Env, bin string) *testenv.Process {
+	b.Helper()
+	port, err := testenv.FreePort()
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := testenv.StartProcess("service-lb-controller", filepath.Join(b.TempDir(), "controller.log"), bin,
+		"--kubeconfig="+env.Kubeconfig, "--leader-elect=false", fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", port), "--log-level=info")
+	if err != nil {
+		b.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		if p.Exited() {
+			return false, fmt.Errorf("exited: %s", p.Tail(20))
+		}
+		code, _ := httpGet(fmt.Sprintf("http://127.0.0.1:%d/readyz", port))
+		return code == 200, nil
+	})
+	if err != nil {
+		b.Fatalf("controller not ready: %v", err)
+	}
+	return p
+}
+
+func newClient(b *testing.B, base *rest.Config, userAgent string) kubernetes.Interface {
+	b.Helper()
+	cfg := rest.CopyConfig(base)
+	cfg.UserAgent = userAgent
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c
+}
+
+// countWrites counts the controller's writes to resource (in ns, or anywhere when ns is
+// empty) from the audit log.
+func countWrites(b *testing.B, env *testenv.Env, resource, ns string) int {
+	b.Helper()
+	evs, err := env.Writes(testenv.ByUserAgentPrefix(userAgent, resource))
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := 0
+	for _, e := range evs {
+		if ns == "" || e.ObjectRef.Namespace == ns {
+			n++
+		}
+	}
+	return n
+}
+
+var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+func installCRDs(cfg *rest.Config) error {
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	files, _ := filepath.Glob(filepath.Join(crdDir, "*.yaml"))
+	if len(files) == 0 {
+		return fmt.Errorf("no CRDs in %s", crdDir)
+	}
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		var obj map[string]any
+		if err := yaml.Unmarshal(raw, &obj); err != nil {
+			return err
+		}
+		if _, err := dyn.Resource(crdGVR).Create(context.Background(), &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	return wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		_, err := dc.ServerResourcesForGroupVersion(v1alpha1.GroupVersionResource.GroupVersion().String())
+		return err == nil, nil
+	})
+}
+
+// ---- reporting ----
+
+func progress(name string) func(string, ...any) {
+	start := time.Now()
+	return func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "bench %-24s %6.1fs  %s\n", name, time.Since(start).Seconds(), fmt.Sprintf(format, args...))
+	}
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := int(math.Ceil(p/100*float64(len(s)))) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond)) }
+
+func printTable(r *result) {
+	fmt.Printf("\nservice-lb-controller: %d LoadBalancer Services created at %.0f/s\n", numServices, float64(time.Second)/float64(createInterval))
+	rows := [][2]string{
+		{"floor (one write -> watcher) p50/p99", ms(percentile(r.floor, 50)) + " / " + ms(percentile(r.floor, 99))},
+		{"create -> address p50", ms(percentile(r.latencies, 50))},
+		{"create -> address p90", ms(percentile(r.latencies, 90))},
+		{"create -> address p99 (target <= 1s)", ms(percentile(r.latencies, 99))},
+		{"create -> address max", ms(percentile(r.latencies, 100))},
+		{"Service writes per Service (target <= 2)", fmt.Sprintf("%.2f", float64(r.svcWrites)/numServices)},
+		{"Event writes per Service", fmt.Sprintf("%.2f", float64(r.eventWrites)/numServices)},
+		{"IPAddressPool status writes (total)", fmt.Sprint(r.poolWrites)},
+		{"controller CPU for the run", r.cpu.Round(time.Millisecond).String()},
+		{"restart: sentinel served after", ms(r.restartSync)},
+		{"restart: writes to the 500 Services (want 0)", fmt.Sprint(r.restartW)},
+		{"restart: addresses moved (want 0)", fmt.Sprint(r.restartMoved)},
+	}
+	for _, row := range rows {
+		fmt.Printf("  %-48s %s\n", row[0], row[1])
+	}
+}

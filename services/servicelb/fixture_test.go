@@ -1,0 +1,260 @@
+package servicelb
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
+
+	"github.com/kcm-split/kcm-split/services/servicelb/api/v1alpha1"
+)
+
+const testNS = "ns"
+
+// fixture is a controller over fake clients whose caches are fed by hand: a test states what
+// the controller sees and calls the sync functions directly.
+type fixture struct {
+	t        *testing.T
+	client   *fake.Clientset
+	dyn      *dynamicfake.FakeDynamicClient
+	recorder *record.FakeRecorder
+	c        *Controller
+	services cache.Indexer
+	nodes    cache.Indexer
+	ns       cache.Indexer
+	pools    cache.Store
+	registry *prometheus.Registry
+}
+
+func newFixture(t *testing.T, opts Options, objs ...runtime.Object) *fixture {
+	t.Helper()
+	client := fake.NewClientset(objs...)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{v1alpha1.GroupVersionResource: "IPAddressPoolList"})
+	poolInf := cache.NewSharedIndexInformer(&cache.ListWatch{}, &unstructured.Unstructured{}, 0, cache.Indexers{})
+	f := &fixture{
+		t:        t,
+		client:   client,
+		dyn:      dyn,
+		recorder: record.NewFakeRecorder(100),
+		services: factory.Core().V1().Services().Informer().GetIndexer(),
+		nodes:    factory.Core().V1().Nodes().Informer().GetIndexer(),
+		ns:       factory.Core().V1().Namespaces().Informer().GetIndexer(),
+		pools:    poolInf.GetStore(),
+		registry: prometheus.NewRegistry(),
+	}
+	f.c = New(factory.Core().V1().Services(), factory.Core().V1().Nodes(), factory.Core().V1().Namespaces(), poolInf,
+		client, v1alpha1.NewClient(dyn), f.recorder, opts, f.registry)
+	t.Cleanup(func() { f.c.queue.ShutDown(); f.c.nodeQueue.ShutDown(); f.c.poolQueue.ShutDown() })
+	f.cache(objs...)
+	f.node("node-1")
+	return f
+}
+
+func testOptions() Options {
+	o := DefaultOptions()
+	o.PoolStatusDelay = 0
+	return o
+}
+
+// cache puts objects into the informer caches.
+func (f *fixture) cache(objs ...runtime.Object) {
+	f.t.Helper()
+	for _, o := range objs {
+		var idx cache.Store
+		switch o.(type) {
+		case *v1.Service:
+			idx = f.services
+		case *v1.Node:
+			idx = f.nodes
+		case *v1.Namespace:
+			idx = f.ns
+		default:
+			f.t.Fatalf("no cache for %T", o)
+		}
+		if err := idx.Update(o); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+}
+
+func (f *fixture) node(name string) {
+	f.t.Helper()
+	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	f.cache(n)
+}
+
+// pool adds an IPAddressPool to the cache and to the fake API, and refreshes the controller.
+func (f *fixture) pool(name string, addrs []string, mut ...func(*v1alpha1.IPAddressPool)) {
+	f.t.Helper()
+	p := &v1alpha1.IPAddressPool{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Generation: 1, CreationTimestamp: metav1.NewTime(time.Unix(int64(len(f.pools.List())), 0))},
+		Spec:       v1alpha1.IPAddressPoolSpec{Addresses: addrs},
+	}
+	for _, m := range mut {
+		m(p)
+	}
+	u, err := v1alpha1.ToUnstructured(p)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if err := f.pools.Update(u); err != nil {
+		f.t.Fatal(err)
+	}
+	if _, err := f.dyn.Resource(v1alpha1.GroupVersionResource).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
+		_, _ = f.dyn.Resource(v1alpha1.GroupVersionResource).Update(context.Background(), u, metav1.UpdateOptions{})
+	}
+	f.c.refreshPools()
+}
+
+// catchUp copies the clientset's Services into the cache: the informer catching up.
+func (f *fixture) catchUp() {
+	f.t.Helper()
+	list, err := f.client.CoreV1().Services("").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var items []any
+	for i := range list.Items {
+		items = append(items, &list.Items[i])
+	}
+	if err := f.services.Replace(items, ""); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *fixture) sync(name string) error {
+	f.client.ClearActions()
+	return f.c.syncService(context.Background(), testNS+"/"+name)
+}
+
+// writes lists the Service writes since the last sync as "verb name[/subresource]".
+func (f *fixture) writes() []string {
+	var out []string
+	for _, a := range f.client.Actions() {
+		if a.GetResource().Resource != "services" {
+			continue
+		}
+		switch a := a.(type) {
+		case clienttesting.PatchAction:
+			s := "patch " + a.GetName()
+			if a.GetSubresource() != "" {
+				s += "/" + a.GetSubresource()
+			}
+			out = append(out, s)
+		case clienttesting.CreateAction, clienttesting.UpdateAction, clienttesting.DeleteAction:
+			out = append(out, a.GetVerb())
+		}
+	}
+	return out
+}
+
+// stored returns the Service as the fake API server has it.
+func (f *fixture) stored(name string) *v1.Service {
+	f.t.Helper()
+	s, err := f.client.CoreV1().Services(testNS).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return s
+}
+
+func (f *fixture) events() []string {
+	var out []string
+	for {
+		select {
+		case e := <-f.recorder.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+func (f *fixture) queued() []string {
+	var out []string
+	for f.c.queue.Len() > 0 {
+		k, _ := f.c.queue.Get()
+		f.c.queue.Done(k)
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ---- builders ----
+
+type svcOpt func(*v1.Service)
+
+func lb(name string, opts ...svcOpt) *v1.Service {
+	s := &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: name, ResourceVersion: "1", CreationTimestamp: metav1.NewTime(time.Unix(100, 0))},
+		Spec: v1.ServiceSpec{
+			Type:       v1.ServiceTypeLoadBalancer,
+			Ports:      []v1.ServicePort{{Port: 80, Protocol: v1.ProtocolTCP}},
+			IPFamilies: []v1.IPFamily{v1.IPv4Protocol},
+			Selector:   map[string]string{"app": name},
+		},
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+func withFinalizer() svcOpt {
+	return func(s *v1.Service) { s.Finalizers = []string{FinalizerLoadBalancerCleanup} }
+}
+
+func withIngress(ips ...string) svcOpt {
+	return func(s *v1.Service) {
+		for _, ip := range ips {
+			s.Status.LoadBalancer.Ingress = append(s.Status.LoadBalancer.Ingress, v1.LoadBalancerIngress{IP: ip, IPMode: ptr.To(v1.LoadBalancerIPModeVIP)})
+		}
+	}
+}
+
+func withAnnotation(k, v string) svcOpt {
+	return func(s *v1.Service) {
+		if s.Annotations == nil {
+			s.Annotations = map[string]string{}
+		}
+		s.Annotations[k] = v
+	}
+}
+
+func withPorts(ports ...int32) svcOpt {
+	return func(s *v1.Service) {
+		s.Spec.Ports = nil
+		for _, p := range ports {
+			s.Spec.Ports = append(s.Spec.Ports, v1.ServicePort{Port: p, Protocol: v1.ProtocolTCP})
+		}
+	}
+}
+
+func created(sec int64) svcOpt {
+	return func(s *v1.Service) { s.CreationTimestamp = metav1.NewTime(time.Unix(sec, 0)) }
+}
+
+func ips(s *v1.Service) []string {
+	var out []string
+	for _, in := range s.Status.LoadBalancer.Ingress {
+		out = append(out, in.IP)
+	}
+	return out
+}
