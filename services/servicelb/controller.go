@@ -270,15 +270,15 @@ func (c *Controller) syncService(ctx context.Context, key string) error {
 		return worker.RequeueAfter(time.Second)
 	}
 
-	wants := handles(svc, c.opts.LoadBalancerClass) && svc.DeletionTimestamp == nil
-	if !wants {
-		return c.cleanup(ctx, key, svc)
+	if handles(svc, c.opts.LoadBalancerClass) && svc.DeletionTimestamp == nil {
+		err = c.ensure(ctx, key, svc)
+	} else {
+		err = c.cleanup(ctx, key, svc)
 	}
-	if err := c.ensure(ctx, key, svc); err != nil {
+	if err != nil {
 		c.recorder.Eventf(svc, v1.EventTypeWarning, ReasonSyncFailed, "Error syncing load balancer: %v", err)
-		return err
 	}
-	return nil
+	return err
 }
 
 // cleanup releases the Service's addresses: its status is cleared (unless it is going
@@ -317,12 +317,15 @@ func (c *Controller) release(ctx context.Context, key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.unpendLocked(key)
-	freed := c.alloc.Release(key)
-	if len(freed) == 0 {
+	held := c.alloc.Assigned(key)
+	if len(held) == 0 {
 		return
 	}
-	klog.FromContext(ctx).V(2).Info("Released addresses", "service", key, "addresses", freed)
+	c.alloc.Release(key)
+	klog.FromContext(ctx).V(2).Info("Released addresses", "service", key, "addresses", held)
 	c.allocationChangedLocked()
+	// Even an address that stays shared by others may now suit a waiting Service (a port
+	// conflict gone), so every release retries them.
 	c.wakePendingLocked()
 }
 
@@ -352,6 +355,10 @@ func (c *Controller) ensure(ctx context.Context, key string, svc *v1.Service) er
 	}
 	if statusChange {
 		for _, m := range plan.moved {
+			if len(plan.ingress) == 0 {
+				c.recorder.Eventf(svc, v1.EventTypeWarning, ReasonAddressReassigned, "Address %s is no longer valid for this Service (%s); released, waiting for another", m.from, m.why)
+				continue
+			}
 			c.recorder.Eventf(svc, v1.EventTypeWarning, ReasonAddressReassigned, "Address %s is no longer valid for this Service (%s); moved to %s", m.from, m.why, plan.describe())
 		}
 		if err := c.patchIngress(ctx, svc, plan.ingress); err != nil {

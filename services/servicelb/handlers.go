@@ -74,12 +74,12 @@ func (c *Controller) onNamespaceUpdate(oldObj, newObj any) {
 	c.wakePendingLocked()
 }
 
-// onPoolUpdate refreshes the pools when a spec changed; status writes (ours) do not bump
-// the generation and need nothing.
+// onPoolUpdate refreshes the pools when a spec changed; status writes (ours), metadata edits
+// and resyncs do not bump the generation and need nothing.
 func (c *Controller) onPoolUpdate(oldObj, newObj any) {
 	old, okOld := oldObj.(*unstructured.Unstructured)
 	cur, okCur := newObj.(*unstructured.Unstructured)
-	if okOld && okCur && old.GetGeneration() == cur.GetGeneration() && old.GetResourceVersion() != cur.GetResourceVersion() {
+	if okOld && okCur && old.GetGeneration() == cur.GetGeneration() {
 		return
 	}
 	c.refreshPools()
