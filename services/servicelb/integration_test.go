@@ -9,6 +9,7 @@ package servicelb_test
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,10 +22,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	"github.com/kcm-split/kcm-split/services/servicelb"
 	"github.com/kcm-split/kcm-split/services/servicelb/api/v1alpha1"
@@ -641,5 +644,37 @@ func TestInvalidPool(t *testing.T) {
 	}
 	if s, _ := f.c.CoreV1().Services(f.ns).Get(context.Background(), "on-bad", metav1.GetOptions{}); len(s.Status.LoadBalancer.Ingress) != 0 {
 		t.Fatalf("a Service asking for an invalid pool got %v", ingressIPs(s))
+	}
+}
+
+// TestDemoPoolManifest applies the pool `make up` ships and serves a dual-stack Service from
+// it, so the manifest cannot drift from the CRD.
+func TestDemoPoolManifest(t *testing.T) {
+	f := setup(t)
+	raw, err := os.ReadFile("../../deploy/local/manifests/servicelb-demo-pool.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var obj map[string]any
+	if err := yaml.Unmarshal(raw, &obj); err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &unstructured.Unstructured{Object: obj}
+	if _, err := dyn.Resource(v1alpha1.GroupVersionResource).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("applying the demo pool: %v", err)
+	}
+	t.Cleanup(func() { _ = f.pools.Delete(context.Background(), u.GetName()) })
+	f.service("demo", dualStack())
+	s := f.wait("demo", "got two addresses", func(s *corev1.Service) bool { return s != nil && len(s.Status.LoadBalancer.Ingress) == 2 })
+	// Services of earlier tests whose pools are gone may hold the first addresses (their
+	// namespaces only turn Terminating here), so check the ranges, not exact addresses.
+	got := ingressIPs(s)
+	v4, v6 := netip.MustParseAddr(got[0]), netip.MustParseAddr(got[1])
+	if !netip.MustParsePrefix("192.0.2.0/24").Contains(v4) || v4.As4()[3] == 0 || !netip.MustParsePrefix("2001:db8::/120").Contains(v6) {
+		t.Fatalf("demo got %v, want one address of each of the demo pool's ranges (.0 avoided)", got)
 	}
 }
