@@ -121,14 +121,14 @@ func checkDeployment(t *testing.T, d *appsv1.Deployment, cv ControllerValues, ns
 		t.Errorf("ports %+v, want one on %d", ctr.Ports, cv.Port)
 	}
 	for path, p := range map[string]*corev1.Probe{"/readyz": ctr.ReadinessProbe, "/healthz": ctr.LivenessProbe} {
-		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != path || p.HTTPGet.Port.String() != ctr.Ports[0].Name {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != path || p.HTTPGet.Port.String() != ctr.Ports[0].Name || p.HTTPGet.Scheme != corev1.URISchemeHTTPS {
 			t.Errorf("probe on %s: got %+v", path, p)
 		}
 	}
 	for _, want := range []string{
 		"--leader-elect-resource-name=" + cv.Binary,
 		"--leader-elect-resource-namespace=" + ns,
-		fmt.Sprintf("--metrics-bind-address=:%d", cv.Port),
+		fmt.Sprintf("--secure-port=%d", cv.Port),
 	} {
 		if !slices.Contains(ctr.Args, want) {
 			t.Errorf("args %v lack %s", ctr.Args, want)
@@ -317,8 +317,8 @@ func TestDockerfilesAndPorts(t *testing.T) {
 			}
 		}
 		flags := binaryFlags(t, alias, cv.Binary)
-		if got := flags["metrics-bind-address"].def; got != fmt.Sprintf(`":%d"`, cv.Port) {
-			t.Errorf("%s: the binary's --metrics-bind-address default is %s, the chart's port %d", alias, got, cv.Port)
+		if got := flags["secure-port"].def; got != fmt.Sprint(cv.Port) {
+			t.Errorf("%s: the binary's --secure-port default is %q, the chart's port %d", alias, got, cv.Port)
 		}
 	}
 }
@@ -451,8 +451,9 @@ func TestEveryValueDocumented(t *testing.T) {
 	walk = func(prefix string, m map[string]any) {
 		for k, v := range m {
 			p := prefix + k
-			// resources is a Kubernetes type, documented as one value.
-			if sub, ok := v.(map[string]any); ok && len(sub) > 0 && k != "resources" {
+			// resources and tlsConfig are Kubernetes / Prometheus Operator types, each
+			// documented as one value.
+			if sub, ok := v.(map[string]any); ok && len(sub) > 0 && k != "resources" && k != "tlsConfig" {
 				if strings.HasPrefix(p, "controllers.") && strings.Count(p, ".") == 1 {
 					p = "controllers.<alias>"
 				}

@@ -10,8 +10,11 @@ package charttest
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -33,14 +36,17 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/kcm-split/kcm-split/shared/testenv"
 )
 
 // scenario is one controller's part of the RBAC test.
 type scenario struct {
 	// run exercises the controller as its own integration tests do; admin is an admin
-	// client, ns a fresh namespace for the test's objects.
-	run func(t *testing.T, admin kubernetes.Interface, ns string)
+	// client, ns a fresh namespace for the test's objects. snapshot scrapes /metrics, for
+	// series that exist only in the middle of the scenario.
+	run func(t *testing.T, admin kubernetes.Interface, ns string, snapshot func())
 	// forbidden are requests outside the role; each must be denied.
 	forbidden []authorizationv1.ResourceAttributes
 	// unused are permissions (verb group/resource) the role grants that the scenario cannot
@@ -50,20 +56,94 @@ type scenario struct {
 	args []string
 }
 
+// Permissions a controller holds for its failure paths only.
+var (
+	eventsOnFailure = map[string]string{
+		"create /events": "Events are written on failure paths the scenario does not take",
+		"patch /events":  "only a repeated Event is patched",
+	}
+)
+
+func with(m map[string]string, more map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range m {
+		out[k] = v
+	}
+	for k, v := range more {
+		out[k] = v
+	}
+	return out
+}
+
 var scenarios = map[string]scenario{
 	"endpoints": {
 		run: endpointsScenario,
 		forbidden: []authorizationv1.ResourceAttributes{
 			{Verb: "list", Resource: "secrets"},
+			{Verb: "delete", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-system", Name: "kube-controller-manager"},
 			{Verb: "update", Resource: "services"},
 			{Verb: "get", Resource: "endpoints"},
 			{Verb: "create", Group: "discovery.k8s.io", Resource: "endpointslices"},
 			{Verb: "update", Resource: "pods", Subresource: "status"},
 		},
-		unused: map[string]string{
-			"create /events": "an Event is written only when an Endpoints write fails",
-			"patch /events":  "only a repeated Event is patched",
+		unused: eventsOnFailure,
+	},
+	"namespace": {
+		run: namespaceScenario,
+		// Its role is wide by nature (delete and list of every resource, as upstream's):
+		// what it must not do is create or change anything.
+		forbidden: []authorizationv1.ResourceAttributes{
+			{Verb: "get", Resource: "secrets", Namespace: "default", Name: "x"},
+			{Verb: "create", Resource: "configmaps", Namespace: "default"},
+			{Verb: "create", Resource: "namespaces"},
+			{Verb: "update", Resource: "namespaces"},
+			{Verb: "patch", Resource: "namespaces"},
+			{Verb: "update", Resource: "pods", Namespace: "default"},
+			{Verb: "watch", Resource: "secrets"},
 		},
+		unused: with(eventsOnFailure, map[string]string{
+			"get /namespaces": "a namespace is read again only after a write conflict",
+			"delete */*":      "objects are deleted one by one only where a resource has no deletecollection",
+		}),
+		args: []string{"--namespace-sync-period=5s"},
+	},
+	"pvbinder": {
+		run: pvbinderScenario,
+		forbidden: []authorizationv1.ResourceAttributes{
+			{Verb: "list", Resource: "secrets"},
+			{Verb: "create", Resource: "persistentvolumes"},
+			{Verb: "delete", Resource: "persistentvolumes"},
+			{Verb: "delete", Resource: "persistentvolumeclaims", Namespace: "default"},
+			{Verb: "list", Resource: "pods"},
+			{Verb: "update", Group: "storage.k8s.io", Resource: "storageclasses"},
+		},
+		unused: with(eventsOnFailure, map[string]string{
+			"get /persistentvolumeclaims": "a claim missing from the cache is read live before its volume is released",
+		}),
+	},
+	"quota": {
+		run: quotaScenario,
+		// It may list and watch every resource (a quota can count any): it must not read
+		// single objects or write anything but quota status.
+		forbidden: []authorizationv1.ResourceAttributes{
+			{Verb: "get", Resource: "secrets", Namespace: "default", Name: "x"},
+			{Verb: "update", Resource: "resourcequotas", Namespace: "default"},
+			{Verb: "create", Resource: "configmaps", Namespace: "default"},
+			{Verb: "delete", Resource: "pods", Namespace: "default"},
+			{Verb: "delete", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-system", Name: "kube-controller-manager"},
+		},
+		unused: eventsOnFailure,
+	},
+	"servicelb": {
+		run: servicelbScenario,
+		forbidden: []authorizationv1.ResourceAttributes{
+			{Verb: "update", Resource: "services", Namespace: "default"},
+			{Verb: "update", Resource: "nodes"},
+			{Verb: "create", Group: "lb.kcm-split.io", Resource: "ipaddresspools"},
+			{Verb: "update", Group: "lb.kcm-split.io", Resource: "ipaddresspools"},
+			{Verb: "list", Resource: "secrets"},
+		},
+		unused: eventsOnFailure,
 	},
 }
 
@@ -71,16 +151,23 @@ func TestControllersUnderChartRBAC(t *testing.T) {
 	testenv.Require(t, env)
 	c, v := chart(t)
 	families := map[string]map[string]bool{} // metric family -> binaries exporting it
+	installCRDs(t, filepath.Join(c.Dir, "crds"))
 	for _, alias := range v.Aliases() {
 		t.Run(alias, func(t *testing.T) {
 			sc, ok := scenarios[alias]
 			if !ok {
 				t.Fatalf("no RBAC scenario for controller %s: add one to scenarios", alias)
 			}
-			body := runUnderChartRBAC(t, c, v, alias, sc)
-			fams, err := Families(body)
-			if err != nil {
-				t.Fatalf("parsing /metrics: %v", err)
+			bodies := runUnderChartRBAC(t, c, v, alias, sc)
+			fams := map[string]dto.MetricType{}
+			for _, body := range bodies {
+				f, err := Families(body)
+				if err != nil {
+					t.Fatalf("parsing /metrics: %v", err)
+				}
+				for name, typ := range f {
+					fams[name] = typ
+				}
 			}
 			checkDashboardMetrics(t, filepath.Join(c.Dir, "dashboards", alias+".json"), fams)
 			for name := range fams {
@@ -127,9 +214,9 @@ func exportedByAny(name string, families map[string]map[string]bool) bool {
 	return false
 }
 
-// runUnderChartRBAC runs alias under the chart's RBAC and returns its /metrics after the
-// scenario.
-func runUnderChartRBAC(t *testing.T, c *Chart, v *Values, alias string, sc scenario) string {
+// runUnderChartRBAC runs alias under the chart's RBAC and returns its /metrics, scraped
+// during and after the scenario.
+func runUnderChartRBAC(t *testing.T, c *Chart, v *Values, alias string, sc scenario) []string {
 	ctx := context.Background()
 	admin := env.Client(t)
 	cv := v.Controllers[alias]
@@ -193,11 +280,16 @@ func runUnderChartRBAC(t *testing.T, c *Chart, v *Values, alias string, sc scena
 	writeKubeconfig(t, kubeconfig, env.Host, tr.Status.Token)
 	user := fmt.Sprintf("system:serviceaccount:%s:%s", release, sa.Name)
 
-	// The chart's command line, but serving on the free port StartController picked.
+	// The chart's command line, serving HTTPS on a free port (the chart's port is fixed per
+	// binary); StartController adds plain HTTP on another free port for the test's scrapes.
+	securePort, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
 	var args []string
 	for _, a := range dep.Spec.Template.Spec.Containers[0].Args {
-		if strings.HasPrefix(a, "--metrics-bind-address=") {
-			continue
+		if strings.HasPrefix(a, "--secure-port=") {
+			a = fmt.Sprintf("--secure-port=%d", securePort)
 		}
 		if name, ok := strings.CutPrefix(a, "--leader-elect-resource-name="); ok {
 			lease = name
@@ -216,14 +308,23 @@ func runUnderChartRBAC(t *testing.T, c *Chart, v *Values, alias string, sc scena
 		t.Fatalf("Lease %s/%s: %v %+v", release, lease, err, l)
 	}
 
-	sc.run(t, admin, env.Namespace(t))
+	var scrapes []string
+	scrape := func() {
+		code, body := ctrl.Get("/metrics")
+		if code != http.StatusOK {
+			t.Fatalf("/metrics: %d", code)
+		}
+		scrapes = append(scrapes, body)
+	}
+	sc.run(t, admin, env.Namespace(t), scrape)
+	checkSecureServing(t, admin, release, fmt.Sprintf("https://127.0.0.1:%d", securePort))
 
 	// Outside the role: denied, both as an access review and as a real request.
 	saClient := clientFor(t, tr.Status.Token)
 	forbidden := append([]authorizationv1.ResourceAttributes{
 		{Verb: "get", Group: "coordination.k8s.io", Resource: "leases", Namespace: release, Name: "someone-else"},
 		{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-system", Name: lease},
-		{Verb: "delete", Group: "coordination.k8s.io", Resource: "leases", Namespace: release, Name: lease},
+		{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: release, Name: "someone-else"},
 	}, sc.forbidden...)
 	for _, ra := range forbidden {
 		ra := ra
@@ -245,8 +346,8 @@ func runUnderChartRBAC(t *testing.T, c *Chart, v *Values, alias string, sc scena
 	if err != nil || !review.Status.Allowed {
 		t.Errorf("its own Lease: not allowed (%v)", err)
 	}
-	if _, err := saClient.CoreV1().Secrets("").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
-		t.Errorf("listing Secrets with the controller's token: got %v, want Forbidden", err)
+	if _, err := saClient.CoreV1().Secrets(release).Get(ctx, "anything", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("reading a Secret with the controller's token: got %v, want Forbidden", err)
 	}
 	if _, err := saClient.CoordinationV1().Leases(release).Get(ctx, "someone-else", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("reading another Lease with the controller's token: got %v, want Forbidden", err)
@@ -264,19 +365,19 @@ func runUnderChartRBAC(t *testing.T, c *Chart, v *Values, alias string, sc scena
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
 		used, denied = requestsOf(t, user, cv.Binary)
 		for perm := range granted {
-			if !used[perm] && sc.unused[perm] == "" {
+			if !usedAny(used, perm) && sc.unused[perm] == "" {
 				return false, nil
 			}
 		}
 		return true, nil
 	})
 	for perm := range granted {
-		if !used[perm] && sc.unused[perm] == "" {
+		if !usedAny(used, perm) && sc.unused[perm] == "" {
 			t.Errorf("the role grants %q but %s never used it: drop it, or list it in the scenario's unused with the reason", perm, alias)
 		}
 	}
 	for perm := range used {
-		if !granted[perm] {
+		if !coveredByAny(granted, perm) {
 			t.Errorf("%s made %q, which its role does not grant", alias, perm)
 		}
 	}
@@ -294,11 +395,8 @@ func runUnderChartRBAC(t *testing.T, c *Chart, v *Values, alias string, sc scena
 		t.Errorf("%s logged a forbidden request:\n%s", alias, grepLines(string(log), "forbidden"))
 	}
 
-	code, body := ctrl.Get("/metrics")
-	if code != 200 {
-		t.Fatalf("/metrics: %d", code)
-	}
-	return body
+	scrape()
+	return scrapes
 }
 
 func mustCreate(t *testing.T, create func() error) {
@@ -310,7 +408,8 @@ func mustCreate(t *testing.T, create func() error) {
 
 func ptr[T any](v T) *T { return &v }
 
-// grantSet flattens rules into "verb group/resource[/subresource]" strings.
+// grantSet flattens rules into "verb group/resource[/subresource]" strings; "*" stays a
+// wildcard (see covers).
 func grantSet(rules []rbacv1.PolicyRule) map[string]bool {
 	out := map[string]bool{}
 	for _, r := range rules {
@@ -323,6 +422,37 @@ func grantSet(rules []rbacv1.PolicyRule) map[string]bool {
 		}
 	}
 	return out
+}
+
+// covers reports whether the grant "verb group/resource" allows the request perm, as RBAC
+// matches them: "*" as group or resource matches any (resource "*" also subresources).
+func covers(grant, perm string) bool {
+	gv, gres, _ := strings.Cut(grant, " ")
+	pv, pres, _ := strings.Cut(perm, " ")
+	if gv != pv && gv != "*" {
+		return false
+	}
+	gg, gr, _ := strings.Cut(gres, "/")
+	pg, pr, _ := strings.Cut(pres, "/")
+	return (gg == "*" || gg == pg) && (gr == "*" || gr == pr)
+}
+
+func coveredByAny(grants map[string]bool, perm string) bool {
+	for g := range grants {
+		if covers(g, perm) {
+			return true
+		}
+	}
+	return false
+}
+
+func usedAny(used map[string]bool, grant string) bool {
+	for p := range used {
+		if covers(grant, p) {
+			return true
+		}
+	}
+	return false
 }
 
 type auditEvent struct {
@@ -358,6 +488,11 @@ func requestsOf(t *testing.T, user, binary string) (used map[string]bool, denied
 	for sc.Scan() {
 		var ev auditEvent
 		if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.User.Username != user || !strings.HasPrefix(ev.UserAgent, binary+"/") {
+			continue
+		}
+		if ev.ObjectRef.Resource == "" {
+			// A non-resource URL (/api, /apis: discovery), which every authenticated user
+			// may get through the built-in system:discovery role.
 			continue
 		}
 		res := ev.ObjectRef.APIGroup + "/" + ev.ObjectRef.Resource
@@ -419,4 +554,66 @@ func sortedKeys(m map[string]bool) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// checkSecureServing: over HTTPS, the health paths are open, /metrics refuses a request
+// without a token and serves a token allowed to get /metrics. The controller checks that
+// token with a TokenReview and a SubjectAccessReview made with its own ServiceAccount, so
+// this proves the chart's serving RBAC.
+func checkSecureServing(t *testing.T, admin kubernetes.Interface, ns, base string) {
+	t.Helper()
+	ctx := context.Background()
+	sa, err := admin.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "scraper"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "charttest-scraper-" + ns},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "system:monitoring"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa.Name, Namespace: ns}},
+	}
+	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = admin.RbacV1().ClusterRoleBindings().Delete(context.Background(), binding.Name, metav1.DeleteOptions{})
+	})
+	tr, err := admin.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa.Name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	get := func(path, token string) int {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Logf("GET %s: %v", path, err)
+			return 0
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, c := range []struct {
+		path, token string
+		want        int
+	}{
+		{"/healthz", "", http.StatusOK},
+		{"/readyz", "", http.StatusOK},
+		{"/metrics", "", http.StatusUnauthorized},
+		{"/metrics", tr.Status.Token, http.StatusOK},
+	} {
+		// The RoleBinding reaches the authorizer's cache within moments; poll.
+		var got int
+		_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			got = get(c.path, c.token)
+			return got == c.want, nil
+		})
+		if got != c.want {
+			t.Errorf("HTTPS %s (token: %t): %d, want %d", c.path, c.token != "", got, c.want)
+		}
+	}
 }

@@ -5,15 +5,24 @@ package charttest
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
 )
 
 // eventually polls cond for up to 60s, failing the test with what when it never holds.
@@ -26,7 +35,7 @@ func eventually(t *testing.T, what string, cond func(ctx context.Context) (bool,
 
 // endpointsScenario: a Service and a ready Pod get Endpoints (create); the Pod turning
 // unready moves its address (update); deleting the Service removes the Endpoints (delete).
-func endpointsScenario(t *testing.T, admin kubernetes.Interface, ns string) {
+func endpointsScenario(t *testing.T, admin kubernetes.Interface, ns string, _ func()) {
 	ctx := context.Background()
 	labels := map[string]string{"app": "web"}
 	svc := &corev1.Service{
@@ -92,4 +101,219 @@ func endpointsScenario(t *testing.T, admin kubernetes.Interface, ns string) {
 		_, err := admin.CoreV1().Endpoints(ns).Get(ctx, "web", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})
+}
+
+// namespaceScenario: a deleted namespace with a ConfigMap and a Pod in it has its content
+// deleted and is finalized (it disappears).
+func namespaceScenario(t *testing.T, admin kubernetes.Interface, _ string, _ func()) {
+	ctx := context.Background()
+	victim := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "charttest-victim-"}}
+	victim, err := admin.CoreV1().Namespaces().Create(ctx, victim, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CoreV1().ConfigMaps(victim.Name).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Unscheduled, so deleting it needs no kubelet.
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}}}
+	if _, err := admin.CoreV1().Pods(victim.Name).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.CoreV1().Namespaces().Delete(ctx, victim.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the deleted namespace emptied and finalized", func(ctx context.Context) (bool, error) {
+		_, err := admin.CoreV1().Namespaces().Get(ctx, victim.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+}
+
+// quotaScenario: a ResourceQuota's status shows the hard limits and the usage of what is in
+// its namespace (a Pod, through its typed informer; ConfigMaps, through a metadata informer).
+func quotaScenario(t *testing.T, admin kubernetes.Interface, ns string, _ func()) {
+	ctx := context.Background()
+	rq := &corev1.ResourceQuota{
+		ObjectMeta: metav1.ObjectMeta{Name: "q"},
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{
+			corev1.ResourcePods: resource.MustParse("10"),
+			"count/configmaps":  resource.MustParse("5"),
+		}},
+	}
+	if _, err := admin.CoreV1().ResourceQuotas(ns).Create(ctx, rq, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Quota admission refuses what a quota without status would count.
+	eventually(t, "the quota's hard limits and usage in its status", func(ctx context.Context) (bool, error) {
+		got, err := admin.CoreV1().ResourceQuotas(ns).Get(ctx, "q", metav1.GetOptions{})
+		return err == nil && len(got.Status.Hard) == 2 && len(got.Status.Used) == 2, nil
+	})
+	if _, err := admin.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}}}
+	if _, err := admin.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the quota's usage counting the Pod and the ConfigMap", func(ctx context.Context) (bool, error) {
+		got, err := admin.CoreV1().ResourceQuotas(ns).Get(ctx, "q", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		pods, cms := got.Status.Used[corev1.ResourcePods], got.Status.Used["count/configmaps"]
+		return pods.Value() == 1 && cms.Value() == 1 && len(got.Status.Hard) == 2, nil
+	})
+}
+
+// pvbinderScenario: a claim binds to the matching volume, one no volume fits stays Pending;
+// deleting the bound claim releases its volume.
+func pvbinderScenario(t *testing.T, admin kubernetes.Interface, ns string, snapshot func()) {
+	ctx := context.Background()
+	empty := ""
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "charttest-pv-"},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/tmp/charttest"}},
+			// The claim below names this volume, so no other test's claim can take it.
+		},
+	}
+	pv, err := admin.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = admin.CoreV1().PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{})
+	})
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "data"},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+			StorageClassName: &empty,
+			VolumeName:       pv.Name,
+		},
+	}
+	if _, err := admin.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the claim and the volume Bound to each other", func(ctx context.Context) (bool, error) {
+		c, err := admin.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		v, err := admin.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		return c.Status.Phase == corev1.ClaimBound && v.Status.Phase == corev1.VolumeBound &&
+			v.Spec.ClaimRef != nil && v.Spec.ClaimRef.UID == c.UID, nil
+	})
+	// A claim no volume fits stays Pending (and gets a FailedBinding Event).
+	pending := pvc.DeepCopy()
+	pending.Name, pending.Spec.VolumeName = "too-big", ""
+	pending.Spec.Resources.Requests[corev1.ResourceStorage] = resource.MustParse("5Pi")
+	if _, err := admin.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pending, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the unfitting claim Pending", func(ctx context.Context) (bool, error) {
+		c, err := admin.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "too-big", metav1.GetOptions{})
+		return err == nil && c.Status.Phase == corev1.ClaimPending, nil
+	})
+	snapshot() // the bound and unbound gauges exist only while such objects do
+	if err := admin.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, "data", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Play kube-controller-manager's pvc-protection controller: no Pod uses the claim, so
+	// its protection finalizer goes and the claim with it.
+	if _, err := admin.CoreV1().PersistentVolumeClaims(ns).Patch(ctx, "data", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	eventually(t, "the volume Released once its claim is gone", func(ctx context.Context) (bool, error) {
+		v, err := admin.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
+		return err == nil && v.Status.Phase == corev1.VolumeReleased, nil
+	})
+}
+
+var poolGVR = schema.GroupVersionResource{Group: "lb.kcm-split.io", Version: "v1alpha1", Resource: "ipaddresspools"}
+
+// servicelbScenario: a LoadBalancer Service gets an address from an IPAddressPool; deleting
+// the Service releases it (the controller removes its finalizer).
+func servicelbScenario(t *testing.T, admin kubernetes.Interface, ns string, _ func()) {
+	ctx := context.Background()
+	dyn := dynamic.NewForConfigOrDie(env.Config)
+	pool := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "lb.kcm-split.io/v1alpha1",
+		"kind":       "IPAddressPool",
+		"metadata":   map[string]any{"name": ns},
+		"spec":       map[string]any{"addresses": []any{"10.251.7.0/30"}, "namespaces": []any{ns}},
+	}}
+	if _, err := dyn.Resource(poolGVR).Create(ctx, pool, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dyn.Resource(poolGVR).Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "lb"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{
+			{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP},
+		}},
+	}
+	if _, err := admin.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the Service's load balancer address from the pool", func(ctx context.Context) (bool, error) {
+		s, err := admin.CoreV1().Services(ns).Get(ctx, "lb", metav1.GetOptions{})
+		if err != nil || len(s.Status.LoadBalancer.Ingress) != 1 {
+			return false, nil
+		}
+		return strings.HasPrefix(s.Status.LoadBalancer.Ingress[0].IP, "10.251.7."), nil
+	})
+	if err := admin.CoreV1().Services(ns).Delete(ctx, "lb", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the Service gone once the controller released its address", func(ctx context.Context) (bool, error) {
+		_, err := admin.CoreV1().Services(ns).Get(ctx, "lb", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+}
+
+var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+// installCRDs applies the chart's crds/ as `helm install` does, and waits until they are
+// established.
+func installCRDs(t *testing.T, dir string) {
+	t.Helper()
+	ctx := context.Background()
+	dyn := dynamic.NewForConfigOrDie(env.Config)
+	files, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var obj map[string]any
+		if err := yaml.Unmarshal(b, &obj); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		crd := &unstructured.Unstructured{Object: obj}
+		if _, err := dyn.Resource(crdGVR).Create(ctx, crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("%s: %v", f, err)
+		}
+		eventually(t, "CRD "+crd.GetName()+" established", func(ctx context.Context) (bool, error) {
+			got, err := dyn.Resource(crdGVR).Get(ctx, crd.GetName(), metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
+			for _, c := range conds {
+				m, _ := c.(map[string]any)
+				if m["type"] == "Established" && m["status"] == "True" {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+	}
 }

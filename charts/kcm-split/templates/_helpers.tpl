@@ -81,8 +81,14 @@ takes the last value of a repeated flag, so extraArgs override everything.
 - --leader-elect-lease-duration={{ $d.leaderElection.leaseDuration }}
 - --leader-elect-renew-deadline={{ $d.leaderElection.renewDeadline }}
 - --leader-elect-retry-period={{ $d.leaderElection.retryPeriod }}
-- --kube-api-qps={{ include "kcm-split.flagValue" $d.kubeAPIQPS }}
-- --kube-api-burst={{ int64 $d.kubeAPIBurst }}
+{{- $qps := .c.kubeAPIQPS | default $d.kubeAPIQPS }}
+{{- $burst := .c.kubeAPIBurst | default $d.kubeAPIBurst }}
+{{- if not (kindIs "invalid" $qps) }}
+- --kube-api-qps={{ include "kcm-split.flagValue" $qps }}
+{{- end }}
+{{- if not (kindIs "invalid" $burst) }}
+- --kube-api-burst={{ int64 $burst }}
+{{- end }}
 - --log-level={{ .c.logLevel | default $d.logLevel }}
 - --log-format={{ $d.logFormat }}
 - --shutdown-grace-period={{ $d.shutdownGracePeriod }}

@@ -1,25 +1,70 @@
 {{/*
 How each binary serves metrics and health: the only place that knows the flags, the scheme
-and the port. Deployment probes, the metrics Service and the ServiceMonitor all use these.
-Today the binaries serve plain HTTP on --metrics-bind-address (health on the same port).
+and the port. Deployment probes, the metrics Service, the ServiceMonitor and the RBAC every
+controller needs for it use these.
+
+Each binary serves /metrics, /healthz, /readyz and /livez over HTTPS on --secure-port (its own
+port). /metrics needs a bearer token the controller checks with a TokenReview and a
+SubjectAccessReview (get on the non-resource URL /metrics: the built-in system:monitoring role
+has it); the health paths are open, so kubelet probes need no credentials. The certificate is
+self-signed at start unless serving.tlsSecretName names a kubernetes.io/tls Secret.
 */}}
 
 {{/* Command-line flags for serving. */}}
 {{- define "kcm-split.serving.args" -}}
-- --metrics-bind-address=:{{ int .c.port }}
+- --secure-port={{ int .c.port }}
+{{- if .root.Values.serving.tlsSecretName }}
+- --tls-cert-file=/etc/kcm-split/tls/tls.crt
+- --tls-private-key-file=/etc/kcm-split/tls/tls.key
+{{- end }}
+{{- end -}}
+
+{{/* Volumes and mounts for the serving certificate, if any. */}}
+{{- define "kcm-split.serving.volumes" -}}
+{{- with .root.Values.serving.tlsSecretName }}
+- name: serving-tls
+  secret:
+    secretName: {{ . }}
+{{- end }}
+{{- end -}}
+
+{{- define "kcm-split.serving.volumeMounts" -}}
+{{- if .root.Values.serving.tlsSecretName }}
+- name: serving-tls
+  mountPath: /etc/kcm-split/tls
+  readOnly: true
+{{- end }}
 {{- end -}}
 
 {{/* Scheme of /metrics, /healthz and /readyz: HTTP or HTTPS (probes want it upper case). */}}
 {{- define "kcm-split.serving.scheme" -}}
-HTTP
+HTTPS
 {{- end -}}
 
 {{/* Name of the container port serving metrics and health. */}}
 {{- define "kcm-split.serving.portName" -}}
-metrics
+https
 {{- end -}}
 
-{{/* Extra fields of a ServiceMonitor endpoint (TLS, authorization) for this scheme; none for HTTP. */}}
+{{/* Fields of a ServiceMonitor endpoint for this scheme: TLS and the scraper's token. */}}
 {{- define "kcm-split.serving.serviceMonitorEndpoint" -}}
-scheme: {{ include "kcm-split.serving.scheme" . | lower }}
+scheme: https
+{{- with .root.Values.serviceMonitor.tlsConfig }}
+tlsConfig:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .root.Values.serviceMonitor.bearerTokenFile }}
+bearerTokenFile: {{ . }}
+{{- end }}
+{{- end -}}
+
+{{/* ClusterRole rules every controller needs to serve: delegated authentication and
+authorization of scrapers (what upstream's system:auth-delegator grants). */}}
+{{- define "kcm-split.serving.clusterRules" -}}
+- apiGroups: [authentication.k8s.io]
+  resources: [tokenreviews]
+  verbs: [create]
+- apiGroups: [authorization.k8s.io]
+  resources: [subjectaccessreviews]
+  verbs: [create]
 {{- end -}}

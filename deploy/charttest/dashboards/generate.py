@@ -21,7 +21,70 @@ CONTROLLERS = {
         "id": "endpoints-controller",
         "title": "Endpoints controller",
         "queues": ["endpoint"],
+        # No metrics of its own: upstream has none; reconciles and queues tell the story.
         "own": [],
+    },
+    "namespace": {
+        "id": "namespace-controller",
+        "title": "Namespace controller",
+        "queues": ["namespace"],
+        "own": [
+            ("Terminating namespaces", "short", [
+                ('max(kcm_split_namespace_terminating{$JOB})', "terminating")]),
+            ("Deletion duration (deletion timestamp to finalized)", "s", [
+                ('histogram_quantile(0.5, sum by (le) (rate(kcm_split_namespace_deletion_duration_seconds_bucket{$JOB}[$__rate_interval])))', "p50"),
+                ('histogram_quantile(0.99, sum by (le) (rate(kcm_split_namespace_deletion_duration_seconds_bucket{$JOB}[$__rate_interval])))', "p99")]),
+            ("Objects deleted, top 10 resources", "ops", [
+                ('topk(10, sum by (resource) (rate(kcm_split_namespace_objects_deleted_total{$JOB}[$__rate_interval])))', "{{resource}}")]),
+        ],
+    },
+    "pvbinder": {
+        "id": "pv-binder-controller",
+        "title": "PersistentVolume binder",
+        "queues": ["volumes", "claims"],
+        "own": [
+            ("Claim bind duration (created to Bound)", "s", [
+                ('histogram_quantile(0.5, sum by (le) (rate(kcm_split_pvbinder_claim_bind_duration_seconds_bucket{$JOB}[$__rate_interval])))', "p50"),
+                ('histogram_quantile(0.99, sum by (le) (rate(kcm_split_pvbinder_claim_bind_duration_seconds_bucket{$JOB}[$__rate_interval])))', "p99")]),
+            ("Volumes by state", "short", [
+                ('sum by (storage_class) (pv_collector_bound_pv_count{$JOB})', "bound {{storage_class}}"),
+                ('sum by (storage_class) (pv_collector_unbound_pv_count{$JOB})', "unbound {{storage_class}}")]),
+            ("Claims by state", "short", [
+                ('sum by (storage_class) (pv_collector_bound_pvc_count{$JOB})', "bound {{storage_class}}"),
+                ('sum by (storage_class) (pv_collector_unbound_pvc_count{$JOB})', "unbound {{storage_class}}")]),
+            ("Retroactive StorageClass assignments", "ops", [
+                ('sum(rate(retroactive_storageclass_total{$JOB}[$__rate_interval]))', "assigned"),
+                ('sum(rate(retroactive_storageclass_errors_total{$JOB}[$__rate_interval]))', "failed")]),
+        ],
+    },
+    "quota": {
+        "id": "quota-controller",
+        "title": "Resource quota controller",
+        "queues": ["resourcequota_primary", "resourcequota_priority"],
+        "own": [
+            ("Quota syncs by outcome", "ops", [
+                ('sum by (outcome) (rate(kcm_split_quota_syncs_total{$JOB}[$__rate_interval]))', "{{outcome}}")]),
+            ("Resource types that cannot be counted", "short", [
+                ('max(kcm_split_quota_uncountable_resource_types{$JOB})', "uncountable")]),
+        ],
+    },
+    "servicelb": {
+        "id": "service-lb-controller",
+        "title": "LoadBalancer Service controller",
+        "queues": ["service", "node", "ipaddresspool"],
+        "own": [
+            ("Load balancer syncs and node sync errors", "ops", [
+                ('sum(rate(service_controller_loadbalancer_sync_total{$JOB}[$__rate_interval]))', "load balancer syncs"),
+                ('sum(rate(service_controller_nodesync_error_total{$JOB}[$__rate_interval]))', "node sync errors")]),
+            ("Node sync latency p99", "s", [
+                ('histogram_quantile(0.99, sum by (le) (rate(service_controller_nodesync_latency_seconds_bucket{$JOB}[$__rate_interval])))', "p99")]),
+            ("Services waiting for an address, eligible nodes", "short", [
+                ('max(kcm_split_servicelb_pending_services{$JOB})', "pending Services"),
+                ('max(kcm_split_servicelb_eligible_nodes{$JOB})', "eligible nodes")]),
+            ("Pool addresses by family", "short", [
+                ('max by (family) (kcm_split_servicelb_addresses_assigned{$JOB})', "assigned {{family}}"),
+                ('max by (family) (kcm_split_servicelb_addresses_available{$JOB})', "available {{family}}")]),
+        ],
     },
 }
 
@@ -128,7 +191,7 @@ def controller_dashboard(alias, c):
     if c["own"]:
         L.row(c["title"])
         for title, unit, queries in c["own"]:
-            L.panel(title, [(e.replace("$JOB", job), l) for e, l in queries], unit=unit, w=12)
+            L.panel(title, [(e.replace("{$JOB}", "{" + job + "}"), l) for e, l in queries], unit=unit, w=12)
     job_query = f'label_values(workqueue_adds_total{{name="{c["queues"][0]}"}}, job)'
     return dashboard(f"kcm-split-{alias}", f"kcm-split / {c['title']}", L.panels, variables(job_query),
                      ["kcm-split", c["id"]])
