@@ -337,3 +337,34 @@ func TestSyncIgnoresLiveAndFinalizedNamespaces(t *testing.T) {
 		t.Fatalf("content of a live or finalized namespace touched: %v", f.content.calls)
 	}
 }
+
+func TestMetricsAreNamedAndLintClean(t *testing.T) {
+	f := newFixture(t, coreDiscovery, terminating("a", "u1"), &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "live", UID: "u2"}})
+	f.c.metrics.deleted.WithLabelValues("configmaps.").Add(3)
+	f.c.metrics.duration.Observe(2)
+	for name, want := range map[string]int{
+		"kcm_split_namespace_terminating":               1,
+		"kcm_split_namespace_objects_deleted_total":     1,
+		"kcm_split_namespace_deletion_duration_seconds": 1,
+		"workqueue_depth":                               1,
+	} {
+		if got := testutil.CollectAndCount(f.reg, name); got != want {
+			t.Errorf("%s: %d series, want %d", name, got, want)
+		}
+	}
+	// One of the two namespaces is terminating.
+	if err := testutil.GatherAndCompare(f.reg, strings.NewReader(`
+# HELP kcm_split_namespace_terminating Namespaces that have a deletion timestamp and still exist, as this controller's cache sees them.
+# TYPE kcm_split_namespace_terminating gauge
+kcm_split_namespace_terminating 1
+`), "kcm_split_namespace_terminating"); err != nil {
+		t.Error(err)
+	}
+	problems, err := testutil.GatherAndLint(f.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+}
