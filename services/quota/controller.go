@@ -65,6 +65,9 @@ type Controller struct {
 	warnedMu sync.Mutex
 	warned   map[string]map[schema.GroupResource]bool
 
+	// written is what this controller last wrote per quota key, until the informer shows it.
+	written writtenCache
+
 	setupErr error
 }
 
@@ -398,12 +401,16 @@ func (c *Controller) syncQuota(ctx context.Context, qkey string) error {
 
 	rq, err := c.quotas.ResourceQuotas(namespace).Get(name)
 	if apierrors.IsNotFound(err) {
+		c.written.forget(qkey)
 		return nil
 	}
 	if err != nil {
 		c.metrics.syncs.WithLabelValues(OutcomeError).Inc()
 		return err
 	}
+	// A second event for the same quota often comes before the informer has delivered our
+	// own last write: syncing from the stale copy would write again and lose a conflict.
+	rq = c.written.current(qkey, rq)
 
 	now := c.now()
 	scopes := scopeRequirements(&rq.Spec)
@@ -441,7 +448,8 @@ func (c *Controller) syncQuota(ctx context.Context, qkey string) error {
 	if statusChanged(rq, status) {
 		updated := rq.DeepCopy()
 		updated.Status = status
-		if _, err := c.client.CoreV1().ResourceQuotas(namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err != nil {
+		stored, err := c.client.CoreV1().ResourceQuotas(namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+		if err != nil {
 			if apierrors.IsConflict(err) {
 				c.metrics.syncs.WithLabelValues(OutcomeConflict).Inc()
 			} else {
@@ -452,6 +460,7 @@ func (c *Controller) syncQuota(ctx context.Context, qkey string) error {
 			}
 			return err
 		}
+		c.written.remember(qkey, rq.ResourceVersion, stored)
 		outcome = OutcomeUpdated
 		logger.V(4).Info("Updated quota status", "used", status.Used)
 	}
@@ -503,6 +512,50 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "..."
+}
+
+// writtenCache remembers, per quota, the object our last status write returned and the
+// resourceVersion it replaced. While the informer still shows the replaced version, the
+// written object is the truth.
+type writtenCache struct {
+	mu sync.Mutex
+	m  map[string]written
+}
+
+type written struct {
+	from string
+	obj  *v1.ResourceQuota
+}
+
+func (w *writtenCache) remember(k, from string, obj *v1.ResourceQuota) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.m == nil {
+		w.m = map[string]written{}
+	}
+	w.m[k] = written{from: from, obj: obj}
+}
+
+// current returns the written object while cached is the version it replaced; otherwise
+// cached (and forgets the entry, the informer having moved on).
+func (w *writtenCache) current(k string, cached *v1.ResourceQuota) *v1.ResourceQuota {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	e, ok := w.m[k]
+	if !ok {
+		return cached
+	}
+	if cached.ResourceVersion == e.from {
+		return e.obj
+	}
+	delete(w.m, k)
+	return cached
+}
+
+func (w *writtenCache) forget(k string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.m, k)
 }
 
 // keyLocks serialises syncs of one key: a quota can sit in both queues at once, and two

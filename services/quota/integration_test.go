@@ -201,6 +201,10 @@ func TestUsageAdmissionAndReplenishment(t *testing.T) {
 	createQuota(t, c, ns, "compute", corev1.ResourceList{
 		corev1.ResourcePods: q("3"), corev1.ResourceRequestsCPU: q("2"), corev1.ResourceLimitsMemory: q("1Gi"),
 		corev1.ResourceMemory: q("1Gi"),
+	}, func(rq *corev1.ResourceQuota) {
+		// The controller writes status from its cache: metadata must survive it.
+		rq.Labels = map[string]string{"team": "a"}
+		rq.Annotations = map[string]string{"note": "kept"}
 	})
 	createQuota(t, c, ns, "objects", corev1.ResourceList{
 		corev1.ResourceConfigMaps:                             q("2"),
@@ -210,7 +214,10 @@ func TestUsageAdmissionAndReplenishment(t *testing.T) {
 	// The default 5-minute resync: everything below that happens in seconds is replenishment.
 	startController(t, "ctrl")
 
-	waitUsed(t, c, ns, "compute", map[corev1.ResourceName]string{"pods": "0", "requests.cpu": "0", "limits.memory": "0", "memory": "0"})
+	synced := waitUsed(t, c, ns, "compute", map[corev1.ResourceName]string{"pods": "0", "requests.cpu": "0", "limits.memory": "0", "memory": "0"})
+	if synced.Labels["team"] != "a" || synced.Annotations["note"] != "kept" {
+		t.Fatalf("the status write lost metadata: labels %v annotations %v", synced.Labels, synced.Annotations)
+	}
 	waitUsed(t, c, ns, "objects", map[corev1.ResourceName]string{"configmaps": "0", "count/widgets.kcm-split.example.com": "0", "services.loadbalancers": "0"})
 
 	// Pods up to the limit, then one more.

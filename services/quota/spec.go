@@ -44,7 +44,7 @@ func run(ctx context.Context, rt *app.Runtime) error {
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
-	factory := informers.NewSharedInformerFactoryWithOptions(rt.Client, 0, informers.WithTransform(trimMeta))
+	factory := informers.NewSharedInformerFactoryWithOptions(rt.Client, 0, informers.WithTransform(trimManagedFields))
 	c := New(
 		factory.Core().V1().ResourceQuotas(),
 		rt.Client,
