@@ -61,8 +61,11 @@ type Controller struct {
 	services   corelisters.ServiceLister
 	nodes      corelisters.NodeLister
 	namespaces corelisters.NamespaceLister
-	poolStore  cache.Store
-	synced     []cache.InformerSynced
+	// poolStore is the IPAddressPool cache; it starts empty when the CRD is not installed
+	// yet and is replaced once it is (SetPoolInformer).
+	storeMu   sync.Mutex
+	poolStore cache.Store
+	synced    []cache.InformerSynced
 
 	queue     *worker.Queue[string]
 	stale     *staleTracker
@@ -82,7 +85,8 @@ type Controller struct {
 }
 
 // New builds the controller and registers its event handlers; it starts nothing. pools is
-// the IPAddressPool informer (unstructured objects), poolClient writes their status.
+// the IPAddressPool informer (unstructured objects), or nil while the CRD is not installed
+// (see SetPoolInformer); poolClient writes their status.
 func New(
 	services coreinformers.ServiceInformer,
 	nodes coreinformers.NodeInformer,
@@ -103,7 +107,7 @@ func New(
 		services:   services.Lister(),
 		nodes:      nodes.Lister(),
 		namespaces: namespaces.Lister(),
-		poolStore:  pools.GetStore(),
+		poolStore:  cache.NewStore(cache.MetaNamespaceKeyFunc),
 		queue: worker.New(worker.Options[string]{
 			Name:        QueueName,
 			Controller:  ControllerID,
@@ -139,12 +143,47 @@ func New(
 	c.register(namespaces.Informer(), cache.ResourceEventHandlerFuncs{
 		UpdateFunc: c.onNamespaceUpdate,
 	})
-	c.register(pools, cache.ResourceEventHandlerFuncs{
+	if pools != nil {
+		if err := c.addPoolHandlers(pools); err != nil {
+			c.setupErr = errors.Join(c.setupErr, err)
+		} else {
+			c.synced = append(c.synced, pools.HasSynced)
+		}
+	}
+	return c
+}
+
+func (c *Controller) addPoolHandlers(pools cache.SharedIndexInformer) error {
+	_, err := pools.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { c.refreshPools() },
 		UpdateFunc: c.onPoolUpdate,
 		DeleteFunc: func(any) { c.refreshPools() },
 	})
-	return c
+	if err != nil {
+		return err
+	}
+	c.storeMu.Lock()
+	c.poolStore = pools.GetStore()
+	c.storeMu.Unlock()
+	return nil
+}
+
+// SetPoolInformer hands the controller an IPAddressPool informer once the CRD has been
+// installed after the controller started; the caller starts the informer after this call.
+// Until then the controller runs without pools: Services wait for addresses, and those
+// being deleted or changing type are still cleaned up.
+func (c *Controller) SetPoolInformer(pools cache.SharedIndexInformer) error {
+	if err := c.addPoolHandlers(pools); err != nil {
+		return err
+	}
+	c.refreshPools()
+	return nil
+}
+
+func (c *Controller) poolCache() cache.Store {
+	c.storeMu.Lock()
+	defer c.storeMu.Unlock()
+	return c.poolStore
 }
 
 func (c *Controller) register(inf cache.SharedIndexInformer, h cache.ResourceEventHandler) {
@@ -654,7 +693,7 @@ func (c *Controller) patchIngress(ctx context.Context, svc *v1.Service, ingress 
 // contains any more are moved, and those waiting try again.
 func (c *Controller) refreshPools() {
 	var objs []*v1alpha1.IPAddressPool
-	for _, o := range c.poolStore.List() {
+	for _, o := range c.poolCache().List() {
 		u, ok := o.(*unstructured.Unstructured)
 		if !ok {
 			continue
@@ -695,7 +734,7 @@ func (c *Controller) refreshPools() {
 
 // syncPoolStatus writes a pool's counts and Valid condition when they changed.
 func (c *Controller) syncPoolStatus(ctx context.Context, name string) error {
-	o, exists, err := c.poolStore.GetByKey(name)
+	o, exists, err := c.poolCache().GetByKey(name)
 	if err != nil || !exists {
 		return err
 	}

@@ -678,3 +678,36 @@ func TestDemoPoolManifest(t *testing.T) {
 		t.Fatalf("demo got %v, want one address of each of the demo pool's ranges (.0 avoided)", got)
 	}
 }
+
+// TestPoolAPIInstalledLater runs last: it removes the CRD, starts the controller without it
+// (Ready, Services wait), then installs the CRD and a pool, and the waiting Service is served.
+func TestPoolAPIInstalledLater(t *testing.T) {
+	testenv.Require(t, env)
+	dyn, err := dynamic.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := dyn.Resource(crdGVR).Delete(ctx, "ipaddresspools.lb.kcm-split.io", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := dyn.Resource(crdGVR).Get(ctx, "ipaddresspools.lb.kcm-split.io", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Fatal("the CRD was not deleted")
+	}
+	t.Cleanup(func() { _ = installCRDs(env.Config) })
+
+	f := setup(t)
+	f.service("early")
+	f.waitEvent("early", servicelb.ReasonAllocationFailed)
+	if err := installCRDs(env.Config); err != nil {
+		t.Fatal(err)
+	}
+	f.pool("late", []string{f.v4(1) + "/32"})
+	if got := ingressIPs(f.waitAddress("early")); !slices.Equal(got, []string{f.v4(1)}) {
+		t.Fatalf("early got %v", got)
+	}
+}

@@ -2,13 +2,14 @@ package servicelb
 
 import (
 	"context"
-	"fmt"
+	"sync"
 	"time"
 
 	"github.com/urfave/cli/v2"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
@@ -39,10 +41,6 @@ func Spec() app.Spec {
 	}
 }
 
-// crdWait bounds the wait for the IPAddressPool API at start: long enough for a CRD applied
-// together with the controller to become established.
-const crdWait = 60 * time.Second
-
 // run is called only while this process holds the Lease.
 func run(ctx context.Context, rt *app.Runtime) error {
 	opts := optionsFrom(rt.CLI)
@@ -60,19 +58,21 @@ func run(ctx context.Context, rt *app.Runtime) error {
 	if err != nil {
 		return err
 	}
-	if err := waitForPoolAPI(ctx, rt); err != nil {
-		return err
-	}
 	recorder := eventRecorder(ctx, client)
 
 	ctx, cancel := context.WithCancel(ctx)
 	factory := informers.NewSharedInformerFactoryWithOptions(client, rt.ResyncPeriod(), informers.WithTransform(dropManagedFields))
 	dynFactory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, rt.ResyncPeriod())
+	served := poolAPIServed(ctx, cfg, crdWait)
+	var pools cache.SharedIndexInformer
+	if served {
+		pools = dynFactory.ForResource(v1alpha1.GroupVersionResource).Informer()
+	}
 	c := New(
 		factory.Core().V1().Services(),
 		factory.Core().V1().Nodes(),
 		factory.Core().V1().Namespaces(),
-		dynFactory.ForResource(v1alpha1.GroupVersionResource).Informer(),
+		pools,
 		client,
 		v1alpha1.NewClient(dyn),
 		recorder,
@@ -81,11 +81,30 @@ func run(ctx context.Context, rt *app.Runtime) error {
 	)
 	factory.Start(ctx.Done())
 	dynFactory.Start(ctx.Done())
+	// late watches for the CRD when it is not installed yet.
+	var late sync.WaitGroup
 	defer func() {
 		cancel()
+		late.Wait()
 		factory.Shutdown()
 		dynFactory.Shutdown()
 	}()
+	if !served {
+		rt.Logger.Error(nil, "The IPAddressPool API is not served: install the CRD from charts/kcm-split/crds/. Until then no Service gets an address; cleanups still run.",
+			"groupVersion", v1alpha1.GroupVersionResource.GroupVersion().String())
+		late.Go(func() {
+			if !poolAPIServed(ctx, cfg, 0) {
+				return // ctx ended
+			}
+			rt.Logger.Info("The IPAddressPool API is now served; watching pools")
+			inf := dynFactory.ForResource(v1alpha1.GroupVersionResource).Informer()
+			if err := c.SetPoolInformer(inf); err != nil {
+				utilruntime.HandleErrorWithContext(ctx, err, "Cannot watch IPAddressPools")
+				return
+			}
+			dynFactory.Start(ctx.Done())
+		})
+	}
 	rt.SetSynced(c.HasSynced)
 	return c.Run(ctx, opts.ConcurrentSyncs)
 }
@@ -110,21 +129,30 @@ func dropManagedFields(obj any) (any, error) {
 	return obj, nil
 }
 
-// waitForPoolAPI makes sure the IPAddressPool CRD is served: without it the pool informer
-// would never sync and the controller would sit unready with no clear reason.
-func waitForPoolAPI(ctx context.Context, rt *app.Runtime) error {
-	dc, err := discovery.NewDiscoveryClientForConfig(rt.Config)
+// crdWait is how long the start waits for the IPAddressPool API before running without it:
+// long enough for a CRD applied together with the controller to become established.
+const crdWait = 10 * time.Second
+
+// crdPoll is how often discovery is asked whether the CRD has been installed meanwhile.
+const crdPoll = 10 * time.Second
+
+// poolAPIServed polls discovery until the IPAddressPool resource is served (true), or until
+// timeout has passed (0: until ctx ends) (false).
+func poolAPIServed(ctx context.Context, cfg *rest.Config, timeout time.Duration) bool {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
-		return err
+		return false
 	}
 	gv := v1alpha1.GroupVersionResource.GroupVersion().String()
-	var last error
-	err = wait.PollUntilContextTimeout(ctx, time.Second, crdWait, true, func(context.Context) (bool, error) {
+	interval := time.Second
+	if timeout == 0 {
+		interval = crdPoll
+	}
+	poll := func(ctx context.Context) (bool, error) {
 		list, err := dc.ServerResourcesForGroupVersion(gv)
 		if err != nil {
-			last = err
 			if !apierrors.IsNotFound(err) {
-				klog.FromContext(ctx).V(2).Info("Waiting for the IPAddressPool API", "err", err)
+				klog.FromContext(ctx).V(2).Info("Asking for the IPAddressPool API", "err", err)
 			}
 			return false, nil
 		}
@@ -133,11 +161,10 @@ func waitForPoolAPI(ctx context.Context, rt *app.Runtime) error {
 				return true, nil
 			}
 		}
-		last = fmt.Errorf("%s serves no %s", gv, v1alpha1.Resource)
 		return false, nil
-	})
-	if err != nil {
-		return fmt.Errorf("the IPAddressPool API (%s) is not served; install the CRD from charts/kcm-split/crds/: %v", gv, last)
 	}
-	return nil
+	if timeout == 0 {
+		return wait.PollUntilContextCancel(ctx, interval, true, poll) == nil
+	}
+	return wait.PollUntilContextTimeout(ctx, interval, timeout, true, poll) == nil
 }
