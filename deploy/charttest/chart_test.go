@@ -44,9 +44,25 @@ func TestEachControllerAlone(t *testing.T) {
 			for _, o := range objs {
 				kinds[o.Kind] = append(kinds[o.Kind], o.Name)
 			}
-			for _, kind := range []string{"Deployment", "ServiceAccount", "Service", "Role", "RoleBinding"} {
+			for _, kind := range []string{"Deployment", "ServiceAccount", "Service", "ClusterRole", "ClusterRoleBinding"} {
 				if got := kinds[kind]; !slices.Equal(got, []string{name}) {
 					t.Errorf("%s: got %v, want exactly [%s]", kind, got, name)
+				}
+			}
+			// A Role for its Lease in the release namespace, and one per other namespace
+			// its RBAC file names; all of the controller's name.
+			for _, kind := range []string{"Role", "RoleBinding"} {
+				inRelease := 0
+				for _, o := range byKind(objs, kind) {
+					if o.Name != name {
+						t.Errorf("%s %s/%s: want the name %s", kind, o.Namespace, o.Name, name)
+					}
+					if o.Namespace == ns {
+						inRelease++
+					}
+				}
+				if inRelease != 1 {
+					t.Errorf("%d %ss in the release namespace, want 1", inRelease, kind)
 				}
 			}
 			if got := kinds["ConfigMap"]; !slices.Equal(got, []string{name + "-dashboard", "kcm-split-overview-dashboard"}) {

@@ -44,9 +44,9 @@ import (
 // scenario is one controller's part of the RBAC test.
 type scenario struct {
 	// run exercises the controller as its own integration tests do; admin is an admin
-	// client, ns a fresh namespace for the test's objects. snapshot scrapes /metrics, for
-	// series that exist only in the middle of the scenario.
-	run func(t *testing.T, admin kubernetes.Interface, ns string, snapshot func())
+	// client, ns a fresh namespace for the test's objects. snapshot scrapes /metrics (and
+	// returns it), for series that exist only in the middle of the scenario.
+	run func(t *testing.T, admin kubernetes.Interface, ns string, snapshot func() string)
 	// forbidden are requests outside the role; each must be denied.
 	forbidden []authorizationv1.ResourceAttributes
 	// unused are permissions (verb group/resource) the role grants that the scenario cannot
@@ -106,6 +106,22 @@ var scenarios = map[string]scenario{
 			"delete */*":      "objects are deleted one by one only where a resource has no deletecollection",
 		}),
 		args: []string{"--namespace-sync-period=5s"},
+	},
+	"nodelifecycle": {
+		run: nodelifecycleScenario,
+		forbidden: []authorizationv1.ResourceAttributes{
+			{Verb: "list", Resource: "secrets"},
+			{Verb: "update", Resource: "nodes"},
+			{Verb: "delete", Resource: "nodes"},
+			{Verb: "update", Resource: "pods", Namespace: "default"},
+			{Verb: "create", Resource: "pods", Subresource: "eviction", Namespace: "default"},
+			{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-node-lease", Name: "node-1"},
+			{Verb: "list", Group: "coordination.k8s.io", Resource: "leases", Namespace: "default"},
+		},
+		unused: with(eventsOnFailure, map[string]string{
+			"get /nodes": "a Node is read again only after a write conflict",
+		}),
+		args: []string{"--node-monitor-period=1s", "--node-monitor-grace-period=4s", "--node-startup-grace-period=4s", "--node-eviction-rate=10"},
 	},
 	"pvbinder": {
 		run: pvbinderScenario,
@@ -253,14 +269,16 @@ func runUnderChartRBAC(t *testing.T, c *Chart, v *Values, alias string, sc scena
 		case *rbacv1.Role:
 			grants = append(grants, obj.Rules...)
 			mustCreate(t, func() error {
-				_, err := admin.RbacV1().Roles(release).Create(ctx, obj, metav1.CreateOptions{})
+				_, err := admin.RbacV1().Roles(obj.Namespace).Create(ctx, obj, metav1.CreateOptions{})
 				return err
 			})
+			t.Cleanup(func() { _ = admin.RbacV1().Roles(obj.Namespace).Delete(ctx, obj.Name, metav1.DeleteOptions{}) })
 		case *rbacv1.RoleBinding:
 			mustCreate(t, func() error {
-				_, err := admin.RbacV1().RoleBindings(release).Create(ctx, obj, metav1.CreateOptions{})
+				_, err := admin.RbacV1().RoleBindings(obj.Namespace).Create(ctx, obj, metav1.CreateOptions{})
 				return err
 			})
+			t.Cleanup(func() { _ = admin.RbacV1().RoleBindings(obj.Namespace).Delete(ctx, obj.Name, metav1.DeleteOptions{}) })
 		case *appsv1.Deployment:
 			dep = obj
 		}
@@ -309,12 +327,13 @@ func runUnderChartRBAC(t *testing.T, c *Chart, v *Values, alias string, sc scena
 	}
 
 	var scrapes []string
-	scrape := func() {
+	scrape := func() string {
 		code, body := ctrl.Get("/metrics")
 		if code != http.StatusOK {
 			t.Fatalf("/metrics: %d", code)
 		}
 		scrapes = append(scrapes, body)
+		return body
 	}
 	sc.run(t, admin, env.Namespace(t), scrape)
 	checkSecureServing(t, admin, release, fmt.Sprintf("https://127.0.0.1:%d", securePort))
@@ -395,7 +414,7 @@ func runUnderChartRBAC(t *testing.T, c *Chart, v *Values, alias string, sc scena
 		t.Errorf("%s logged a forbidden request:\n%s", alias, grepLines(string(log), "forbidden"))
 	}
 
-	scrape()
+	_ = scrape()
 	return scrapes
 }
 

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -35,7 +36,7 @@ func eventually(t *testing.T, what string, cond func(ctx context.Context) (bool,
 
 // endpointsScenario: a Service and a ready Pod get Endpoints (create); the Pod turning
 // unready moves its address (update); deleting the Service removes the Endpoints (delete).
-func endpointsScenario(t *testing.T, admin kubernetes.Interface, ns string, _ func()) {
+func endpointsScenario(t *testing.T, admin kubernetes.Interface, ns string, _ func() string) {
 	ctx := context.Background()
 	labels := map[string]string{"app": "web"}
 	svc := &corev1.Service{
@@ -105,7 +106,7 @@ func endpointsScenario(t *testing.T, admin kubernetes.Interface, ns string, _ fu
 
 // namespaceScenario: a deleted namespace with a ConfigMap and a Pod in it has its content
 // deleted and is finalized (it disappears).
-func namespaceScenario(t *testing.T, admin kubernetes.Interface, _ string, _ func()) {
+func namespaceScenario(t *testing.T, admin kubernetes.Interface, _ string, _ func() string) {
 	ctx := context.Background()
 	victim := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "charttest-victim-"}}
 	victim, err := admin.CoreV1().Namespaces().Create(ctx, victim, metav1.CreateOptions{})
@@ -131,7 +132,7 @@ func namespaceScenario(t *testing.T, admin kubernetes.Interface, _ string, _ fun
 
 // quotaScenario: a ResourceQuota's status shows the hard limits and the usage of what is in
 // its namespace (a Pod, through its typed informer; ConfigMaps, through a metadata informer).
-func quotaScenario(t *testing.T, admin kubernetes.Interface, ns string, _ func()) {
+func quotaScenario(t *testing.T, admin kubernetes.Interface, ns string, _ func() string) {
 	ctx := context.Background()
 	rq := &corev1.ResourceQuota{
 		ObjectMeta: metav1.ObjectMeta{Name: "q"},
@@ -167,7 +168,7 @@ func quotaScenario(t *testing.T, admin kubernetes.Interface, ns string, _ func()
 
 // pvbinderScenario: a claim binds to the matching volume, one no volume fits stays Pending;
 // deleting the bound claim releases its volume.
-func pvbinderScenario(t *testing.T, admin kubernetes.Interface, ns string, snapshot func()) {
+func pvbinderScenario(t *testing.T, admin kubernetes.Interface, ns string, snapshot func() string) {
 	ctx := context.Background()
 	empty := ""
 	pv := &corev1.PersistentVolume{
@@ -222,7 +223,7 @@ func pvbinderScenario(t *testing.T, admin kubernetes.Interface, ns string, snaps
 		c, err := admin.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "too-big", metav1.GetOptions{})
 		return err == nil && c.Status.Phase == corev1.ClaimPending, nil
 	})
-	snapshot() // the bound and unbound gauges exist only while such objects do
+	_ = snapshot() // the bound and unbound gauges exist only while such objects do
 	if err := admin.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, "data", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +242,7 @@ var poolGVR = schema.GroupVersionResource{Group: "lb.kcm-split.io", Version: "v1
 
 // servicelbScenario: a LoadBalancer Service gets an address from an IPAddressPool; deleting
 // the Service releases it (the controller removes its finalizer).
-func servicelbScenario(t *testing.T, admin kubernetes.Interface, ns string, _ func()) {
+func servicelbScenario(t *testing.T, admin kubernetes.Interface, ns string, _ func() string) {
 	ctx := context.Background()
 	dyn := dynamic.NewForConfigOrDie(env.Config)
 	pool := &unstructured.Unstructured{Object: map[string]any{
@@ -316,4 +317,113 @@ func installCRDs(t *testing.T, dir string) {
 			return false, nil
 		})
 	}
+}
+
+// nodelifecycleScenario: of two Nodes in one zone, the one whose kubelet stops renewing its
+// Lease is marked Unknown and tainted unreachable:NoExecute; its Pod is marked not ready and,
+// tolerating the taint for no time, deleted. The test plays both kubelets.
+func nodelifecycleScenario(t *testing.T, admin kubernetes.Interface, ns string, snapshot func() string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	suffix := ns[len(ns)-6:]
+	alive, dead := "alive-"+suffix, "dead-"+suffix
+	for _, name := range []string{alive, dead} {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelTopologyZone: "zone-" + suffix}}}
+		created, err := admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = admin.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+		now := metav1.Now()
+		created.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: now, LastTransitionTime: now, Reason: "KubeletReady"}}
+		if _, err := admin.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		lease := &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: corev1.NamespaceNodeLease},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: &name, LeaseDurationSeconds: ptr(int32(40)), RenewTime: &metav1.MicroTime{Time: time.Now()}},
+		}
+		if _, err := admin.CoordinationV1().Leases(corev1.NamespaceNodeLease).Create(ctx, lease, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = admin.CoordinationV1().Leases(corev1.NamespaceNodeLease).Delete(context.Background(), name, metav1.DeleteOptions{})
+		})
+	}
+	// The live kubelet renews its Lease every second until it is stopped.
+	kubeletCtx, stopKubelet := context.WithCancel(ctx)
+	go func() {
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-kubeletCtx.Done():
+				return
+			case <-tick.C:
+			}
+			l, err := admin.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, alive, metav1.GetOptions{})
+			if err != nil {
+				continue
+			}
+			l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+			_, _ = admin.CoordinationV1().Leases(corev1.NamespaceNodeLease).Update(ctx, l, metav1.UpdateOptions{})
+		}
+	}()
+	zero := int64(0)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "on-dead-node"},
+		Spec: corev1.PodSpec{
+			NodeName:   dead,
+			Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}},
+			// Without it, admission would give the Pod 300s of toleration.
+			Tolerations: []corev1.Toleration{{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: &zero}},
+		},
+	}
+	created, err := admin.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	created.Status = corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+	if _, err := admin.CoreV1().Pods(ns).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the silent Node Unknown and tainted unreachable:NoExecute, the live one untouched", func(ctx context.Context) (bool, error) {
+		d, err := admin.CoreV1().Nodes().Get(ctx, dead, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		a, err := admin.CoreV1().Nodes().Get(ctx, alive, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		return readyStatus(d) == corev1.ConditionUnknown && hasTaint(d, corev1.TaintNodeUnreachable) &&
+			readyStatus(a) == corev1.ConditionTrue && len(a.Spec.Taints) == 0, nil
+	})
+	eventually(t, "the Pod on the silent Node evicted", func(ctx context.Context) (bool, error) {
+		p, err := admin.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err) || (err == nil && p.DeletionTimestamp != nil), nil
+	})
+	// The last kubelet goes silent too: every zone is down, and tainting pauses.
+	stopKubelet()
+	eventually(t, "NoExecute tainting paused with every zone down", func(context.Context) (bool, error) {
+		return strings.Contains(snapshot(), `kcm_split_nodelifecycle_evictions_paused{reason="AllZonesDown"`), nil
+	})
+}
+
+func readyStatus(n *corev1.Node) corev1.ConditionStatus {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status
+		}
+	}
+	return ""
+}
+
+func hasTaint(n *corev1.Node, key string) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == key && t.Effect == corev1.TaintEffectNoExecute {
+			return true
+		}
+	}
+	return false
 }

@@ -38,6 +38,30 @@ CONTROLLERS = {
                 ('topk(10, sum by (resource) (rate(kcm_split_namespace_objects_deleted_total{$JOB}[$__rate_interval])))', "{{resource}}")]),
         ],
     },
+    "nodelifecycle": {
+        "id": "node-lifecycle-controller",
+        "title": "Node lifecycle controller",
+        "queues": ["node_lifecycle_controller", "node_lifecycle_controller_pods",
+                   "noexec_taint_node", "noexec_taint_pod", "noexec_taint_eviction"],
+        "own": [
+            ("Zone health (% of Ready Nodes)", "percent", [
+                ('max by (zone) (node_collector_zone_health{$JOB})', "{{zone}}")]),
+            ("Unhealthy Nodes and zone size", "short", [
+                ('max by (zone) (node_collector_unhealthy_nodes_in_zone{$JOB})', "unhealthy {{zone}}"),
+                ('max by (zone) (node_collector_zone_size{$JOB})', "size {{zone}}")]),
+            ("Nodes tainted NoExecute (evictions) by zone", "ops", [
+                ('sum by (zone) (rate(node_collector_evictions_total{$JOB}[$__rate_interval]))', "{{zone}}")]),
+            ("Zone eviction rate and paused evictions", "short", [
+                ('max by (zone) (kcm_split_nodelifecycle_zone_eviction_rate{$JOB})', "rate {{zone}}"),
+                ('max by (zone, reason) (kcm_split_nodelifecycle_evictions_paused{$JOB})', "paused {{zone}} {{reason}}")]),
+            ("Node health update duration p99", "s", [
+                ('histogram_quantile(0.99, sum by (le) (rate(node_collector_update_node_health_duration_seconds_bucket{$JOB}[$__rate_interval])))', "one Node"),
+                ('histogram_quantile(0.99, sum by (le) (rate(node_collector_update_all_nodes_health_duration_seconds_bucket{$JOB}[$__rate_interval])))', "all Nodes")]),
+            ("Pods deleted by taint eviction", "ops", [
+                ('sum(rate(taint_eviction_controller_pod_deletions_total{$JOB}[$__rate_interval]))', "deletions"),
+                ('histogram_quantile(0.99, sum by (le) (rate(taint_eviction_controller_pod_deletion_duration_seconds_bucket{$JOB}[$__rate_interval])))', "p99 taint to deletion (s)")]),
+        ],
+    },
     "pvbinder": {
         "id": "pv-binder-controller",
         "title": "PersistentVolume binder",
