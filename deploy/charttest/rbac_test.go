@@ -16,6 +16,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -634,5 +635,61 @@ func checkSecureServing(t *testing.T, admin kubernetes.Interface, ns, base strin
 		if got != c.want {
 			t.Errorf("HTTPS %s (token: %t): %d, want %d", c.path, c.token != "", got, c.want)
 		}
+	}
+}
+
+// The README's story on a real apiserver: install two controllers, scale one, upgrade one
+// alone. Every rendered object passes the apiserver's validation, and a change under
+// controllers.<alias> leaves the other controller's Deployment untouched.
+func TestHelmInstallScaleUpgradeOne(t *testing.T) {
+	testenv.Require(t, env)
+	c, _ := chart(t)
+	ctx := context.Background()
+	admin := env.Client(t)
+	ns := env.Namespace(t)
+	helm := func(args ...string) {
+		t.Helper()
+		cmd := exec.Command(c.Helm, append(args, "--kubeconfig", env.Kubeconfig, "--namespace", ns)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	deployment := func(name string) *appsv1.Deployment {
+		t.Helper()
+		d, err := admin.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	const ep, nsc = "kcm-split-endpoints-controller", "kcm-split-namespace-controller"
+	helm("install", "kcm-split", c.Dir, "--set", "controllers.endpoints.enabled=true", "--set", "controllers.namespace.enabled=true")
+	t.Cleanup(func() {
+		_ = exec.Command(c.Helm, "uninstall", "kcm-split", "--kubeconfig", env.Kubeconfig, "--namespace", ns).Run()
+	})
+	other := deployment(nsc).Generation
+	if d := deployment(ep); *d.Spec.Replicas != 1 {
+		t.Fatalf("installed with %d replicas, want 1", *d.Spec.Replicas)
+	}
+	if _, err := admin.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, ep, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a PodDisruptionBudget for one replica: %v", err)
+	}
+
+	helm("upgrade", "kcm-split", c.Dir, "--reuse-values", "--set", "controllers.endpoints.replicas=2")
+	if d := deployment(ep); *d.Spec.Replicas != 2 {
+		t.Errorf("scaled: %d replicas, want 2", *d.Spec.Replicas)
+	}
+	if _, err := admin.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, ep, metav1.GetOptions{}); err != nil {
+		t.Errorf("scaled to 2, no PodDisruptionBudget: %v", err)
+	}
+
+	before := deployment(ep).Generation
+	helm("upgrade", "kcm-split", c.Dir, "--reuse-values", "--set", "controllers.endpoints.image.tag=v9.9.9")
+	d := deployment(ep)
+	if !strings.HasSuffix(d.Spec.Template.Spec.Containers[0].Image, ":v9.9.9") || d.Generation == before || *d.Spec.Replicas != 2 {
+		t.Errorf("upgraded: image %s, generation %d (was %d), replicas %d", d.Spec.Template.Spec.Containers[0].Image, d.Generation, before, *d.Spec.Replicas)
+	}
+	if got := deployment(nsc).Generation; got != other {
+		t.Errorf("scaling and upgrading the endpoints controller changed the namespace controller's Deployment (generation %d, was %d)", got, other)
 	}
 }
