@@ -668,6 +668,36 @@ func TestHelmInstallScaleUpgradeOne(t *testing.T) {
 		_ = exec.Command(c.Helm, "uninstall", "kcm-split", "--kubeconfig", env.Kubeconfig, "--namespace", ns).Run()
 	})
 	other := deployment(nsc).Generation
+
+	// The Pods would pass the "restricted" Pod Security level: the apiserver's PodSecurity
+	// admission judges each Deployment's Pod template (a server-side dry run, in a
+	// namespace enforcing restricted; no Pod is created).
+	restricted := env.Namespace(t)
+	nsObj, err := admin.CoreV1().Namespaces().Get(ctx, restricted, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nsObj.Labels["pod-security.kubernetes.io/enforce"] = "restricted"
+	if _, err := admin.CoreV1().Namespaces().Update(ctx, nsObj, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{ep, nsc} {
+		tmpl := deployment(name).Spec.Template
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: restricted, Labels: tmpl.Labels}, Spec: tmpl.Spec}
+		pod.Spec.ServiceAccountName = "" // it lives in the release namespace
+		if _, err := admin.CoreV1().Pods(restricted).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+			t.Errorf("%s's Pod in a namespace enforcing the restricted Pod Security level: %v", name, err)
+		}
+	}
+	// ... and the check can fail: the same Pod with a writable root file system and root.
+	bad := deployment(ep).Spec.Template.DeepCopy()
+	bad.Spec.SecurityContext.RunAsNonRoot = nil
+	bad.Spec.Containers[0].SecurityContext.AllowPrivilegeEscalation = nil
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: restricted}, Spec: bad.Spec}
+	pod.Spec.ServiceAccountName = ""
+	if _, err := admin.CoreV1().Pods(restricted).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err == nil || !strings.Contains(err.Error(), "violates PodSecurity") {
+		t.Errorf("a Pod without runAsNonRoot and allowPrivilegeEscalation=false: got %v, want a PodSecurity violation (else the check above proves nothing)", err)
+	}
 	if d := deployment(ep); *d.Spec.Replicas != 1 {
 		t.Fatalf("installed with %d replicas, want 1", *d.Spec.Replicas)
 	}
