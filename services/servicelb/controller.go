@@ -77,9 +77,10 @@ type Controller struct {
 	mu        sync.Mutex
 	alloc     *ipam.Allocator
 	poolInfo  map[string]*poolInfo
-	pending   map[string]bool // Services waiting for an address
-	restored  bool            // allocation state rebuilt from Service status
-	nodeNames []string        // last eligible node set, sorted
+	pending   map[string]bool   // Services waiting for an address
+	badInput  map[string]string // last invalid request reported per Service, to report it once
+	restored  bool              // allocation state rebuilt from Service status
+	nodeNames []string          // last eligible node set, sorted
 
 	setupErr error
 }
@@ -129,6 +130,7 @@ func New(
 		alloc:    ipam.New(),
 		poolInfo: map[string]*poolInfo{},
 		pending:  map[string]bool{},
+		badInput: map[string]string{},
 	}
 	c.register(services.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueueService,
@@ -327,6 +329,7 @@ func (c *Controller) cleanup(ctx context.Context, key string, svc *v1.Service) e
 	c.mu.Lock()
 	held := len(c.alloc.Assigned(key)) > 0
 	c.unpendLocked(key)
+	delete(c.badInput, key)
 	c.mu.Unlock()
 	// Our finalizer on a Service of another class belongs to that class's controller.
 	ours := held || handles(svc, c.opts.LoadBalancerClass) || (svc.Spec.Type != v1.ServiceTypeLoadBalancer && c.opts.LoadBalancerClass == "")
@@ -356,6 +359,7 @@ func (c *Controller) release(ctx context.Context, key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.unpendLocked(key)
+	delete(c.badInput, key)
 	held := c.alloc.Assigned(key)
 	if len(held) == 0 {
 		return
@@ -372,9 +376,10 @@ func (c *Controller) release(ctx context.Context, key string) {
 func (c *Controller) ensure(ctx context.Context, key string, svc *v1.Service) error {
 	logger := klog.FromContext(ctx)
 	plan := c.assign(ctx, key, svc)
-	if plan.badInput != nil {
+	if plan.badInput != nil && plan.newBadInput {
 		// The Service asks for something that cannot work as written; an update of the
-		// Service brings it back here, retrying would only repeat the event.
+		// Service brings it back here, and retrying or repeating the event would add
+		// nothing.
 		c.recorder.Eventf(svc, v1.EventTypeWarning, ReasonSyncFailed, "Error syncing load balancer: %v", plan.badInput)
 	}
 	statusChange := !ingressEqual(svc.Status.LoadBalancer.Ingress, plan.ingress)
@@ -428,6 +433,7 @@ type assignment struct {
 	ingress      []v1.LoadBalancerIngress
 	moved        []move
 	badInput     error
+	newBadInput  bool // badInput differs from what was last reported
 	pendingWhy   error
 	newlyPending bool
 }
@@ -462,6 +468,12 @@ func (c *Controller) assign(ctx context.Context, key string, svc *v1.Service) as
 	requested, reqErr := requestedIPs(svc, fams)
 	candidates, poolErr := candidatePools(c.poolInfo, svc, nsLabels)
 	plan.badInput = errors.Join(reqErr, poolErr)
+	if plan.badInput == nil {
+		delete(c.badInput, key)
+	} else if msg := plan.badInput.Error(); c.badInput[key] != msg {
+		c.badInput[key] = msg
+		plan.newBadInput = true
+	}
 
 	// Keep what is still valid.
 	kept := map[ipam.Family]netip.Addr{}

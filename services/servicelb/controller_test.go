@@ -236,6 +236,14 @@ func TestBadRequestIsReportedNotRetried(t *testing.T) {
 		if evs := strings.Join(f.events(), "\n"); !strings.Contains(evs, ReasonSyncFailed) {
 			t.Fatalf("%s: no %s event in %s", n, ReasonSyncFailed, evs)
 		}
+		// Reported once: a resync repeats nothing.
+		f.catchUp()
+		if err := f.sync(n); err != nil || len(f.writes()) != 0 {
+			t.Fatalf("%s resync: %v, %v", n, err, f.writes())
+		}
+		if evs := f.events(); len(evs) != 0 {
+			t.Fatalf("%s resync repeated %v", n, evs)
+		}
 	}
 }
 
