@@ -305,6 +305,18 @@ func TestAddressFinalizerAndRelease(t *testing.T) {
 	if n := f.serviceWrites(); n != 2 {
 		t.Fatalf("%d writes to the Service, want 2 (finalizer, status)", n)
 	}
+	for _, series := range []string{
+		`service_controller_loadbalancer_sync_total`,
+		`workqueue_adds_total{name="service"}`,
+		`kcm_split_servicelb_addresses_assigned{family="IPv4"}`,
+	} {
+		if v := f.ctrl.Metric(series); v < 1 {
+			t.Errorf("%s = %v, want >= 1", series, v)
+		}
+	}
+	if v := f.ctrl.Metric(`service_controller_nodesync_error_total`); v != 0 {
+		t.Errorf("nodesync errors = %v", v)
+	}
 
 	// Deleting the Service releases the address and lets the Service go.
 	f.delete("web")
