@@ -429,3 +429,14 @@ func countPrefix(list []string, prefix string) int {
 	}
 	return n
 }
+
+// clearZoneEvents deletes the zone Events earlier tests left (they are recorded on the
+// cluster-scoped kube-node-lease Namespace, so they land in "default").
+func clearZoneEvents(t *testing.T, c kubernetes.Interface) {
+	t.Helper()
+	err := c.CoreV1().Events("default").DeleteCollection(context.Background(), metav1.DeleteOptions{},
+		metav1.ListOptions{FieldSelector: "involvedObject.name=" + corev1.NamespaceNodeLease})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

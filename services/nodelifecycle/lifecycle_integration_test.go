@@ -185,6 +185,7 @@ func TestPartialDisruptionPausesTainting(t *testing.T) {
 		k.addNode(name, "zone-p")
 	}
 	k.addNode("partial-other", "zone-q")
+	clearZoneEvents(t, client)
 	ctl := startController(t, "ctl")
 	ctl.WaitLeadingAndSynced(lease, time.Minute)
 	waitNodes(t, client, slack, "all nodes Ready and clean", isReadyClean, append(zoneNodes, "partial-other")...)
@@ -243,6 +244,7 @@ func TestAllZonesDownStopsTainting(t *testing.T) {
 	for _, n := range nodes {
 		k.addNode(n, "zone-"+n[5:6])
 	}
+	clearZoneEvents(t, client)
 	ctl := startController(t, "ctl")
 	ctl.WaitLeadingAndSynced(lease, time.Minute)
 	waitNodes(t, client, slack, "all nodes Ready and clean", isReadyClean, nodes...)

@@ -91,6 +91,11 @@ func (c *Controller) pass(ctx context.Context) time.Time {
 		results[i] = c.checkNode(ctx, nodes[i])
 	})
 
+	if ctx.Err() != nil {
+		// Stopping: the pass is incomplete, and zone states computed from part of the
+		// Nodes could look like a disruption that is not there.
+		return time.Time{}
+	}
 	counts := map[string]*zoneCount{}
 	var next time.Time
 	for i := range results {
