@@ -125,16 +125,16 @@ func BenchmarkNodeLifecycle(b *testing.B) {
 
 // result is what one scenario measured.
 type result struct {
-	setup       time.Duration   // creating the Nodes and Leases (context only)
-	coldSync    time.Duration   // start -> every Node rid of the admission not-ready taint
-	idleRSS     int64           // VmRSS at the end of the steady phase
-	idleAnon    int64           // RssAnon: idleRSS without the executable's file-backed pages
-	idleCPU     time.Duration   // CPU used during the steady phase
-	overshoot   []time.Duration // per stopped Node: Ready=Unknown seen - (last renewal + grace)
-	taintDelay  []time.Duration // per stopped Node tainted: NoExecute seen - Unknown seen
-	falsePos    int             // other Nodes ever seen not Ready or unreachable
-	peakRSS     int64
-	undetected  int
+	setup      time.Duration   // creating the Nodes and Leases (context only)
+	coldSync   time.Duration   // start -> every Node rid of the admission not-ready taint
+	idleRSS    int64           // VmRSS at the end of the steady phase
+	idleAnon   int64           // RssAnon: idleRSS without the executable's file-backed pages
+	idleCPU    time.Duration   // CPU used during the steady phase
+	overshoot  []time.Duration // per stopped Node: Ready=Unknown seen - (last renewal + grace)
+	taintDelay []time.Duration // per stopped Node tainted: NoExecute seen - Unknown seen
+	falsePos   int             // other Nodes ever seen not Ready or unreachable
+	peakRSS    int64
+	undetected int
 }
 
 func runScenario(b *testing.B, c controllerUnderTest) *result {
