@@ -217,12 +217,11 @@ func (e *evictor) decide(ctx context.Context, pod *v1.Pod, taints []v1.Taint) {
 		e.scheduled[key] = s
 	}
 	if tolerated {
+		// Counted from when the Pod was first seen affected, so that an unrelated
+		// update of the Node or the Pod does not push the deadline back.
 		s.due = s.start.Add(after)
 	} else {
 		s.due = now
-		if s.start.After(now) {
-			s.start = now
-		}
 	}
 	due := s.due
 	e.mu.Unlock()
