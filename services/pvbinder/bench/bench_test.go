@@ -215,7 +215,11 @@ func runScenario(b *testing.B, s side) *result {
 		b.Fatal(err)
 	}
 	factory.Start(ctx.Done())
-	defer factory.Shutdown()
+	// Stop the informer before waiting for it (defers run last-in first-out).
+	defer func() {
+		cancel()
+		factory.Shutdown()
+	}()
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		b.Fatal("the benchmark's informer never synced")
 	}
