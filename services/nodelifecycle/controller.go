@@ -18,8 +18,6 @@ import (
 	coordv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	coordinformers "k8s.io/client-go/informers/coordination/v1"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -71,13 +69,13 @@ const (
 	taintRetryPeriod = 100 * time.Millisecond
 )
 
-// zoneEventObject returns the object zone Events are recorded on: zones have no object of
-// their own, and the namespace holding the Nodes' heartbeats is cluster-scoped, stable, and
-// where one looks for node health. With its UID (read once at start) `kubectl describe
-// namespace kube-node-lease` lists them.
-func (c *Controller) zoneEventObject() *v1.ObjectReference {
-	return &v1.ObjectReference{APIVersion: "v1", Kind: "Namespace", Name: v1.NamespaceNodeLease, UID: c.leaseNamespaceUID}
-}
+// zoneEventObject is the object zone Events are recorded on: zones have no object of their
+// own, and the namespace holding the Nodes' heartbeats is cluster-scoped, stable, and where
+// one looks for node health. The Events land in "default":
+// `kubectl get events --field-selector involvedObject.name=kube-node-lease`. They carry no
+// UID (reading the namespace would need one more RBAC rule), so `kubectl describe namespace`
+// does not list them.
+var zoneEventObject = &v1.ObjectReference{APIVersion: "v1", Kind: "Namespace", Name: v1.NamespaceNodeLease}
 
 // Controller is the node lifecycle controller.
 type Controller struct {
@@ -105,9 +103,6 @@ type Controller struct {
 	mu      sync.Mutex // guards zones and allDown
 	zones   map[string]*zone
 	allDown bool
-
-	// leaseNamespaceUID identifies the object of zone Events; set before the monitor starts.
-	leaseNamespaceUID types.UID
 
 	// Only the monitor goroutine touches these.
 	known     map[string]bool
@@ -316,12 +311,6 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer logger.Info("Shutting down node lifecycle controller")
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced...) {
 		return nil
-	}
-	if ns, err := c.client.CoreV1().Namespaces().Get(ctx, v1.NamespaceNodeLease, metav1.GetOptions{}); err == nil {
-		c.leaseNamespaceUID = ns.UID
-	} else {
-		// Only `kubectl describe` needs the UID; the Events are recorded without it.
-		logger.Info("Cannot read the kube-node-lease namespace; zone events will carry no UID", "err", err)
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { c.nodeQueue.Run(ctx, nodeWorkers, c.syncNoSchedule) })

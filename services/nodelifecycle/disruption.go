@@ -81,7 +81,7 @@ func (c *Controller) handleDisruption(ctx context.Context, counts map[string]*zo
 	switch {
 	case allDownNow && !wasAllDown:
 		logger.Info("No zone has a Ready node: entering all-zones-down mode, NoExecute tainting stops and its taints are removed")
-		c.recorder.Eventf(c.zoneEventObject(), v1.EventTypeWarning, ReasonAllZonesDown,
+		c.recorder.Eventf(zoneEventObject, v1.EventTypeWarning, ReasonAllZonesDown,
 			"No Ready Node in any of %d zones: NoExecute tainting stopped everywhere and the NoExecute taints of this controller removed; grace periods restart once a Node is Ready", len(counts))
 		for _, n := range nodes {
 			if err := c.markReachable(ctx, n); err != nil {
@@ -91,7 +91,7 @@ func (c *Controller) handleDisruption(ctx context.Context, counts map[string]*zo
 	case !allDownNow && wasAllDown:
 		logger.Info("Some node is Ready again: leaving all-zones-down mode, every node gets a fresh grace period")
 		c.health.restartGrace()
-		c.recorder.Eventf(c.zoneEventObject(), v1.EventTypeNormal, ReasonAllZonesDownEnded,
+		c.recorder.Eventf(zoneEventObject, v1.EventTypeNormal, ReasonAllZonesDownEnded,
 			"A Node is Ready again: NoExecute tainting resumes per zone; every Node got a fresh grace period")
 	}
 }
@@ -118,14 +118,14 @@ func (c *Controller) zoneEvent(key string, from, to ZoneState, zc *zoneCount, ra
 		if rate == 0 {
 			effect = fmt.Sprintf("NoExecute tainting paused: the zone has no more than %d Nodes (--%s)", c.opts.LargeClusterThreshold, FlagLargeClusterThreshold)
 		}
-		c.recorder.Eventf(c.zoneEventObject(), v1.EventTypeWarning, ReasonZoneDisrupted,
+		c.recorder.Eventf(zoneEventObject, v1.EventTypeWarning, ReasonZoneDisrupted,
 			"Zone %s is in PartialDisruption (%s): %s", name, counted, effect)
 	case StateFullDisruption:
-		c.recorder.Eventf(c.zoneEventObject(), v1.EventTypeWarning, ReasonZoneDisrupted,
+		c.recorder.Eventf(zoneEventObject, v1.EventTypeWarning, ReasonZoneDisrupted,
 			"Zone %s is in FullDisruption (%s): other zones are healthy, so NoExecute tainting continues at %g Nodes/s", name, counted, rate)
 	case StateNormal:
 		if from == StatePartialDisruption || from == StateFullDisruption {
-			c.recorder.Eventf(c.zoneEventObject(), v1.EventTypeNormal, ReasonZoneNormal,
+			c.recorder.Eventf(zoneEventObject, v1.EventTypeNormal, ReasonZoneNormal,
 				"Zone %s is Normal again (%s): NoExecute tainting at %g Nodes/s", name, counted, rate)
 		}
 	}
