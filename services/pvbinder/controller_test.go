@@ -509,3 +509,49 @@ func TestClaimWaitsSilentlyForArrivingPV(t *testing.T) {
 		t.Errorf("asked the provisioner for a volume although one was arriving: %q", a)
 	}
 }
+
+// TestBindWakesTheNextWaitingClaim: claims that found no PV wait without retrying; each
+// completed bind wakes the oldest, so PVs that turn up are used in claim order and no claim
+// waits for the resync.
+func TestBindWakesTheNextWaitingClaim(t *testing.T) {
+	first := makeClaim("first", "1Gi")
+	first.CreationTimestamp = metav1.Unix(100, 0)
+	second := makeClaim("second", "1Gi")
+	second.CreationTimestamp = metav1.Unix(200, 0)
+	api := newAPIServer(first, second)
+	f := newFixture(t, api)
+	for _, n := range []string{"second", "first"} {
+		if err := f.syncClaim(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := f.c.claimQueue.Len(); n != 0 {
+		t.Fatalf("%d keys queued by claims with nothing to bind: a retry loop", n)
+	}
+	// Two PVs become Available at once (say, a resync after an admin created them).
+	for _, n := range []string{"p1", "p2"} {
+		if _, err := api.CoreV1().PersistentVolumes().Create(context.Background(), makePV(n, "1Gi"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.catchUp()
+	f.c.wakeFor(api.pv(t, "p1"))
+	if k, _ := f.c.claimQueue.Get(); k != testNS+"/first" {
+		t.Fatalf("woke %s, want the oldest claim", k)
+	} else {
+		f.c.claimQueue.Done(k)
+	}
+	if err := f.syncClaim("first"); err != nil {
+		t.Fatal(err)
+	}
+	if k, _ := f.c.claimQueue.Get(); k != testNS+"/second" {
+		t.Fatalf("the bind woke %s, want the next waiting claim", k)
+	} else {
+		f.c.claimQueue.Done(k)
+	}
+	if err := f.syncClaim("second"); err != nil {
+		t.Fatal(err)
+	}
+	assertBound(t, api, "first", "p1", true)
+	assertBound(t, api, "second", "p2", true)
+}

@@ -58,13 +58,19 @@ func run(ctx context.Context, rt *app.Runtime) error {
 // binderClient is rt.Client, or, when the user set neither --kube-api-qps nor
 // --kube-api-burst, a client with this binary's own budget (DefaultQPS, DefaultBurst).
 func binderClient(rt *app.Runtime) (kubernetes.Interface, error) {
-	if rt.CLI.IsSet(app.FlagQPS) || rt.CLI.IsSet(app.FlagBurst) {
+	if !ownBudget(rt.CLI) {
 		return rt.Client, nil
 	}
 	cfg := rest.CopyConfig(rt.Config)
 	cfg.QPS, cfg.Burst = DefaultQPS, DefaultBurst
 	rt.Logger.V(1).Info("Using the binder's default client budget", "qps", cfg.QPS, "burst", cfg.Burst)
 	return kubernetes.NewForConfig(cfg)
+}
+
+// ownBudget reports whether the binder should use its own default budget: the user set
+// neither --kube-api-qps nor --kube-api-burst, on the command line or in the environment.
+func ownBudget(c *cli.Context) bool {
+	return !c.IsSet(app.FlagQPS) && !c.IsSet(app.FlagBurst)
 }
 
 // dropManagedFields keeps managed fields out of the informer caches: nothing here reads
