@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -28,6 +27,9 @@ import (
 
 	"github.com/kcm-split/kcm-split/shared/worker"
 )
+
+// unknownRecheck is how soon a quota naming a type discovery has not found is synced again.
+const unknownRecheck = 5 * time.Second
 
 // ReasonCannotCount is the reason of the warning Event on a quota one of whose resource types
 // cannot be counted.
@@ -117,15 +119,14 @@ func New(
 	return c
 }
 
-// HasSynced reports whether the quota informer has listed and the counted types' informers
-// have synced or timed out; /readyz of a leader waits for it.
+// HasSynced reports whether the quota informer has listed, discovery has run once and the
+// counted types' informers are started; /readyz of a leader waits for it.
 func (c *Controller) HasSynced() bool {
 	return c.setupErr == nil && c.quotaSynced() && c.warmedUp.Load()
 }
 
-// Run discovers the API, starts the informers the existing quotas need, waits for them (at
-// most the sync timeout), then runs the workers of both queues, the periodic full
-// recalculation and rediscovery until ctx ends.
+// Run discovers the API, starts the informers the existing quotas need, then runs the workers
+// of both queues, the periodic full recalculation and rediscovery until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
 	defer c.primary.ShutDown()
 	defer c.priority.ShutDown()
@@ -146,7 +147,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		return nil
 	}
 	c.runDiscovery(ctx)
-	c.warmUp(ctx)
+	c.startSources(ctx)
 	c.warmedUp.Store(true)
 
 	wg.Go(func() { c.discoveryLoop(ctx) })
@@ -169,36 +170,24 @@ func (c *Controller) Run(ctx context.Context) error {
 	return nil
 }
 
-// warmUp starts the informer of every type a quota tracks and waits until they have synced
-// or timed out, so that the first syncs publish complete usage rather than a partial one.
-func (c *Controller) warmUp(ctx context.Context) {
+// startSources starts the informer of every type a quota tracks. It does not wait for them:
+// a quota is synced as soon as every type it tracks has synced (or given up), so one slow or
+// broken type never holds back the quotas that do not count it.
+func (c *Controller) startSources(ctx context.Context) {
 	all, err := c.quotas.List(labels.Everything())
 	if err != nil {
 		utilruntime.HandleErrorWithContext(ctx, err, "Cannot list quotas")
 		return
 	}
-	needed := map[schema.GroupResource]bool{}
+	started := map[schema.GroupResource]bool{}
 	for _, rq := range all {
 		for gr := range plan(rq.Spec.Hard) {
-			needed[gr] = true
-		}
-	}
-	var pending []*source
-	for gr := range needed {
-		if src, st, _ := c.sources.get(gr); st == stateStarting {
-			pending = append(pending, src)
-		}
-	}
-	// A little longer than the sync timeout, so that a type that times out is seen failing
-	// (and warned about) by the first syncs rather than still starting.
-	_ = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, c.opts.SourceSyncTimeout+time.Second, true, func(context.Context) (bool, error) {
-		for _, s := range pending {
-			if s.state() == stateStarting {
-				return false, nil
+			if !started[gr] {
+				started[gr] = true
+				c.sources.get(gr)
 			}
 		}
-		return true, nil
-	})
+	}
 }
 
 // ---- event handlers ----
@@ -418,11 +407,27 @@ func (c *Controller) syncQuota(ctx context.Context, qkey string) error {
 	var problems []problem
 	var counted []schema.GroupResource
 	var recheck time.Duration
-	for gr, names := range plan(rq.Spec.Hard) {
+	work := plan(rq.Spec.Hard)
+	for gr := range work {
+		// A type still listing (its informer just started) is waited for: the quota is
+		// queued again the moment it syncs or gives up, and syncing now would only publish
+		// an incomplete status to be rewritten a moment later.
+		if _, state, _ := c.sources.get(gr); state == stateStarting {
+			c.metrics.syncs.WithLabelValues(OutcomeDeferred).Inc()
+			logger.V(4).Info("Waiting for a resource type's informer", "resource", describe(gr))
+			return nil
+		}
+	}
+	for gr, names := range work {
 		src, state, reason := c.sources.get(gr)
 		if state != stateSynced {
 			if state == stateUnknown {
+				// A CRD created moments ago may not be served yet: ask discovery again and
+				// look back in a while (a typo costs one cached sync every few seconds).
 				c.triggerDiscovery()
+				if recheck == 0 || unknownRecheck < recheck {
+					recheck = unknownRecheck
+				}
 			}
 			problems = append(problems, problem{gr: gr, names: names, state: state, reason: reason})
 			continue

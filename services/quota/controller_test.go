@@ -38,6 +38,11 @@ type fixture struct {
 // metadata fake's list fails), which makes it a type that cannot be counted.
 func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
 	t.Helper()
+	return newFixtureWithTimeout(t, 300*time.Millisecond, objs...)
+}
+
+func newFixtureWithTimeout(t *testing.T, timeout time.Duration, objs ...runtime.Object) *fixture {
+	t.Helper()
 	client := fake.NewClientset(objs...)
 	factory := informers.NewSharedInformerFactory(client, 0)
 	meta := metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())
@@ -49,7 +54,7 @@ func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
 	}
 	rec := record.NewFakeRecorder(100)
 	opts := DefaultOptions()
-	opts.SourceSyncTimeout = 300 * time.Millisecond
+	opts.SourceSyncTimeout = timeout
 	c := New(factory.Core().V1().ResourceQuotas(), client, meta, discover, rec, opts, prometheus.NewRegistry())
 	ctx, cancel := context.WithCancel(context.Background())
 	c.sources.ctx = ctx
@@ -72,10 +77,24 @@ func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
 	return &fixture{t: t, ctx: ctx, client: client, c: c, recorder: rec}
 }
 
-// sync starts and waits for the informers the quotas need, then syncs key.
+// sync starts the informers the quotas need, waits until each has synced or given up (as the
+// controller's own re-queue would), then syncs key.
 func (f *fixture) sync(key string) error {
 	f.t.Helper()
-	f.c.warmUp(f.ctx)
+	f.c.startSources(f.ctx)
+	err := wait.PollUntilContextTimeout(f.ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		f.c.sources.mu.Lock()
+		defer f.c.sources.mu.Unlock()
+		for _, src := range f.c.sources.byGR {
+			if src.state() == stateStarting {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		f.t.Fatal("informers never settled")
+	}
 	return f.c.syncQuota(f.ctx, key)
 }
 
@@ -332,4 +351,36 @@ func TestWrittenCacheBridgesAStaleInformer(t *testing.T) {
 	if got := w.current("ns/q", cached); got != cached {
 		t.Fatal("the entry must be forgotten once the informer moved on")
 	}
+}
+
+func TestQuotaWaitsForATypeStillListing(t *testing.T) {
+	rq := quotaObj("ns", "q", rl("pods", "5", "count/widgets.example.com", "5"))
+	f := newFixtureWithTimeout(t, time.Hour, rq)
+	f.c.startSources(f.ctx)
+	// widgets never lists (the fake's list fails) and the timeout is far away: still starting.
+	if err := f.c.syncQuota(f.ctx, "ns/q"); err != nil {
+		t.Fatal(err)
+	}
+	if w := f.writes(); len(w) != 0 {
+		t.Fatalf("a quota whose type is still listing was written: %v", w)
+	}
+	if got := testutil.ToFloat64(f.c.metrics.syncs.WithLabelValues(OutcomeDeferred)); got != 1 {
+		t.Fatalf("deferred syncs = %v, want 1", got)
+	}
+	// A quota that does not count widgets is not held back.
+	other := quotaObj("ns", "pods", rl("pods", "5"))
+	if _, err := f.client.CoreV1().ResourceQuotas("ns").Create(f.ctx, other, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.catchUp("ns", "pods")
+	if err := wait.PollUntilContextTimeout(f.ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		_, st, _ := f.c.sources.get(podsResource)
+		return st == stateSynced, nil
+	}); err != nil {
+		t.Fatal("pods never synced")
+	}
+	if err := f.c.syncQuota(f.ctx, "ns/pods"); err != nil {
+		t.Fatal(err)
+	}
+	checkUsage(t, f.stored("ns", "pods").Status.Used, map[string]string{"pods": "0"})
 }

@@ -474,3 +474,31 @@ func TestBadFlagsExit2(t *testing.T) {
 		}
 	}
 }
+
+// TestCRDCreatedLaterIsCounted: a CRD that did not exist when the controller started is found
+// by discovery and counted by count/<resource>.<group>, deletions included.
+func TestCRDCreatedLaterIsCounted(t *testing.T) {
+	testenv.Require(t, env)
+	c := env.Client(t)
+	ns := env.Namespace(t)
+	ctx := context.Background()
+	startController(t, "ctrl")
+
+	gizmos := schema.GroupVersionResource{Group: "later.kcm-split.example.com", Version: "v1", Resource: "gizmos"}
+	dyn := ensureCRD(t, crd(gizmos.Group, gizmos.Resource, "Gizmo", []any{crdVersion("v1", true)}, nil), gizmos)
+	name := corev1.ResourceName("count/gizmos." + gizmos.Group)
+	createQuota(t, c, ns, "q", corev1.ResourceList{name: q("2")})
+	waitUsed(t, c, ns, "q", map[corev1.ResourceName]string{name: "0"})
+	for i := range 2 {
+		if _, err := dyn.Resource(gizmos).Namespace(ns).Create(ctx, customResource(gizmos, "Gizmo", ns, fmt.Sprintf("g%d", i)), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := dyn.Resource(gizmos).Namespace(ns).Create(ctx, customResource(gizmos, "Gizmo", ns, "g2"), metav1.CreateOptions{}); !isQuotaRefusal(err) {
+		t.Fatalf("3rd gizmo: want refused, got %v", err)
+	}
+	if err := dyn.Resource(gizmos).Namespace(ns).Delete(ctx, "g0", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUsed(t, c, ns, "q", map[corev1.ResourceName]string{name: "1"})
+}

@@ -15,6 +15,9 @@ const (
 	// OutcomePartial: at least one resource type could not be counted; its usage kept its
 	// last value and the rest was published (written or already right).
 	OutcomePartial = "partial"
+	// OutcomeDeferred: a tracked type's informer is still listing; the quota is synced when
+	// it has synced or given up (--resource-quota-informer-sync-timeout).
+	OutcomeDeferred = "deferred"
 	// OutcomeConflict: the write lost a race with admission or another writer; retried.
 	OutcomeConflict = "conflict"
 	// OutcomeError: any other failure; retried with backoff.
@@ -30,7 +33,7 @@ func newMetrics(reg prometheus.Registerer, failing func() float64) *controllerMe
 	m := &controllerMetrics{
 		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kcm_split_quota_syncs_total",
-			Help: "ResourceQuota syncs by outcome (updated, unchanged, partial, conflict, error).",
+			Help: "ResourceQuota syncs by outcome (updated, unchanged, partial, deferred, conflict, error).",
 		}, []string{"outcome"}),
 	}
 	uncountable := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -41,7 +44,7 @@ func newMetrics(reg prometheus.Registerer, failing func() float64) *controllerMe
 		m.syncs = metrics.Register(reg, m.syncs)
 		metrics.Register(reg, uncountable)
 	}
-	for _, o := range []string{OutcomeUpdated, OutcomeUnchanged, OutcomePartial, OutcomeConflict, OutcomeError} {
+	for _, o := range []string{OutcomeUpdated, OutcomeUnchanged, OutcomePartial, OutcomeDeferred, OutcomeConflict, OutcomeError} {
 		m.syncs.WithLabelValues(o)
 	}
 	return m

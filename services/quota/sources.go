@@ -42,6 +42,9 @@ type source struct {
 	synced   atomic.Bool
 	timedOut atomic.Bool
 	lastErr  atomic.Pointer[string]
+	// inFailing says whether this source is counted in sources.failing, so that it is
+	// counted in and out exactly once whatever order syncing and stopping happen in.
+	inFailing atomic.Bool
 }
 
 func (s *source) state() sourceState {
@@ -180,14 +183,18 @@ func (s *sources) awaitSync(ctx context.Context, src *source) {
 			return
 		}
 		src.timedOut.Store(true)
-		s.failing.Add(1)
+		if src.inFailing.CompareAndSwap(false, true) {
+			s.failing.Add(1)
+		}
 		klog.FromContext(ctx).Info("Resource type cannot be counted yet; quotas keep their last value for it",
 			"resource", src.gr.String(), "timeout", s.timeout, "reason", src.reason())
 		s.notify(src.gr)
 		if !cache.WaitForCacheSync(ctx.Done(), src.informer.HasSynced) {
 			return
 		}
-		s.failing.Add(-1)
+		if src.inFailing.CompareAndSwap(true, false) {
+			s.failing.Add(-1)
+		}
 		klog.FromContext(ctx).Info("Resource type can be counted again", "resource", src.gr.String())
 	}
 	src.synced.Store(true)
@@ -202,7 +209,8 @@ func (s *sources) notify(gr schema.GroupResource) {
 
 // setDiscovered replaces what discovery found and stops the informers of types that are no
 // longer served (a CRD deleted), so that they do not retry forever. It returns the types that
-// were not known before.
+// were not known before or are now served in another version: the quotas counting them need a
+// sync.
 func (s *sources) setDiscovered(found map[schema.GroupResource]string, failedGroups map[string]string) []schema.GroupResource {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -228,9 +236,12 @@ func (s *sources) setDiscovered(found map[schema.GroupResource]string, failedGro
 			added = append(added, gr)
 			continue
 		}
-		if src, running := s.byGR[gr]; running && old != v {
-			// The preferred version changed: watch the new one from now on.
-			s.stop(src)
+		if old != v {
+			added = append(added, gr)
+			if src, running := s.byGR[gr]; running {
+				// The preferred version changed: watch the new one from now on.
+				s.stop(src)
+			}
 		}
 	}
 	for gr, src := range s.byGR {
@@ -246,7 +257,7 @@ func (s *sources) setDiscovered(found map[schema.GroupResource]string, failedGro
 // stop ends one informer; s.mu is held.
 func (s *sources) stop(src *source) {
 	src.cancel()
-	if src.timedOut.Load() && !src.synced.Load() {
+	if src.inFailing.CompareAndSwap(true, false) {
 		s.failing.Add(-1)
 	}
 	delete(s.byGR, src.gr)
