@@ -121,6 +121,9 @@ func (c *Controller) syncUnboundClaim(ctx context.Context, key string, claim *v1
 	class := claimClass(claim)
 	switch {
 	case delayBinding && !metav1.HasAnnotation(claim.ObjectMeta, AnnSelectedNode):
+		// The scheduler pre-binds a PV (or asks for one with selected-node); either change
+		// brings the claim back. Bind wake-ups would only repeat this event.
+		c.waiting.remove(key)
 		c.recorder.Event(claim, v1.EventTypeNormal, ReasonWaitForFirstConsumer, "waiting for first consumer to be created before binding")
 	case class != "":
 		// Provisioning; the claim's status stays as it is until a PV appears.
@@ -415,6 +418,10 @@ func (c *Controller) provision(ctx context.Context, key string, claim *v1.Persis
 		c.claims.store(key, written)
 		claim = written
 	}
+	// The provisioner's PV names the claim, which brings it back; bind wake-ups would only
+	// repeat the event below. (A claim of a class without a usable provisioner stays in the
+	// waiting list: an admin's static PV of that class is what it waits for.)
+	c.waiting.remove(key)
 	c.recorder.Event(claim, v1.EventTypeNormal, ReasonExternalProvisioning, fmt.Sprintf(
 		"Waiting for a volume to be created either by the external provisioner '%s' or manually by the system administrator. "+
 			"If volume creation is delayed, please verify that the provisioner is running and correctly registered.", class.Provisioner))

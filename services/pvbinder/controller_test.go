@@ -555,3 +555,28 @@ func TestBindWakesTheNextWaitingClaim(t *testing.T) {
 	assertBound(t, api, "first", "p1", true)
 	assertBound(t, api, "second", "p2", true)
 }
+
+// TestBindsDoNotWakeProvisioningClaims: a claim handed to its provisioner (or waiting for its
+// first consumer) is brought back by the provisioner's PV or the scheduler, not by other
+// claims' binds, which would only repeat its event; a claim of a class with no provisioner
+// keeps waiting for a static PV.
+func TestBindsDoNotWakeProvisioningClaims(t *testing.T) {
+	api := newAPIServer(
+		makeClass("ext", "example.com/p", storagev1.VolumeBindingImmediate, false),
+		makeClass("wffc", "example.com/p", storagev1.VolumeBindingWaitForFirstConsumer, false),
+		makeClaim("dyn", "1Gi", claimClassOpt("ext")),
+		makeClaim("late", "1Gi", claimClassOpt("wffc")),
+		makeClaim("manual", "1Gi", claimClassOpt("manual")))
+	f := newFixture(t, api)
+	for _, n := range []string{"dyn", "late", "manual"} {
+		if err := f.syncClaim(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := f.c.waiting.takeOldest(nil); got != testNS+"/manual" {
+		t.Errorf("waiting: %q, want only the claim of the class without a provisioner", got)
+	}
+	if got := f.c.waiting.takeOldest(nil); got != "" {
+		t.Errorf("also waiting: %q", got)
+	}
+}
