@@ -356,7 +356,7 @@ func (c *Controller) runDiscovery(ctx context.Context) {
 		return
 	}
 	if len(failed) > 0 {
-		klog.FromContext(ctx).Info("Discovery of some API groups failed; their types keep the last version found", "groups", failed)
+		klog.FromContext(ctx).V(2).Info("Discovery of some API groups failed; their types keep the last version found", "groups", failed)
 	}
 	for _, gr := range c.sources.setDiscovered(found, failed) {
 		c.enqueueTracking(gr)
