@@ -502,3 +502,83 @@ func TestCRDCreatedLaterIsCounted(t *testing.T) {
 	}
 	waitUsed(t, c, ns, "q", map[corev1.ResourceName]string{name: "1"})
 }
+
+// TestControllerAgreesWithAdmission: admission charges every create; a full recalculation
+// afterwards must find exactly the same numbers (so it writes nothing) for Pods with init
+// containers, sidecars, pod-level resources, hugepages, extended resources and mixed units.
+func TestControllerAgreesWithAdmission(t *testing.T) {
+	testenv.Require(t, env)
+	c := env.Client(t)
+	ns := env.Namespace(t)
+	ctx := context.Background()
+	createQuota(t, c, ns, "q", corev1.ResourceList{
+		corev1.ResourcePods: q("20"), "count/pods": q("20"),
+		corev1.ResourceRequestsCPU: q("20"), corev1.ResourceLimitsCPU: q("20"),
+		corev1.ResourceRequestsMemory: q("20Gi"), corev1.ResourceLimitsMemory: q("20Gi"),
+		corev1.ResourceRequestsEphemeralStorage: q("20Gi"),
+		"requests.hugepages-2Mi":                q("1Gi"), "requests.example.com/gpu": q("8"),
+	})
+	ctrl := startController(t, "ctrl", "--"+quota.FlagSyncPeriod+"=1s")
+	waitUsed(t, c, ns, "q", map[corev1.ResourceName]string{"pods": "0"})
+	// From here on only admission writes the quota, unless a recalculation disagrees.
+	before := controllerQuotaWrites(t, ns)
+
+	res := func(kv ...string) corev1.ResourceList {
+		out := corev1.ResourceList{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			out[corev1.ResourceName(kv[i])] = q(kv[i+1])
+		}
+		return out
+	}
+	ctr := func(name string, req, lim corev1.ResourceList) corev1.Container {
+		return corev1.Container{Name: name, Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{Requests: req, Limits: lim}}
+	}
+	always := corev1.ContainerRestartPolicyAlways
+	sidecar := ctr("side", res("cpu", "100m", "memory", "64Mi"), res("cpu", "100m", "memory", "64Mi"))
+	sidecar.RestartPolicy = &always
+	pods := []corev1.PodSpec{
+		{ // two containers in mixed units, an init container larger than both
+			Containers: []corev1.Container{
+				ctr("a", res("cpu", "250m", "memory", "0.5Gi"), res("cpu", "0.5", "memory", "1Gi")),
+				ctr("b", res("cpu", "0.1", "memory", "500M"), res("cpu", "100m", "memory", "536870912")),
+			},
+			InitContainers: []corev1.Container{ctr("init", res("cpu", "1", "memory", "100Mi"), res("cpu", "1", "memory", "100Mi"))},
+		},
+		{ // a sidecar runs alongside the app
+			Containers:     []corev1.Container{ctr("app", res("cpu", "200m", "memory", "128Mi"), res("cpu", "200m", "memory", "128Mi"))},
+			InitContainers: []corev1.Container{sidecar},
+		},
+		{ // pod-level resources
+			Containers: []corev1.Container{ctr("app", nil, nil)},
+			Resources:  &corev1.ResourceRequirements{Requests: res("cpu", "1", "memory", "1Gi"), Limits: res("cpu", "2", "memory", "2Gi")},
+		},
+		{ // hugepages, an extended resource, ephemeral storage
+			Containers: []corev1.Container{ctr("app",
+				res("cpu", "10m", "memory", "10Mi", "hugepages-2Mi", "4Mi", "example.com/gpu", "2", "ephemeral-storage", "1G"),
+				res("cpu", "10m", "memory", "10Mi", "hugepages-2Mi", "4Mi", "example.com/gpu", "2"))},
+		},
+	}
+	for i, spec := range pods {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("p%d", i)}, Spec: spec}
+		if _, err := c.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("pod %d: %v", i, err)
+		}
+	}
+	// What admission charged, by hand: requests.cpu = max(350m, 1) + 300m + 1 + 10m.
+	waitUsed(t, c, ns, "q", map[corev1.ResourceName]string{
+		"pods": "4", "count/pods": "4", "requests.cpu": "2310m", "limits.cpu": "3310m",
+		"requests.hugepages-2Mi": "4Mi", "requests.example.com/gpu": "2", "requests.ephemeral-storage": "1G",
+	})
+	all, err := c.CoreV1().ResourceQuotas("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unchanged := ctrl.Metric(`kcm_split_quota_syncs_total{outcome="unchanged"}`)
+	poll(t, "three full recalculations", 60*time.Second, func() (bool, error) {
+		return ctrl.Metric(`kcm_split_quota_syncs_total{outcome="unchanged"}`) >= unchanged+3*float64(len(all.Items)), nil
+	})
+	if after := controllerQuotaWrites(t, ns); after != before {
+		rq, _ := c.CoreV1().ResourceQuotas(ns).Get(ctx, "q", metav1.GetOptions{})
+		t.Fatalf("recalculation disagreed with admission (%d writes); status now %v", after-before, rq.Status.Used)
+	}
+}
