@@ -109,7 +109,11 @@ func waitUsed(t *testing.T, c kubernetes.Interface, ns, name string, want map[co
 		return true, nil
 	})
 	if err != nil {
-		t.Fatalf("quota %s/%s: want used %v; last status %+v: %v", ns, name, want, last.Status, err)
+		var status any
+		if last != nil {
+			status = last.Status
+		}
+		t.Fatalf("quota %s/%s: want used %v; last status %+v: %v", ns, name, want, status, err)
 	}
 	return last
 }
@@ -505,7 +509,8 @@ func TestCRDCreatedLaterIsCounted(t *testing.T) {
 
 // TestControllerAgreesWithAdmission: admission charges every create; a full recalculation
 // afterwards must find exactly the same numbers (so it writes nothing) for Pods with init
-// containers, sidecars, pod-level resources, hugepages, extended resources and mixed units.
+// containers, sidecars, pod-level resources, hugepages, extended resources and mixed units, and
+// for claims (overall and per StorageClass) and Services (node ports, load balancers).
 func TestControllerAgreesWithAdmission(t *testing.T) {
 	testenv.Require(t, env)
 	c := env.Client(t)
@@ -518,8 +523,15 @@ func TestControllerAgreesWithAdmission(t *testing.T) {
 		corev1.ResourceRequestsEphemeralStorage: q("20Gi"),
 		"requests.hugepages-2Mi":                q("1Gi"), "requests.example.com/gpu": q("8"),
 	})
+	createQuota(t, c, ns, "storage-and-services", corev1.ResourceList{
+		corev1.ResourcePersistentVolumeClaims: q("10"), corev1.ResourceRequestsStorage: q("100Gi"),
+		"gold.storageclass.storage.k8s.io/requests.storage":       q("50Gi"),
+		"gold.storageclass.storage.k8s.io/persistentvolumeclaims": q("5"),
+		corev1.ResourceServices:                                   q("10"), corev1.ResourceServicesNodePorts: q("10"), corev1.ResourceServicesLoadBalancers: q("5"),
+	})
 	ctrl := startController(t, "ctrl", "--"+quota.FlagSyncPeriod+"=1s")
 	waitUsed(t, c, ns, "q", map[corev1.ResourceName]string{"pods": "0"})
+	waitUsed(t, c, ns, "storage-and-services", map[corev1.ResourceName]string{"persistentvolumeclaims": "0", "services": "0"})
 	// From here on only admission writes the quota, unless a recalculation disagrees.
 	before := controllerQuotaWrites(t, ns)
 
@@ -564,6 +576,47 @@ func TestControllerAgreesWithAdmission(t *testing.T) {
 			t.Fatalf("pod %d: %v", i, err)
 		}
 	}
+	claim := func(name, class, size string) *corev1.PersistentVolumeClaim {
+		pvc := &corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: corev1.PersistentVolumeClaimSpec{
+				AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: q(size)}},
+			},
+		}
+		if class != "" {
+			pvc.Spec.StorageClassName = &class
+		}
+		return pvc
+	}
+	for _, pvc := range []*corev1.PersistentVolumeClaim{claim("a", "gold", "1.5Gi"), claim("b", "gold", "1500M"), claim("c", "", "1Gi")} {
+		if _, err := c.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ports := func(n int) []corev1.ServicePort {
+		var out []corev1.ServicePort
+		for i := range n {
+			out = append(out, corev1.ServicePort{Name: fmt.Sprintf("p%d", i), Port: int32(80 + i)})
+		}
+		return out
+	}
+	noNodePorts := false
+	for _, svc := range []*corev1.Service{
+		{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "np"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Ports: ports(2)}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "lb"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: ports(3)}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "lb-direct"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: ports(2), AllocateLoadBalancerNodePorts: &noNodePorts}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cip"}, Spec: corev1.ServiceSpec{Ports: ports(1)}},
+	} {
+		if _, err := c.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUsed(t, c, ns, "storage-and-services", map[corev1.ResourceName]string{
+		"persistentvolumeclaims": "3", "gold.storageclass.storage.k8s.io/persistentvolumeclaims": "2",
+		"requests.storage": "4184354560", "gold.storageclass.storage.k8s.io/requests.storage": "3110612736",
+		"services": "4", "services.nodeports": "5", "services.loadbalancers": "2",
+	})
 	// What admission charged, by hand: requests.cpu = max(350m, 1) + 300m + 1 + 10m.
 	waitUsed(t, c, ns, "q", map[corev1.ResourceName]string{
 		"pods": "4", "count/pods": "4", "requests.cpu": "2310m", "limits.cpu": "3310m",
