@@ -361,6 +361,25 @@ func (c *Controller) runDiscovery(ctx context.Context) {
 	for _, gr := range c.sources.setDiscovered(found, failed) {
 		c.enqueueTracking(gr)
 	}
+	c.stopUnneeded(ctx)
+}
+
+// stopUnneeded stops the informers of types no quota tracks any longer; it runs with each
+// discovery, so an informer outlives its last quota by at most a discovery period.
+func (c *Controller) stopUnneeded(ctx context.Context) {
+	all, err := c.quotas.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	needed := map[schema.GroupResource]bool{}
+	for _, rq := range all {
+		for gr := range plan(rq.Spec.Hard) {
+			needed[gr] = true
+		}
+	}
+	for _, gr := range c.sources.retain(needed) {
+		klog.FromContext(ctx).V(2).Info("Stopped the informer of a type no quota counts any longer", "resource", describe(gr))
+	}
 }
 
 // ---- sync ----

@@ -384,3 +384,30 @@ func TestQuotaWaitsForATypeStillListing(t *testing.T) {
 	}
 	checkUsage(t, f.stored("ns", "pods").Status.Used, map[string]string{"pods": "0"})
 }
+
+func TestInformersOfUntrackedTypesStop(t *testing.T) {
+	f := newFixture(t, quotaObj("ns", "q", rl("pods", "5", "services", "5")))
+	f.c.startSources(f.ctx)
+	running := func() []schema.GroupResource {
+		f.c.sources.mu.Lock()
+		defer f.c.sources.mu.Unlock()
+		var out []schema.GroupResource
+		for gr := range f.c.sources.byGR {
+			out = append(out, gr)
+		}
+		return out
+	}
+	if got := running(); len(got) != 2 {
+		t.Fatalf("running %v, want pods and services", got)
+	}
+	rq := f.stored("ns", "q")
+	rq.Spec.Hard = rl("pods", "5")
+	if _, err := f.client.CoreV1().ResourceQuotas("ns").Update(f.ctx, rq, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.catchUp("ns", "q")
+	f.c.stopUnneeded(f.ctx)
+	if got := running(); len(got) != 1 || got[0] != podsResource {
+		t.Fatalf("running %v, want only pods", got)
+	}
+}

@@ -254,6 +254,21 @@ func (s *sources) setDiscovered(found map[schema.GroupResource]string, failedGro
 	return added
 }
 
+// retain stops the informers of types no quota tracks any longer, so that a cluster that once
+// counted a type does not watch it forever. A quota that tracks it again restarts it.
+func (s *sources) retain(needed map[schema.GroupResource]bool) []schema.GroupResource {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var stopped []schema.GroupResource
+	for gr, src := range s.byGR {
+		if !needed[gr] {
+			s.stop(src)
+			stopped = append(stopped, gr)
+		}
+	}
+	return stopped
+}
+
 // stop ends one informer; s.mu is held.
 func (s *sources) stop(src *source) {
 	src.cancel()
