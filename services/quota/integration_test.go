@@ -635,3 +635,42 @@ func TestControllerAgreesWithAdmission(t *testing.T) {
 		t.Fatalf("recalculation disagreed with admission (%d writes); status now %v", after-before, rq.Status.Used)
 	}
 }
+
+// TestClaimAllocationChangeReplenishes: a claim's storage usage is the larger of its request
+// and what was allocated for it; when the allocation shrinks back (a failed expansion rolled
+// back), the usage is given back without waiting for the resync.
+func TestClaimAllocationChangeReplenishes(t *testing.T) {
+	testenv.Require(t, env)
+	c := env.Client(t)
+	ns := env.Namespace(t)
+	ctx := context.Background()
+	createQuota(t, c, ns, "q", corev1.ResourceList{corev1.ResourceRequestsStorage: q("100Gi"), "gold.storageclass.storage.k8s.io/requests.storage": q("100Gi")})
+	startController(t, "ctrl")
+	waitUsed(t, c, ns, "q", map[corev1.ResourceName]string{"requests.storage": "0"})
+	class := "gold"
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "data"},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName: &class,
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: q("1Gi")}},
+		},
+	}
+	pvc, err := c.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUsed(t, c, ns, "q", map[corev1.ResourceName]string{"requests.storage": "1Gi", "gold.storageclass.storage.k8s.io/requests.storage": "1Gi"})
+
+	pvc.Status.AllocatedResources = corev1.ResourceList{corev1.ResourceStorage: q("5Gi")}
+	if pvc, err = c.CoreV1().PersistentVolumeClaims(ns).UpdateStatus(ctx, pvc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUsed(t, c, ns, "q", map[corev1.ResourceName]string{"requests.storage": "5Gi", "gold.storageclass.storage.k8s.io/requests.storage": "5Gi"})
+
+	pvc.Status.AllocatedResources = corev1.ResourceList{corev1.ResourceStorage: q("1Gi")}
+	if _, err = c.CoreV1().PersistentVolumeClaims(ns).UpdateStatus(ctx, pvc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUsed(t, c, ns, "q", map[corev1.ResourceName]string{"requests.storage": "1Gi", "gold.storageclass.storage.k8s.io/requests.storage": "1Gi"})
+}
