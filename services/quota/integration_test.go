@@ -674,3 +674,49 @@ func TestClaimAllocationChangeReplenishes(t *testing.T) {
 	}
 	waitUsed(t, c, ns, "q", map[corev1.ResourceName]string{"requests.storage": "1Gi", "gold.storageclass.storage.k8s.io/requests.storage": "1Gi"})
 }
+
+// TestScopedQuotas: scopes and scope selectors count only the Pods in them, as admission does.
+func TestScopedQuotas(t *testing.T) {
+	testenv.Require(t, env)
+	c := env.Client(t)
+	ns := env.Namespace(t)
+	ctx := context.Background()
+	scoped := func(scopes ...corev1.ResourceQuotaScope) func(*corev1.ResourceQuota) {
+		return func(rq *corev1.ResourceQuota) { rq.Spec.Scopes = scopes }
+	}
+	selector := func(reqs ...corev1.ScopedResourceSelectorRequirement) func(*corev1.ResourceQuota) {
+		return func(rq *corev1.ResourceQuota) {
+			rq.Spec.ScopeSelector = &corev1.ScopeSelector{MatchExpressions: reqs}
+		}
+	}
+	createQuota(t, c, ns, "besteffort", corev1.ResourceList{corev1.ResourcePods: q("10")}, scoped(corev1.ResourceQuotaScopeBestEffort))
+	createQuota(t, c, ns, "terminating", corev1.ResourceList{corev1.ResourcePods: q("10"), corev1.ResourceRequestsCPU: q("10")}, scoped(corev1.ResourceQuotaScopeTerminating, corev1.ResourceQuotaScopeNotBestEffort))
+	createQuota(t, c, ns, "no-priority", corev1.ResourceList{corev1.ResourcePods: q("10")}, selector(corev1.ScopedResourceSelectorRequirement{
+		ScopeName: corev1.ResourceQuotaScopePriorityClass, Operator: corev1.ScopeSelectorOpDoesNotExist,
+	}))
+	startController(t, "ctrl")
+	for _, name := range []string{"besteffort", "terminating", "no-priority"} {
+		waitUsed(t, c, ns, name, map[corev1.ResourceName]string{"pods": "0"})
+	}
+	deadline := int64(600)
+	specs := map[string]corev1.PodSpec{
+		"be":    {Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}},
+		"burst": {Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: q("250m")}}}}},
+		"job":   {ActiveDeadlineSeconds: &deadline, Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: q("500m")}}}}},
+	}
+	for name, spec := range specs {
+		if _, err := c.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: spec}, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("pod %s: %v", name, err)
+		}
+	}
+	waitUsed(t, c, ns, "besteffort", map[corev1.ResourceName]string{"pods": "1"})
+	waitUsed(t, c, ns, "terminating", map[corev1.ResourceName]string{"pods": "1", "requests.cpu": "500m"})
+	waitUsed(t, c, ns, "no-priority", map[corev1.ResourceName]string{"pods": "3"})
+	// Deleting the terminating Pod releases it from the scoped quotas that counted it.
+	if err := c.CoreV1().Pods(ns).Delete(ctx, "job", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	waitUsed(t, c, ns, "terminating", map[corev1.ResourceName]string{"pods": "0", "requests.cpu": "0"})
+	waitUsed(t, c, ns, "no-priority", map[corev1.ResourceName]string{"pods": "2"})
+	waitUsed(t, c, ns, "besteffort", map[corev1.ResourceName]string{"pods": "1"})
+}
