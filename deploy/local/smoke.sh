@@ -48,7 +48,10 @@ for entry in $CONTROLLER_PORTS; do
   url="https://127.0.0.1:${entry#*=}/metrics"
   code=$(curl -sk -o /dev/null -w '%{http_code}' "$url")
   [ "$code" = 401 ] || die "smoke: ${entry%=*} $url without a token answered $code, want 401"
-  curl -fsSk -H "Authorization: Bearer $token" "$url" | grep -q '^workqueue_adds_total' ||
+  # Read the whole body first: grep -q quitting early would fail curl under pipefail.
+  body=$(curl -fsSk -H "Authorization: Bearer $token" "$url") ||
+    die "smoke: ${entry%=*} $url refused an authorized token"
+  grep -q '^workqueue_adds_total' <<<"$body" ||
     die "smoke: ${entry%=*} $url did not serve its metrics to an authorized token"
 done
 k delete clusterrolebinding "$ns-scrape" >/dev/null

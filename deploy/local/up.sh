@@ -297,6 +297,12 @@ wait_for kube-apiserver "$T_APISERVER" "/readyz" api_ok /readyz
 
 say "creating 3 kwok nodes (deploy/local/nodes.yaml)"
 kubectl create -f "$HERE/nodes.yaml" >/dev/null
+# service-lb-controller's address pools: the CRD as the chart ships it, and a demo pool on
+# documentation ranges (192.0.2.0/24, 2001:db8::/120).
+say "applying charts/kcm-split/crds and the demo address pool"
+kubectl apply -f "$ROOT/charts/kcm-split/crds/" >/dev/null
+kubectl wait --for=condition=Established --timeout=60s crd/ipaddresspools.lb.kcm-split.io >/dev/null
+kubectl apply -f "$HERE/manifests/servicelb-demo-pool.yaml" >/dev/null
 
 # --- Everything else talks only to the apiserver: start it all, then wait for each --------------
 kcm_controllers="*$(printf ',-%s' "${KCM_DISABLED[@]}")"
