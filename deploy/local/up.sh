@@ -270,7 +270,7 @@ wait_for etcd "$T_ETCD" "/health" sh -c "curl -fsS --max-time 3 http://127.0.0.1
 # The not-ready taint that TaintNodesByCondition puts on new nodes is lifted only by a node
 # lifecycle controller. KCM's is off; without kcm-split's, keep the taint off so pods schedule.
 admission=()
-if [[ " ${controllers[*]} " != *" node-lifecycle-controller "* ]]; then
+if [[ " ${controllers[*]} " != *" nodelifecycle-controller "* ]]; then
   admission=(--disable-admission-plugins=TaintNodesByCondition)
 fi
 # --endpoint-reconciler-type=none: the apiserver would publish its advertise address as the

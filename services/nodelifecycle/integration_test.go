@@ -1,6 +1,6 @@
 package nodelifecycle_test
 
-// Integration tests: the node-lifecycle-controller binary, built as it ships, against a real
+// Integration tests: the nodelifecycle-controller binary, built as it ships, against a real
 // etcd + kube-apiserver v1.36.3 (shared/testenv). The test plays the kubelets: it creates
 // Nodes, renews their Leases and posts their status. Node grace periods are a few seconds,
 // set by flag. Nodes are cluster-scoped, so every test removes its own; tests run one after

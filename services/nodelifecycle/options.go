@@ -13,7 +13,7 @@ import (
 // the Lease, the queues' metrics labels, the Helm chart key and what other components see.
 const (
 	// ControllerID is upstream's controller name, the binary name and the default Lease name.
-	ControllerID = "node-lifecycle-controller"
+	ControllerID = "nodelifecycle-controller"
 	// NodeQueueName is upstream's name of the queue of Nodes whose NoSchedule taints are
 	// reconciled, so workqueue_*{name="node_lifecycle_controller"} queries keep working.
 	NodeQueueName = "node_lifecycle_controller"

@@ -12,7 +12,7 @@ import (
 	"github.com/kcm-split/kcm-split/shared/app"
 )
 
-// Spec describes the node-lifecycle-controller binary to app.Main.
+// Spec describes the nodelifecycle-controller binary to app.Main.
 func Spec() app.Spec {
 	return app.Spec{
 		ID:          ControllerID,

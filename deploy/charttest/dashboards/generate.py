@@ -39,7 +39,7 @@ CONTROLLERS = {
         ],
     },
     "nodelifecycle": {
-        "id": "node-lifecycle-controller",
+        "id": "nodelifecycle-controller",
         "title": "Node lifecycle controller",
         "queues": ["node_lifecycle_controller", "node_lifecycle_controller_pods",
                    "noexec_taint_node", "noexec_taint_pod", "noexec_taint_eviction"],

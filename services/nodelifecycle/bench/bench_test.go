@@ -1,4 +1,4 @@
-// Package bench measures how fast node-lifecycle-controller notices silent Nodes, against
+// Package bench measures how fast nodelifecycle-controller notices silent Nodes, against
 // upstream kube-controller-manager running only its node-lifecycle-controller, on the same
 // scenario and a fresh real etcd + kube-apiserver (shared/testenv) each: 200 Nodes in 4
 // zones kept alive by Lease renewals from the harness, then 10 of them stopped. README.md
@@ -71,7 +71,7 @@ type controllerUnderTest struct {
 }
 
 var ours = controllerUnderTest{
-	name:   "node-lifecycle-controller",
+	name:   "nodelifecycle-controller",
 	binary: buildOurs,
 	args: func(kubeconfig string) []string {
 		port, _ := testenv.FreePort()
@@ -652,12 +652,12 @@ func (p *process) cpu(b *testing.B) time.Duration {
 // temporary directory.
 func buildOurs(b *testing.B) (string, error) {
 	b.Helper()
-	out := filepath.Join(b.TempDir(), "node-lifecycle-controller")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", out, "github.com/kcm-split/kcm-split/services/nodelifecycle/cmd/node-lifecycle-controller")
+	out := filepath.Join(b.TempDir(), "nodelifecycle-controller")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", out, "github.com/kcm-split/kcm-split/services/nodelifecycle/cmd/nodelifecycle-controller")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	cmd.Stderr = os.Stderr
 	if err := cmd.Run(); err != nil {
-		b.Fatalf("building node-lifecycle-controller: %v", err)
+		b.Fatalf("building nodelifecycle-controller: %v", err)
 	}
 	return out, nil
 }

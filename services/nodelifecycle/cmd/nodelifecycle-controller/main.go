@@ -1,4 +1,4 @@
-// Command node-lifecycle-controller runs kube-controller-manager's node lifecycle controller,
+// Command nodelifecycle-controller runs kube-controller-manager's node lifecycle controller,
 // and its taint-eviction controller, on their own: it marks Nodes that stop reporting
 // Unknown, keeps their condition taints, taints unreachable Nodes NoExecute at a zone-aware
 // rate, and deletes the Pods that do not tolerate that taint. See --help for flags; each can
