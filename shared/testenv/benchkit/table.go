@@ -1,0 +1,141 @@
+package benchkit
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"strings"
+	"time"
+)
+
+// stderr receives progress lines; a variable so tests can capture them.
+var stderr io.Writer = os.Stderr
+
+// Percentile returns the nearest-rank p-th percentile of d (p in 0..100; 100 is the maximum),
+// or 0 for no samples. d is not modified.
+func Percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := int(math.Ceil(p/100*float64(len(s)))) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+// Millis is d in milliseconds, for metrics and table rows.
+func Millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// MiB is n bytes in MiB, for metrics and table rows.
+func MiB(n int64) float64 { return float64(n) / (1 << 20) }
+
+// MS formats d as milliseconds with one decimal, e.g. "3.2ms", for progress lines and cells.
+func MS(d time.Duration) string { return fmt.Sprintf("%.1fms", Millis(d)) }
+
+// MiBString formats n bytes as MiB with one decimal, e.g. "56.3MiB".
+func MiBString(n int64) string { return fmt.Sprintf("%.1fMiB", MiB(n)) }
+
+// NotMeasured is the value of a row a side did not measure (a scenario it skipped): its cell
+// and ratio print "n/a".
+var NotMeasured = math.NaN()
+
+// Row is one metric of an ours-versus-upstream table: its name, how to read it from a result
+// (NotMeasured when absent) and the printf verb of its value, e.g. "%.1f".
+type Row[R any] struct {
+	Name   string
+	Value  func(*R) float64
+	Format string
+}
+
+// Compare builds the table metric | ours | upstream | ours/upstream from rows. A nil result
+// (that side was skipped, or failed) shows "n/a" in its column and in the ratio column.
+func Compare[R any](oursName, upstreamName string, ours, upstream *R, rows []Row[R]) Table {
+	value := func(r *R, row Row[R]) float64 {
+		if r == nil {
+			return NotMeasured
+		}
+		return row.Value(r)
+	}
+	t := Table{Headings: []string{oursName, upstreamName, "ours/upstream"}}
+	for _, row := range rows {
+		o, u := value(ours, row), value(upstream, row)
+		t.Rows = append(t.Rows, []string{row.Name, Cell(row.Format, o), Cell(row.Format, u), Ratio(o, u)})
+	}
+	return t
+}
+
+// Cell formats v with format, or "n/a" when v is NotMeasured.
+func Cell(format string, v float64) string {
+	if math.IsNaN(v) {
+		return "n/a"
+	}
+	return fmt.Sprintf(format, v)
+}
+
+// Ratio formats ours/upstream with two decimals: "=" when both are 0, "inf" when only
+// upstream's is, "n/a" when either was not measured.
+func Ratio(ours, upstream float64) string {
+	switch {
+	case math.IsNaN(ours) || math.IsNaN(upstream):
+		return "n/a"
+	case upstream != 0:
+		return fmt.Sprintf("%.2f", ours/upstream)
+	case ours == 0:
+		return "="
+	default:
+		return "inf"
+	}
+}
+
+// minColumn is the narrowest value column, so short headings still leave room for numbers.
+const minColumn = 14
+
+// Table is a plain text table: a left-aligned metric column, then right-aligned value
+// columns, one per heading.
+type Table struct {
+	Headings []string
+	// Rows hold the metric's name, then one cell per heading.
+	Rows [][]string
+}
+
+// Write prints t: a heading line, a line of dashes, then the rows.
+func (t Table) Write(w io.Writer) {
+	widths := make([]int, len(t.Headings)+1)
+	widths[0] = len("metric")
+	for i, h := range t.Headings {
+		widths[i+1] = max(minColumn, len(h)+1)
+	}
+	for _, row := range t.Rows {
+		for i, cell := range row {
+			if i < len(widths) {
+				widths[i] = max(widths[i], len(cell))
+			}
+		}
+	}
+	line := func(cells []string) {
+		var sb strings.Builder
+		for i, w := range widths {
+			cell := ""
+			if i < len(cells) {
+				cell = cells[i]
+			}
+			if i == 0 {
+				fmt.Fprintf(&sb, "%-*s", w, cell)
+			} else {
+				fmt.Fprintf(&sb, "  %*s", w, cell)
+			}
+		}
+		fmt.Fprintln(w, strings.TrimRight(sb.String(), " "))
+	}
+	line(append([]string{"metric"}, t.Headings...))
+	dashes := make([]string, len(widths))
+	for i, w := range widths {
+		dashes[i] = strings.Repeat("-", w)
+	}
+	line(dashes)
+	for _, row := range t.Rows {
+		line(row)
+	}
+}
