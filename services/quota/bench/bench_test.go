@@ -10,8 +10,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,10 +19,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kcm-split/kcm-split/shared/testenv"
+	"github.com/kcm-split/kcm-split/shared/testenv/benchkit"
 )
 
 // Scenario size and pacing, fixed so that runs compare.
@@ -45,7 +43,6 @@ const (
 
 	coldSyncTimeout = 3 * time.Minute
 	deleteTimeout   = 30 * time.Second
-	stopTimeout     = 30 * time.Second
 
 	nsPrefix   = "bench-"
 	floorNS    = "floor"
@@ -64,71 +61,49 @@ const (
 type controllerUnderTest struct {
 	name      string
 	userAgent string
-	binary    func(b *testing.B) (string, error)
+	binary    func(testing.TB) (string, error)
 	args      func(kubeconfig, syncPeriod string) ([]string, error)
 }
 
 var ours = controllerUnderTest{
 	name:      "quota-controller",
 	userAgent: "quota-controller/",
-	binary:    buildOurs,
+	binary: func(tb testing.TB) (string, error) {
+		return benchkit.BuildShipped(tb, "github.com/kcm-split/kcm-split/services/quota/cmd/quota-controller"), nil
+	},
 	args: func(kubeconfig, syncPeriod string) ([]string, error) {
-		port, err := testenv.FreePort()
-		if err != nil {
-			return nil, err
-		}
-		return []string{
-			"--kubeconfig=" + kubeconfig,
-			"--leader-elect=false",
-			fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", port),
-			"--concurrent-resource-quota-syncs=" + concurrentSyncs,
-			"--resource-quota-sync-period=" + syncPeriod,
-			"--log-level=info",
-		}, nil
+		args, _, err := benchkit.OursArgs(kubeconfig,
+			"--concurrent-resource-quota-syncs="+concurrentSyncs,
+			"--resource-quota-sync-period="+syncPeriod,
+		)
+		return args, err
 	},
 }
 
 var upstream = controllerUnderTest{
-	name:      "kube-controller-manager",
-	userAgent: "kube-controller-manager/",
-	binary: func(*testing.B) (string, error) {
-		dir, err := testenv.FindBinDir()
-		if err != nil {
-			return "", err
-		}
-		bin := filepath.Join(dir, "kube-controller-manager")
-		if _, err := os.Stat(bin); err != nil {
-			return "", fmt.Errorf("%s not found: run `make tools`", bin)
-		}
-		return bin, nil
-	},
+	name:      benchkit.Upstream,
+	userAgent: benchkit.UpstreamUserAgent,
+	binary:    benchkit.UpstreamKCM,
 	args: func(kubeconfig, syncPeriod string) ([]string, error) {
-		return []string{
-			"--kubeconfig=" + kubeconfig,
-			"--controllers=resourcequota-controller",
-			"--leader-elect=false",
-			"--use-service-account-credentials=false",
-			"--secure-port=0",
-			"--concurrent-resource-quota-syncs=" + concurrentSyncs,
-			"--resource-quota-sync-period=" + syncPeriod,
-			"--v=1",
-		}, nil
+		return benchkit.UpstreamArgs(kubeconfig, "resourcequota-controller",
+			"--concurrent-resource-quota-syncs="+concurrentSyncs,
+			"--resource-quota-sync-period="+syncPeriod,
+		), nil
 	},
 }
 
 func BenchmarkQuota(b *testing.B) {
-	results := map[string]*result{}
-	for _, c := range []controllerUnderTest{ours, upstream} {
-		b.Run(c.name, func(b *testing.B) {
-			r := results[c.name]
-			if r == nil {
-				r = runScenario(b, c)
-				results[c.name] = r
-			}
-			r.report(b)
-		})
+	r := benchkit.RunSides(b, []controllerUnderTest{ours, upstream}, func(c controllerUnderTest) string { return c.name }, runScenario, (*result).report)
+	printTable(os.Stdout, r[0], r[1])
+}
+
+func startController(b *testing.B, c controllerUnderTest, bin, kubeconfig, syncPeriod string) *benchkit.Process {
+	b.Helper()
+	args, err := c.args(kubeconfig, syncPeriod)
+	if err != nil {
+		b.Fatal(err)
 	}
-	printTable(os.Stdout, results[ours.name], results[upstream.name])
+	return benchkit.Start(b, c.name, bin, args...)
 }
 
 // result holds everything one scenario measured.
@@ -155,33 +130,29 @@ type result struct {
 func ns(i int) string { return fmt.Sprintf("%s%03d", nsPrefix, i) }
 
 func runScenario(b *testing.B, c controllerUnderTest) *result {
-	logf := progress(c.name)
+	logf := benchkit.Progress(c.name)
 	bin, err := c.binary(b)
 	if err != nil {
 		b.Skipf("%s cannot run: %v", c.name, err)
 	}
 	start := time.Now()
-	env, err := testenv.Start(testenv.Options{})
-	if err != nil {
-		b.Fatalf("starting the control plane: %v", err)
-	}
-	defer env.Stop()
+	env := benchkit.ControlPlane(b)
 	logf("control plane up in %s", time.Since(start).Round(time.Millisecond))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	client := newClient(b, env.Config, "kcm-split-bench/fixtures")
-	watchClient := newClient(b, env.Config, "kcm-split-bench/watch")
+	client := benchkit.Client(b, env.Config, "kcm-split-bench/fixtures")
+	watchClient := benchkit.Client(b, env.Config, "kcm-split-bench/watch")
 	r := &result{}
 
-	quotas := newObserver[*corev1.ResourceQuota](ctx, b, watchClient, "", func(f informers.SharedInformerFactory) cache.SharedIndexInformer {
+	quotas := benchkit.NewObserver[*corev1.ResourceQuota](ctx, b, watchClient, "", func(f informers.SharedInformerFactory) cache.SharedIndexInformer {
 		return f.Core().V1().ResourceQuotas().Informer()
 	})
 
 	// 1. Floor: a quota status write seen by a watcher, the one hop the controller makes after
 	// it learns of a delete.
 	r.floor = measureFloor(ctx, b, client, quotas)
-	logf("floor: p50 %s p99 %s", ms(percentile(r.floor, 50)), ms(percentile(r.floor, 99)))
+	logf("floor: p50 %s p99 %s", benchkit.MS(benchkit.Percentile(r.floor, 50)), benchkit.MS(benchkit.Percentile(r.floor, 99)))
 
 	// 2. Fixtures: Pods first, then the quotas (so admission lets the Pods in without a
 	// controller), then the controller's cold sync computes every quota from scratch.
@@ -194,7 +165,7 @@ func runScenario(b *testing.B, c controllerUnderTest) *result {
 	for i := range remaining {
 		remaining[i] = podsPerNamespace
 	}
-	converged := quotas.whenAll(func(objs map[string]*corev1.ResourceQuota) bool {
+	converged := quotas.WhenAll(func(objs map[string]*corev1.ResourceQuota) bool {
 		for i := range numNamespaces {
 			rq := objs[ns(i)+"/"+quotaName]
 			if rq == nil || !usedPods(rq, podsPerNamespace) {
@@ -204,57 +175,55 @@ func runScenario(b *testing.B, c controllerUnderTest) *result {
 		return true
 	})
 	proc := startController(b, c, bin, env.Kubeconfig, quietPeriod)
-	at := proc.await(b, converged, coldSyncTimeout, "every quota's used pods after the cold sync")
-	r.coldSync = at.Sub(proc.started)
+	at := proc.Await(converged, coldSyncTimeout, "every quota's used pods after the cold sync")
+	r.coldSync = at.Sub(proc.Started)
 	logf("cold sync: %s", r.coldSync.Round(time.Millisecond))
 	time.Sleep(idleSettle)
-	r.idleRSS, _ = proc.memory(b)
-	r.idleAnon = proc.anonRSS(b)
-	r.coldCPU = proc.cpu(b)
+	mem := proc.Memory()
+	r.idleRSS, r.idleAnon = mem.RSS, mem.Anon
+	r.coldCPU = proc.CPU()
 	r.coldWrites = countWrites(b, env, c.userAgent)
 	if r.coldWrites == 0 {
 		b.Fatalf("the audit log holds no quota writes by user agent %q although the quotas converged", c.userAgent)
 	}
-	logf("idle: rss %s, %d quota writes", mib(r.idleRSS), r.coldWrites)
+	logf("idle: rss %s, %d quota writes", benchkit.MiBString(r.idleRSS), r.coldWrites)
 
 	// 3. Phase 1: deletes, no full recalculation.
 	next := 0 // the next Pod to delete, over all namespaces
 	before := countWrites(b, env, c.userAgent)
-	cpuBefore := proc.cpu(b)
-	stopSampling := proc.sampleRSS(&r.loadedRSS)
+	cpuBefore := proc.CPU()
+	stopSampling := proc.SampleRSS(&r.loadedRSS, 50*time.Millisecond)
 	r.quiet = deletes(ctx, b, client, quotas, proc, remaining, &next)
 	stopSampling()
 	time.Sleep(quietSettle)
-	r.quietCPU = proc.cpu(b) - cpuBefore
+	r.quietCPU = proc.CPU() - cpuBefore
 	r.quietWrites = countWrites(b, env, c.userAgent) - before
-	logf("quiet deletes: p50 %s p99 %s, %d writes", ms(percentile(r.quiet, 50)), ms(percentile(r.quiet, 99)), r.quietWrites)
+	logf("quiet deletes: p50 %s p99 %s, %d writes", benchkit.MS(benchkit.Percentile(r.quiet, 50)), benchkit.MS(benchkit.Percentile(r.quiet, 99)), r.quietWrites)
 
 	// 4. Warm restart with a full recalculation every second: the restart itself must not
 	// write (nothing changed), then phase 2 measures deletes during recalculations.
 	before = countWrites(b, env, c.userAgent)
-	proc.stop(b)
+	proc.Shutdown()
 	proc = startController(b, c, bin, env.Kubeconfig, busyPeriod)
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: sentinelNS}}, metav1.CreateOptions{}); err != nil {
-		b.Fatal(err)
-	}
-	sentinel := quotas.when(sentinelNS+"/"+quotaName, func(rq *corev1.ResourceQuota) bool { return usedPods(rq, 0) })
+	benchkit.CreateNamespaces(ctx, b, client, sentinelNS)
+	sentinel := quotas.When(sentinelNS+"/"+quotaName, func(rq *corev1.ResourceQuota) bool { return usedPods(rq, 0) })
 	if _, err := client.CoreV1().ResourceQuotas(sentinelNS).Create(ctx, makeQuota(sentinelNS), metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	at = proc.await(b, sentinel, coldSyncTimeout, "the sentinel quota's status after the restart")
-	r.restartSync = at.Sub(proc.started)
+	at = proc.Await(sentinel, coldSyncTimeout, "the sentinel quota's status after the restart")
+	r.restartSync = at.Sub(proc.Started)
 	time.Sleep(quietSettle)
 	r.restartW = countWrites(b, env, c.userAgent) - before - 1 // the sentinel's own write
 	logf("warm restart: sentinel synced after %s, %d writes to unchanged quotas", r.restartSync.Round(time.Millisecond), r.restartW)
 
 	before = countWrites(b, env, c.userAgent)
-	cpuBefore = proc.cpu(b)
+	cpuBefore = proc.CPU()
 	r.busy = deletes(ctx, b, client, quotas, proc, remaining, &next)
 	time.Sleep(quietSettle)
-	r.busyResyncCPU = proc.cpu(b) - cpuBefore
+	r.busyResyncCPU = proc.CPU() - cpuBefore
 	r.busyWrites = countWrites(b, env, c.userAgent) - before
-	logf("deletes during full recalculations: p50 %s p99 %s, %d writes", ms(percentile(r.busy, 50)), ms(percentile(r.busy, 99)), r.busyWrites)
-	proc.stop(b)
+	logf("deletes during full recalculations: p50 %s p99 %s, %d writes", benchkit.MS(benchkit.Percentile(r.busy, 50)), benchkit.MS(benchkit.Percentile(r.busy, 99)), r.busyWrites)
+	proc.Shutdown()
 	r.failed = countFailedWrites(b, env, c.userAgent)
 	return r
 }
@@ -267,7 +236,7 @@ func usedPods(rq *corev1.ResourceQuota, n int) bool {
 // deletes deletes deletesPerPhase Pods, one at a time, and times the Delete response -> a
 // watcher sees the quota's used pods drop. The controller learns of the delete about when the
 // response arrives, so this is its reaction time plus one write-and-observe hop (the floor).
-func deletes(ctx context.Context, b *testing.B, client kubernetes.Interface, quotas *observer[*corev1.ResourceQuota], proc *process, remaining []int, next *int) []time.Duration {
+func deletes(ctx context.Context, b *testing.B, client kubernetes.Interface, quotas *benchkit.Observer[*corev1.ResourceQuota], proc *benchkit.Process, remaining []int, next *int) []time.Duration {
 	b.Helper()
 	out := make([]time.Duration, 0, deletesPerPhase)
 	for range deletesPerPhase {
@@ -276,25 +245,23 @@ func deletes(ctx context.Context, b *testing.B, client kubernetes.Interface, quo
 		*next++
 		remaining[i]--
 		want := remaining[i]
-		seen := quotas.when(ns(i)+"/"+quotaName, func(rq *corev1.ResourceQuota) bool { return usedPods(rq, want) })
+		seen := quotas.When(ns(i)+"/"+quotaName, func(rq *corev1.ResourceQuota) bool { return usedPods(rq, want) })
 		zero := int64(0)
 		if err := client.CoreV1().Pods(ns(i)).Delete(ctx, podName(p), metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 			b.Fatalf("deleting %s/%s: %v", ns(i), podName(p), err)
 		}
 		done := time.Now()
-		at := proc.await(b, seen, deleteTimeout, fmt.Sprintf("quota %s/%s used pods = %d", ns(i), quotaName, want))
-		out = append(out, nonNegative(at.Sub(done)))
+		at := proc.Await(seen, deleteTimeout, fmt.Sprintf("quota %s/%s used pods = %d", ns(i), quotaName, want))
+		out = append(out, max(0, at.Sub(done)))
 		time.Sleep(deletePause)
 	}
 	return out
 }
 
 // measureFloor times quota status writes issued -> seen by the watcher.
-func measureFloor(ctx context.Context, b *testing.B, client kubernetes.Interface, quotas *observer[*corev1.ResourceQuota]) []time.Duration {
+func measureFloor(ctx context.Context, b *testing.B, client kubernetes.Interface, quotas *benchkit.Observer[*corev1.ResourceQuota]) []time.Duration {
 	b.Helper()
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: floorNS}}, metav1.CreateOptions{}); err != nil {
-		b.Fatal(err)
-	}
+	benchkit.CreateNamespaces(ctx, b, client, floorNS)
 	rq, err := client.CoreV1().ResourceQuotas(floorNS).Create(ctx, makeQuota(floorNS), metav1.CreateOptions{})
 	if err != nil {
 		b.Fatal(err)
@@ -304,7 +271,7 @@ func measureFloor(ctx context.Context, b *testing.B, client kubernetes.Interface
 		next := rq.DeepCopy()
 		next.Status = corev1.ResourceQuotaStatus{Hard: next.Spec.Hard, Used: corev1.ResourceList{corev1.ResourcePods: *resource.NewQuantity(int64(i%50), resource.DecimalSI)}}
 		want := i % 50
-		seen := quotas.when(floorNS+"/"+quotaName, func(rq *corev1.ResourceQuota) bool {
+		seen := quotas.When(floorNS+"/"+quotaName, func(rq *corev1.ResourceQuota) bool {
 			return usedPods(rq, want) && rq.ResourceVersion != next.ResourceVersion
 		})
 		issued := time.Now()
@@ -354,19 +321,19 @@ func makePod(namespace string, i int) *corev1.Pod {
 
 func createFixtures(ctx context.Context, b *testing.B, client kubernetes.Interface) {
 	b.Helper()
-	if err := parallel(ctx, numNamespaces, createWorkers, func(ctx context.Context, i int) error {
+	if err := benchkit.Parallel(ctx, numNamespaces, createWorkers, func(ctx context.Context, i int) error {
 		_, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns(i)}}, metav1.CreateOptions{})
 		return err
 	}); err != nil {
 		b.Fatalf("creating namespaces: %v", err)
 	}
-	if err := parallel(ctx, numNamespaces*podsPerNamespace, createWorkers, func(ctx context.Context, k int) error {
+	if err := benchkit.Parallel(ctx, numNamespaces*podsPerNamespace, createWorkers, func(ctx context.Context, k int) error {
 		_, err := client.CoreV1().Pods(ns(k/podsPerNamespace)).Create(ctx, makePod(ns(k/podsPerNamespace), k%podsPerNamespace), metav1.CreateOptions{})
 		return err
 	}); err != nil {
 		b.Fatalf("creating Pods: %v", err)
 	}
-	if err := parallel(ctx, numNamespaces, createWorkers, func(ctx context.Context, i int) error {
+	if err := benchkit.Parallel(ctx, numNamespaces, createWorkers, func(ctx context.Context, i int) error {
 		_, err := client.CoreV1().ResourceQuotas(ns(i)).Create(ctx, makeQuota(ns(i)), metav1.CreateOptions{})
 		return err
 	}); err != nil {
@@ -374,73 +341,24 @@ func createFixtures(ctx context.Context, b *testing.B, client kubernetes.Interfa
 	}
 }
 
-func newClient(b *testing.B, base *rest.Config, userAgent string) kubernetes.Interface {
-	b.Helper()
-	cfg := rest.CopyConfig(base)
-	cfg.UserAgent = userAgent
-	cfg.ContentType = "application/vnd.kubernetes.protobuf"
-	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
-	c, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return c
-}
-
 // countWrites counts the controller's writes (by user agent) to ResourceQuotas in the bench
 // namespaces. Failed writes (conflicts) count too: they cost the apiserver as much.
 func countWrites(b *testing.B, env *testenv.Env, userAgent string) int {
 	b.Helper()
-	evs, err := env.Writes(testenv.ByUserAgentPrefix(userAgent, "resourcequotas"))
-	if err != nil {
-		b.Fatalf("reading the audit log: %v", err)
-	}
-	n := 0
-	for _, ev := range evs {
-		if strings.HasPrefix(ev.ObjectRef.Namespace, nsPrefix) || ev.ObjectRef.Namespace == sentinelNS {
-			n++
-		}
-	}
-	return n
+	return benchkit.CountWrites(b, env, testenv.ByUserAgentPrefix(userAgent, "resourcequotas"), func(ev testenv.AuditEvent) bool {
+		return strings.HasPrefix(ev.ObjectRef.Namespace, nsPrefix) || ev.ObjectRef.Namespace == sentinelNS
+	})
 }
 
 // countFailedWrites counts the controller's quota writes the apiserver refused (conflicts).
 func countFailedWrites(b *testing.B, env *testenv.Env, userAgent string) int {
 	b.Helper()
-	evs, err := env.Writes(testenv.ByUserAgentPrefix(userAgent, "resourcequotas"))
-	if err != nil {
-		b.Fatalf("reading the audit log: %v", err)
-	}
-	n := 0
-	for _, ev := range evs {
-		if strings.HasPrefix(ev.ObjectRef.Namespace, nsPrefix) && ev.ResponseStatus.Code >= 300 {
-			n++
-		}
-	}
-	return n
-}
-
-// buildOurs compiles quota-controller as it ships (static, stripped).
-func buildOurs(b *testing.B) (string, error) {
-	b.Helper()
-	out := filepath.Join(b.TempDir(), "quota-controller")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", out, "github.com/kcm-split/kcm-split/services/quota/cmd/quota-controller")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	cmd.Stderr = os.Stderr
-	if err := cmd.Run(); err != nil {
-		b.Fatalf("building quota-controller: %v", err)
-	}
-	return out, nil
+	return benchkit.CountWrites(b, env, testenv.ByUserAgentPrefix(userAgent, "resourcequotas"), func(ev testenv.AuditEvent) bool {
+		return strings.HasPrefix(ev.ObjectRef.Namespace, nsPrefix) && ev.ResponseStatus.Code >= 300
+	})
 }
 
 // ---- reporting ----
-
-func progress(name string) func(string, ...any) {
-	start := time.Now()
-	return func(format string, args ...any) {
-		fmt.Fprintf(os.Stderr, "bench %-24s %6.1fs  %s\n", name, time.Since(start).Seconds(), fmt.Sprintf(format, args...))
-	}
-}
 
 func perDelete(writes int, lat []time.Duration) float64 {
 	if len(lat) == 0 {
@@ -450,15 +368,14 @@ func perDelete(writes int, lat []time.Duration) float64 {
 }
 
 func (r *result) report(b *testing.B) {
-	msf := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	b.ReportMetric(0, "ns/op")
-	b.ReportMetric(msf(percentile(r.floor, 50)), "floor-p50-ms")
+	b.ReportMetric(benchkit.Millis(benchkit.Percentile(r.floor, 50)), "floor-p50-ms")
 	b.ReportMetric(r.coldSync.Seconds(), "cold-sync-s")
-	b.ReportMetric(float64(r.idleRSS)/(1<<20), "idle-rss-MiB")
-	b.ReportMetric(msf(percentile(r.quiet, 50)), "delete-p50-ms")
-	b.ReportMetric(msf(percentile(r.quiet, 99)), "delete-p99-ms")
-	b.ReportMetric(msf(percentile(r.busy, 50)), "resync-delete-p50-ms")
-	b.ReportMetric(msf(percentile(r.busy, 99)), "resync-delete-p99-ms")
+	b.ReportMetric(benchkit.MiB(r.idleRSS), "idle-rss-MiB")
+	b.ReportMetric(benchkit.Millis(benchkit.Percentile(r.quiet, 50)), "delete-p50-ms")
+	b.ReportMetric(benchkit.Millis(benchkit.Percentile(r.quiet, 99)), "delete-p99-ms")
+	b.ReportMetric(benchkit.Millis(benchkit.Percentile(r.busy, 50)), "resync-delete-p50-ms")
+	b.ReportMetric(benchkit.Millis(benchkit.Percentile(r.busy, 99)), "resync-delete-p99-ms")
 	b.ReportMetric(perDelete(r.quietWrites, r.quiet), "writes/delete")
 	b.ReportMetric(float64(r.restartW), "restart-writes")
 }
@@ -467,74 +384,37 @@ func printTable(w io.Writer, mine, theirs *result) {
 	if mine == nil && theirs == nil {
 		return
 	}
-	type row struct {
-		name string
-		get  func(*result) float64
-		f    string
-	}
-	pct := func(sel func(*result) []time.Duration, p float64) func(*result) float64 {
-		return func(r *result) float64 { return float64(percentile(sel(r), p)) / float64(time.Millisecond) }
-	}
+	pct := benchkit.PercentileMS[result]
 	floor := func(r *result) []time.Duration { return r.floor }
 	quiet := func(r *result) []time.Duration { return r.quiet }
 	busy := func(r *result) []time.Duration { return r.busy }
-	rows := []row{
-		{"floor latency p50 (ms)", pct(floor, 50), "%.1f"},
-		{"floor latency p99 (ms)", pct(floor, 99), "%.1f"},
-		{"fixture setup, context (s)", func(r *result) float64 { return r.setup.Seconds() }, "%.1f"},
-		{"cold sync (s)", func(r *result) float64 { return r.coldSync.Seconds() }, "%.2f"},
-		{fmt.Sprintf("cold sync quota writes (target %d)", numNamespaces), func(r *result) float64 { return float64(r.coldWrites) }, "%.0f"},
-		{"cold sync CPU (s)", func(r *result) float64 { return r.coldCPU.Seconds() }, "%.2f"},
-		{"idle RSS (MiB)", func(r *result) float64 { return float64(r.idleRSS) / (1 << 20) }, "%.1f"},
-		{"  of which anonymous, RssAnon (MiB)", func(r *result) float64 { return float64(r.idleAnon) / (1 << 20) }, "%.1f"},
-		{"loaded RSS, max during deletes (MiB)", func(r *result) float64 { return float64(r.loadedRSS) / (1 << 20) }, "%.1f"},
-		{"delete -> used p50 (ms)", pct(quiet, 50), "%.1f"},
-		{"delete -> used p90 (ms)", pct(quiet, 90), "%.1f"},
-		{"delete -> used p99 (ms)", pct(quiet, 99), "%.1f"},
-		{"delete -> used max (ms)", pct(quiet, 100), "%.1f"},
-		{"writes per delete (target 1.00)", func(r *result) float64 { return perDelete(r.quietWrites, r.quiet) }, "%.2f"},
-		{"deletes CPU (s)", func(r *result) float64 { return r.quietCPU.Seconds() }, "%.2f"},
-		{"warm restart -> sentinel synced (s)", func(r *result) float64 { return r.restartSync.Seconds() }, "%.2f"},
-		{"warm restart writes, unchanged quotas (target 0)", func(r *result) float64 { return float64(r.restartW) }, "%.0f"},
-		{"resync 1s: delete -> used p50 (ms)", pct(busy, 50), "%.1f"},
-		{"resync 1s: delete -> used p90 (ms)", pct(busy, 90), "%.1f"},
-		{"resync 1s: delete -> used p99 (ms)", pct(busy, 99), "%.1f"},
-		{"resync 1s: delete -> used max (ms)", pct(busy, 100), "%.1f"},
-		{"resync 1s: writes per delete (target 1.00)", func(r *result) float64 { return perDelete(r.busyWrites, r.busy) }, "%.2f"},
-		{"refused writes (conflicts), whole run", func(r *result) float64 { return float64(r.failed) }, "%.0f"},
-		{"resync 1s: CPU during deletes (s)", func(r *result) float64 { return r.busyResyncCPU.Seconds() }, "%.2f"},
-	}
-	cell := func(r *result, x row) string {
-		if r == nil {
-			return "n/a"
-		}
-		return fmt.Sprintf(x.f, x.get(r))
-	}
-	ratio := func(x row) string {
-		if mine == nil || theirs == nil {
-			return "n/a"
-		}
-		o, u := x.get(mine), x.get(theirs)
-		switch {
-		case u != 0:
-			return fmt.Sprintf("%.2f", o/u)
-		case o == 0:
-			return "="
-		default:
-			return "inf"
-		}
-	}
-	width := len("metric")
-	for _, x := range rows {
-		width = max(width, len(x.name))
-	}
-	line := func(a, b, c, d string) { fmt.Fprintf(w, "%-*s  %18s  %24s  %14s\n", width, a, b, c, d) }
+	var rows benchkit.Rows[result]
+	rows.Add("floor latency p50 (ms)", pct(floor, 50), "%.1f")
+	rows.Add("floor latency p99 (ms)", pct(floor, 99), "%.1f")
+	rows.Add("fixture setup, context (s)", func(r *result) float64 { return r.setup.Seconds() }, "%.1f")
+	rows.Add("cold sync (s)", func(r *result) float64 { return r.coldSync.Seconds() }, "%.2f")
+	rows.Add(fmt.Sprintf("cold sync quota writes (target %d)", numNamespaces), func(r *result) float64 { return float64(r.coldWrites) }, "%.0f")
+	rows.Add("cold sync CPU (s)", func(r *result) float64 { return r.coldCPU.Seconds() }, "%.2f")
+	rows.Add("idle RSS (MiB)", func(r *result) float64 { return benchkit.MiB(r.idleRSS) }, "%.1f")
+	rows.Add("  of which anonymous, RssAnon (MiB)", func(r *result) float64 { return benchkit.MiB(r.idleAnon) }, "%.1f")
+	rows.Add("loaded RSS, max during deletes (MiB)", func(r *result) float64 { return benchkit.MiB(r.loadedRSS) }, "%.1f")
+	rows.Add("delete -> used p50 (ms)", pct(quiet, 50), "%.1f")
+	rows.Add("delete -> used p90 (ms)", pct(quiet, 90), "%.1f")
+	rows.Add("delete -> used p99 (ms)", pct(quiet, 99), "%.1f")
+	rows.Add("delete -> used max (ms)", pct(quiet, 100), "%.1f")
+	rows.Add("writes per delete (target 1.00)", func(r *result) float64 { return perDelete(r.quietWrites, r.quiet) }, "%.2f")
+	rows.Add("deletes CPU (s)", func(r *result) float64 { return r.quietCPU.Seconds() }, "%.2f")
+	rows.Add("warm restart -> sentinel synced (s)", func(r *result) float64 { return r.restartSync.Seconds() }, "%.2f")
+	rows.Add("warm restart writes, unchanged quotas (target 0)", func(r *result) float64 { return float64(r.restartW) }, "%.0f")
+	rows.Add("resync 1s: delete -> used p50 (ms)", pct(busy, 50), "%.1f")
+	rows.Add("resync 1s: delete -> used p90 (ms)", pct(busy, 90), "%.1f")
+	rows.Add("resync 1s: delete -> used p99 (ms)", pct(busy, 99), "%.1f")
+	rows.Add("resync 1s: delete -> used max (ms)", pct(busy, 100), "%.1f")
+	rows.Add("resync 1s: writes per delete (target 1.00)", func(r *result) float64 { return perDelete(r.busyWrites, r.busy) }, "%.2f")
+	rows.Add("refused writes (conflicts), whole run", func(r *result) float64 { return float64(r.failed) }, "%.0f")
+	rows.Add("resync 1s: CPU during deletes (s)", func(r *result) float64 { return r.busyResyncCPU.Seconds() }, "%.2f")
 	fmt.Fprintf(w, "\nQuota benchmark: %d namespaces x 1 quota x %d Pods, %d deletes per phase, --concurrent-resource-quota-syncs=%s\n\n",
 		numNamespaces, podsPerNamespace, deletesPerPhase, concurrentSyncs)
-	line("metric", ours.name, upstream.name, "ours/upstream")
-	line(strings.Repeat("-", width), strings.Repeat("-", 18), strings.Repeat("-", 24), strings.Repeat("-", 14))
-	for _, x := range rows {
-		line(x.name, cell(mine, x), cell(theirs, x), ratio(x))
-	}
+	benchkit.Compare(ours.name, upstream.name, mine, theirs, rows).Write(w)
 	fmt.Fprintln(w, "\nLower is better everywhere; README.md defines each row.")
 }

@@ -167,3 +167,16 @@ func Get(url string) (code int, body string) {
 	data, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(data)
 }
+
+// ControlPlane starts a fresh etcd + kube-apiserver (shared/testenv, audit log on) for one
+// side of a comparison, stopped when tb ends: each side gets its own, so neither inherits the
+// other's objects, watch caches or audit log.
+func ControlPlane(tb testing.TB) *testenv.Env {
+	tb.Helper()
+	env, err := testenv.Start(testenv.Options{})
+	if err != nil {
+		tb.Fatalf("starting the control plane: %v", err)
+	}
+	tb.Cleanup(env.Stop)
+	return env
+}

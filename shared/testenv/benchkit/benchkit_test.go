@@ -85,18 +85,17 @@ func TestRatio(t *testing.T) {
 
 type fakeResult struct {
 	rss      int64
-	flip     time.Duration
+	flips    []time.Duration
 	optional float64
 }
 
 func TestCompareTable(t *testing.T) {
-	rows := []Row[fakeResult]{
-		{"idle RSS (MiB)", func(r *fakeResult) float64 { return MiB(r.rss) }, "%.1f"},
-		{"flip latency p50 (ms)", func(r *fakeResult) float64 { return Millis(r.flip) }, "%.1f"},
-		{"huge scenario (s)", func(r *fakeResult) float64 { return r.optional }, "%.0f"},
-	}
-	ours := &fakeResult{rss: 59 << 20, flip: 3900 * time.Microsecond, optional: 56}
-	upstream := &fakeResult{rss: 93 << 20, flip: 4200 * time.Microsecond, optional: NotMeasured}
+	var rows Rows[fakeResult]
+	rows.Add("idle RSS (MiB)", func(r *fakeResult) float64 { return MiB(r.rss) }, "%.1f")
+	rows.Add("flip latency p50 (ms)", PercentileMS(func(r *fakeResult) []time.Duration { return r.flips }, 50), "%.1f")
+	rows.Add("huge scenario (s)", func(r *fakeResult) float64 { return r.optional }, "%.0f")
+	ours := &fakeResult{rss: 59 << 20, flips: []time.Duration{3900 * time.Microsecond, time.Second}, optional: 56}
+	upstream := &fakeResult{rss: 93 << 20, flips: []time.Duration{4200 * time.Microsecond}, optional: NotMeasured}
 	var buf bytes.Buffer
 	Compare("endpoints-controller", Upstream, ours, upstream, rows).Write(&buf)
 	want := strings.Join([]string{

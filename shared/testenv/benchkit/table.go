@@ -49,9 +49,17 @@ type Row[R any] struct {
 	Format string
 }
 
+// Rows is a table's rows in order.
+type Rows[R any] []Row[R]
+
+// Add appends the row name, read by value and printed with format.
+func (rs *Rows[R]) Add(name string, value func(*R) float64, format string) {
+	*rs = append(*rs, Row[R]{Name: name, Value: value, Format: format})
+}
+
 // Compare builds the table metric | ours | upstream | ours/upstream from rows. A nil result
 // (that side was skipped, or failed) shows "n/a" in its column and in the ratio column.
-func Compare[R any](oursName, upstreamName string, ours, upstream *R, rows []Row[R]) Table {
+func Compare[R any](oursName, upstreamName string, ours, upstream *R, rows Rows[R]) Table {
 	value := func(r *R, row Row[R]) float64 {
 		if r == nil {
 			return NotMeasured
@@ -138,4 +146,9 @@ func (t Table) Write(w io.Writer) {
 	for _, row := range t.Rows {
 		line(row)
 	}
+}
+
+// PercentileMS is a Row.Value: the p-th percentile, in milliseconds, of the samples sel picks.
+func PercentileMS[R any](sel func(*R) []time.Duration, p float64) func(*R) float64 {
+	return func(r *R) float64 { return Millis(Percentile(sel(r), p)) }
 }
