@@ -1,37 +1,19 @@
 package namespace
 
 import (
-	"bytes"
-	"context"
-	"errors"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/kcm-split/kcm-split/shared/app"
+	"github.com/kcm-split/kcm-split/shared/app/apptest"
 )
 
 func TestOptionsValidate(t *testing.T) {
-	for _, tc := range []struct {
-		name     string
-		opts     Options
-		wantFlag string
-	}{
-		{name: "defaults", opts: DefaultOptions()},
-		{name: "no workers", opts: Options{ConcurrentSyncs: 0, SyncPeriod: time.Minute}, wantFlag: FlagConcurrentSyncs},
-		{name: "zero sync period", opts: Options{ConcurrentSyncs: 1}, wantFlag: FlagSyncPeriod},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			err := tc.opts.Validate()
-			var fe *app.FlagError
-			switch {
-			case tc.wantFlag == "" && err != nil:
-				t.Errorf("Validate = %v, want nil", err)
-			case tc.wantFlag != "" && (!errors.As(err, &fe) || fe.Flag != tc.wantFlag):
-				t.Errorf("Validate = %v, want a FlagError for --%s", err, tc.wantFlag)
-			}
-		})
-	}
+	apptest.Validate(t, []apptest.ValidateCase[Options]{
+		{Name: "defaults", Opts: DefaultOptions()},
+		{Name: "no workers", Opts: Options{ConcurrentSyncs: 0, SyncPeriod: time.Minute}, WantFlag: FlagConcurrentSyncs},
+		{Name: "zero sync period", Opts: Options{ConcurrentSyncs: 1}, WantFlag: FlagSyncPeriod},
+	})
 }
 
 func TestDefaultsAreUpstreams(t *testing.T) {
@@ -44,30 +26,11 @@ func TestDefaultsAreUpstreams(t *testing.T) {
 // Bad values, from flags or the environment, exit with the usage code before anything
 // connects anywhere.
 func TestBadFlagsExitWithUsageCode(t *testing.T) {
-	for _, tc := range []struct {
-		name     string
-		args     []string
-		env      map[string]string
-		wantFlag string
-	}{
-		{name: "zero workers", args: []string{"--" + FlagConcurrentSyncs + "=0"}, wantFlag: FlagConcurrentSyncs},
-		{name: "negative sync period", args: []string{"--" + FlagSyncPeriod + "=-1s"}, wantFlag: FlagSyncPeriod},
-		{name: "from the environment", env: map[string]string{app.EnvVar(FlagSyncPeriod): "0s"}, wantFlag: FlagSyncPeriod},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			for k, v := range tc.env {
-				t.Setenv(k, v)
-			}
-			var stderr bytes.Buffer
-			code := app.Run(context.Background(), Spec(), append([]string{ControllerID}, tc.args...), &stderr)
-			if code != app.ExitUsage {
-				t.Errorf("exit code %d, want %d; stderr: %s", code, app.ExitUsage, stderr.String())
-			}
-			if !strings.Contains(stderr.String(), "--"+tc.wantFlag) {
-				t.Errorf("stderr %q does not name --%s", stderr.String(), tc.wantFlag)
-			}
-		})
-	}
+	apptest.BadFlags(t, Spec, []apptest.BadFlag{
+		{Name: "zero workers", Args: []string{"--" + FlagConcurrentSyncs + "=0"}, WantFlag: FlagConcurrentSyncs},
+		{Name: "negative sync period", Args: []string{"--" + FlagSyncPeriod + "=-1s"}, WantFlag: FlagSyncPeriod},
+		{Name: "from the environment", Env: map[string]string{app.EnvVar(FlagSyncPeriod): "0s"}, WantFlag: FlagSyncPeriod},
+	})
 }
 
 func TestSpec(t *testing.T) {

@@ -1,14 +1,11 @@
 package nodelifecycle
 
 import (
-	"bytes"
-	"context"
-	"errors"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/kcm-split/kcm-split/shared/app"
+	"github.com/kcm-split/kcm-split/shared/app/apptest"
 )
 
 func TestDefaultsAreUpstreams(t *testing.T) {
@@ -32,69 +29,35 @@ func TestOptionsValidate(t *testing.T) {
 		f(&o)
 		return o
 	}
-	for _, tc := range []struct {
-		name     string
-		opts     Options
-		wantFlag string
-	}{
-		{name: "short test timings", opts: with(func(o *Options) {
+	apptest.Validate(t, []apptest.ValidateCase[Options]{
+		{Name: "short test timings", Opts: with(func(o *Options) {
 			o.MonitorPeriod, o.MonitorGracePeriod, o.StartupGracePeriod = time.Second, 4*time.Second, 6*time.Second
 		})},
-		{name: "grace equal to the period", opts: with(func(o *Options) { o.MonitorGracePeriod = o.MonitorPeriod })},
-		{name: "rates 0 and thresholds at the bounds", opts: with(func(o *Options) {
+		{Name: "grace equal to the period", Opts: with(func(o *Options) { o.MonitorGracePeriod = o.MonitorPeriod })},
+		{Name: "rates 0 and thresholds at the bounds", Opts: with(func(o *Options) {
 			o.EvictionRate, o.SecondaryEvictionRate, o.UnhealthyZoneThreshold, o.LargeClusterThreshold = 0, 0, 1, 0
 		})},
-		{name: "zero period", opts: with(func(o *Options) { o.MonitorPeriod = 0 }), wantFlag: FlagMonitorPeriod},
-		{name: "grace shorter than the period", opts: with(func(o *Options) { o.MonitorGracePeriod = 4 * time.Second }), wantFlag: FlagMonitorGracePeriod},
-		{name: "startup grace shorter than the period", opts: with(func(o *Options) { o.StartupGracePeriod = time.Second }), wantFlag: FlagStartupGracePeriod},
-		{name: "negative rate", opts: with(func(o *Options) { o.EvictionRate = -0.1 }), wantFlag: FlagEvictionRate},
-		{name: "negative secondary rate", opts: with(func(o *Options) { o.SecondaryEvictionRate = -1 }), wantFlag: FlagSecondaryEvictionRate},
-		{name: "negative large cluster threshold", opts: with(func(o *Options) { o.LargeClusterThreshold = -1 }), wantFlag: FlagLargeClusterThreshold},
-		{name: "threshold above 1", opts: with(func(o *Options) { o.UnhealthyZoneThreshold = 1.5 }), wantFlag: FlagUnhealthyZoneThreshold},
-		{name: "threshold below 0", opts: with(func(o *Options) { o.UnhealthyZoneThreshold = -0.1 }), wantFlag: FlagUnhealthyZoneThreshold},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			err := tc.opts.Validate()
-			var fe *app.FlagError
-			switch {
-			case tc.wantFlag == "" && err != nil:
-				t.Errorf("Validate = %v, want nil", err)
-			case tc.wantFlag != "" && (!errors.As(err, &fe) || fe.Flag != tc.wantFlag):
-				t.Errorf("Validate = %v, want a FlagError for --%s", err, tc.wantFlag)
-			}
-		})
-	}
+		{Name: "zero period", Opts: with(func(o *Options) { o.MonitorPeriod = 0 }), WantFlag: FlagMonitorPeriod},
+		{Name: "grace shorter than the period", Opts: with(func(o *Options) { o.MonitorGracePeriod = 4 * time.Second }), WantFlag: FlagMonitorGracePeriod},
+		{Name: "startup grace shorter than the period", Opts: with(func(o *Options) { o.StartupGracePeriod = time.Second }), WantFlag: FlagStartupGracePeriod},
+		{Name: "negative rate", Opts: with(func(o *Options) { o.EvictionRate = -0.1 }), WantFlag: FlagEvictionRate},
+		{Name: "negative secondary rate", Opts: with(func(o *Options) { o.SecondaryEvictionRate = -1 }), WantFlag: FlagSecondaryEvictionRate},
+		{Name: "negative large cluster threshold", Opts: with(func(o *Options) { o.LargeClusterThreshold = -1 }), WantFlag: FlagLargeClusterThreshold},
+		{Name: "threshold above 1", Opts: with(func(o *Options) { o.UnhealthyZoneThreshold = 1.5 }), WantFlag: FlagUnhealthyZoneThreshold},
+		{Name: "threshold below 0", Opts: with(func(o *Options) { o.UnhealthyZoneThreshold = -0.1 }), WantFlag: FlagUnhealthyZoneThreshold},
+	})
 }
 
 // Bad values, from flags or the environment, exit with the usage code before anything
 // connects anywhere, naming the flag.
 func TestBadFlagsExitWithUsageCode(t *testing.T) {
-	for _, tc := range []struct {
-		name     string
-		args     []string
-		env      map[string]string
-		wantFlag string
-	}{
-		{name: "negative rate", args: []string{"--node-eviction-rate=-1"}, wantFlag: FlagEvictionRate},
-		{name: "NaN rate", args: []string{"--secondary-node-eviction-rate=NaN"}, wantFlag: FlagSecondaryEvictionRate},
-		{name: "threshold outside 0..1", args: []string{"--unhealthy-zone-threshold=2"}, wantFlag: FlagUnhealthyZoneThreshold},
-		{name: "grace below period", args: []string{"--node-monitor-period=10s", "--node-monitor-grace-period=5s"}, wantFlag: FlagMonitorGracePeriod},
-		{name: "from the environment", env: map[string]string{app.EnvVar(FlagStartupGracePeriod): "1s"}, wantFlag: FlagStartupGracePeriod},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			for k, v := range tc.env {
-				t.Setenv(k, v)
-			}
-			var stderr bytes.Buffer
-			code := app.Run(context.Background(), Spec(), append([]string{ControllerID}, tc.args...), &stderr)
-			if code != app.ExitUsage {
-				t.Errorf("exit code %d, want %d; stderr: %s", code, app.ExitUsage, stderr.String())
-			}
-			if !strings.Contains(stderr.String(), "--"+tc.wantFlag) {
-				t.Errorf("stderr %q does not name --%s", stderr.String(), tc.wantFlag)
-			}
-		})
-	}
+	apptest.BadFlags(t, Spec, []apptest.BadFlag{
+		{Name: "negative rate", Args: []string{"--node-eviction-rate=-1"}, WantFlag: FlagEvictionRate},
+		{Name: "NaN rate", Args: []string{"--secondary-node-eviction-rate=NaN"}, WantFlag: FlagSecondaryEvictionRate},
+		{Name: "threshold outside 0..1", Args: []string{"--unhealthy-zone-threshold=2"}, WantFlag: FlagUnhealthyZoneThreshold},
+		{Name: "grace below period", Args: []string{"--node-monitor-period=10s", "--node-monitor-grace-period=5s"}, WantFlag: FlagMonitorGracePeriod},
+		{Name: "from the environment", Env: map[string]string{app.EnvVar(FlagStartupGracePeriod): "1s"}, WantFlag: FlagStartupGracePeriod},
+	})
 }
 
 func TestSpec(t *testing.T) {

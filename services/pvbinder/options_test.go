@@ -1,40 +1,22 @@
 package pvbinder
 
 import (
-	"bytes"
-	"context"
-	"errors"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/kcm-split/kcm-split/shared/app"
+	"github.com/kcm-split/kcm-split/shared/app/apptest"
 )
 
 func TestOptionsValidate(t *testing.T) {
-	for _, tc := range []struct {
-		name     string
-		opts     Options
-		wantFlag string
-	}{
-		{name: "defaults", opts: DefaultOptions()},
-		{name: "one worker, short period", opts: Options{Workers: 1, SyncPeriod: time.Second}},
-		{name: "no workers", opts: Options{Workers: 0, SyncPeriod: time.Second}, wantFlag: FlagWorkers},
-		{name: "zero period", opts: Options{Workers: 1}, wantFlag: FlagSyncPeriod},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			err := tc.opts.Validate()
-			var fe *app.FlagError
-			switch {
-			case tc.wantFlag == "" && err != nil:
-				t.Errorf("Validate = %v, want nil", err)
-			case tc.wantFlag != "" && (!errors.As(err, &fe) || fe.Flag != tc.wantFlag):
-				t.Errorf("Validate = %v, want a FlagError for --%s", err, tc.wantFlag)
-			}
-		})
-	}
+	apptest.Validate(t, []apptest.ValidateCase[Options]{
+		{Name: "defaults", Opts: DefaultOptions()},
+		{Name: "one worker, short period", Opts: Options{Workers: 1, SyncPeriod: time.Second}},
+		{Name: "no workers", Opts: Options{Workers: 0, SyncPeriod: time.Second}, WantFlag: FlagWorkers},
+		{Name: "zero period", Opts: Options{Workers: 1}, WantFlag: FlagSyncPeriod},
+	})
 }
 
 func TestDefaultSyncPeriodIsUpstreams(t *testing.T) {
@@ -46,30 +28,11 @@ func TestDefaultSyncPeriodIsUpstreams(t *testing.T) {
 // Bad values, from flags or the environment, exit with the usage code before anything
 // connects anywhere.
 func TestBadFlagsExitWithUsageCode(t *testing.T) {
-	for _, tc := range []struct {
-		name     string
-		args     []string
-		env      map[string]string
-		wantFlag string
-	}{
-		{name: "zero workers", args: []string{"--" + FlagWorkers + "=0"}, wantFlag: FlagWorkers},
-		{name: "negative period", args: []string{"--" + FlagSyncPeriod + "=-1s"}, wantFlag: FlagSyncPeriod},
-		{name: "from the environment", env: map[string]string{app.EnvVar(FlagSyncPeriod): "0s"}, wantFlag: FlagSyncPeriod},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			for k, v := range tc.env {
-				t.Setenv(k, v)
-			}
-			var stderr bytes.Buffer
-			code := app.Run(context.Background(), Spec(), append([]string{ControllerID}, tc.args...), &stderr)
-			if code != app.ExitUsage {
-				t.Errorf("exit code %d, want %d; stderr: %s", code, app.ExitUsage, stderr.String())
-			}
-			if !strings.Contains(stderr.String(), "--"+tc.wantFlag) {
-				t.Errorf("stderr %q does not name --%s", stderr.String(), tc.wantFlag)
-			}
-		})
-	}
+	apptest.BadFlags(t, Spec, []apptest.BadFlag{
+		{Name: "zero workers", Args: []string{"--" + FlagWorkers + "=0"}, WantFlag: FlagWorkers},
+		{Name: "negative period", Args: []string{"--" + FlagSyncPeriod + "=-1s"}, WantFlag: FlagSyncPeriod},
+		{Name: "from the environment", Env: map[string]string{app.EnvVar(FlagSyncPeriod): "0s"}, WantFlag: FlagSyncPeriod},
+	})
 }
 
 func TestSpec(t *testing.T) {

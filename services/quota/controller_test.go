@@ -307,25 +307,6 @@ func TestDeletingPodIsRecheckedWhenItsGracePeriodEnds(t *testing.T) {
 	checkUsage(t, f.stored("ns", "q").Status.Used, map[string]string{"pods": "0"})
 }
 
-func TestOptionsValidate(t *testing.T) {
-	ok := DefaultOptions()
-	if err := ok.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	for name, mut := range map[string]func(*Options){
-		FlagConcurrentSyncs:   func(o *Options) { o.ConcurrentSyncs = 0 },
-		FlagSyncPeriod:        func(o *Options) { o.SyncPeriod = -time.Second },
-		FlagDiscoveryPeriod:   func(o *Options) { o.DiscoveryPeriod = 0 },
-		FlagSourceSyncTimeout: func(o *Options) { o.SourceSyncTimeout = 0 },
-	} {
-		o := DefaultOptions()
-		mut(&o)
-		if err := o.Validate(); err == nil || !strings.Contains(err.Error(), name) {
-			t.Errorf("%s: %v", name, err)
-		}
-	}
-}
-
 func cacheTombstone(obj any) any {
 	return cache.DeletedFinalStateUnknown{Key: "ns/p", Obj: obj}
 }

@@ -1,40 +1,39 @@
 package servicelb
 
 import (
-	"errors"
 	"strings"
 	"testing"
 
 	"github.com/kcm-split/kcm-split/shared/app"
+	"github.com/kcm-split/kcm-split/shared/app/apptest"
 )
 
 func TestOptionsValidate(t *testing.T) {
-	if err := DefaultOptions().Validate(); err != nil {
-		t.Fatalf("defaults: %v", err)
-	}
 	if d := DefaultOptions(); d.ConcurrentSyncs != 1 || d.MinRetryDelay.Seconds() != 5 || d.MaxRetryDelay.Seconds() != 300 {
 		t.Fatalf("defaults are not upstream's: %+v", d)
 	}
-	for _, tc := range []struct {
-		mut  func(*Options)
-		flag string
-	}{
-		{func(o *Options) { o.ConcurrentSyncs = 0 }, FlagConcurrentSyncs},
-		{func(o *Options) { o.LoadBalancerClass = "not a class!" }, FlagLoadBalancerClass},
-	} {
+	with := func(f func(*Options)) Options {
 		o := DefaultOptions()
-		tc.mut(&o)
-		var fe *app.FlagError
-		if err := o.Validate(); !errors.As(err, &fe) || fe.Flag != tc.flag {
-			t.Errorf("Validate() = %v, want a FlagError for %s", err, tc.flag)
-		}
+		f(&o)
+		return o
 	}
-	o := DefaultOptions()
-	o.LoadBalancerClass = "lb.kcm-split.io/pools"
-	if err := o.Validate(); err != nil {
-		t.Fatalf("a valid class: %v", err)
-	}
+	apptest.Validate(t, []apptest.ValidateCase[Options]{
+		{Name: "defaults", Opts: DefaultOptions()},
+		{Name: "a valid class", Opts: with(func(o *Options) { o.LoadBalancerClass = "lb.kcm-split.io/pools" })},
+		{Name: "no workers", Opts: with(func(o *Options) { o.ConcurrentSyncs = 0 }), WantFlag: FlagConcurrentSyncs},
+		{Name: "class not a qualified name", Opts: with(func(o *Options) { o.LoadBalancerClass = "not a class!" }), WantFlag: FlagLoadBalancerClass},
+	})
 	if !strings.Contains(FlagConcurrentSyncs, "service") {
 		t.Fatal("flag name drifted from upstream")
 	}
+}
+
+// Bad values, from flags or the environment, exit with the usage code before anything
+// connects anywhere.
+func TestBadFlagsExitWithUsageCode(t *testing.T) {
+	apptest.BadFlags(t, Spec, []apptest.BadFlag{
+		{Name: "zero workers", Args: []string{"--" + FlagConcurrentSyncs + "=0"}, WantFlag: FlagConcurrentSyncs},
+		{Name: "class not a qualified name", Args: []string{"--" + FlagLoadBalancerClass + "=not a class!"}, WantFlag: FlagLoadBalancerClass},
+		{Name: "from the environment", Env: map[string]string{app.EnvVar(FlagLoadBalancerClass): "-bad-"}, WantFlag: FlagLoadBalancerClass},
+	})
 }
