@@ -12,15 +12,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -33,6 +28,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kcm-split/kcm-split/shared/testenv"
+	"github.com/kcm-split/kcm-split/shared/testenv/benchkit"
 )
 
 // Scenario size and pacing, fixed so runs compare.
@@ -44,7 +40,6 @@ const (
 	// pile up goroutines; 32 keeps 100 pairs/s with room to spare.
 	createWorkers = 32
 	bindTimeout   = 15 * time.Minute
-	stopTimeout   = 30 * time.Second
 
 	benchNS = "bench"
 	probeNS = "bench-probe"
@@ -62,21 +57,15 @@ type side struct {
 	// no floor shown).
 	budget string
 	qps    float64
-	binary func(b *testing.B) (string, error)
-	args   func(kubeconfig string) []string
+	binary func(testing.TB) (string, error)
+	args   func(kubeconfig string) ([]string, error)
 }
 
-func oursArgs(extra ...string) func(string) []string {
-	return func(kubeconfig string) []string {
-		port, _ := testenv.FreePort()
-		return append([]string{
-			"--kubeconfig=" + kubeconfig,
-			"--leader-elect=false",
-			// Plain HTTP metrics on a free port; no fixed secure port to collide on.
-			"--secure-port=0",
-			fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", port),
-			"--log-level=info",
-		}, extra...)
+func oursArgs(extra ...string) func(string) ([]string, error) {
+	return func(kubeconfig string) ([]string, error) {
+		// Plain HTTP metrics on a free port; no fixed secure port to collide on.
+		args, _, err := benchkit.OursArgs(kubeconfig, append([]string{"--secure-port=0"}, extra...)...)
+		return args, err
 	}
 }
 
@@ -90,50 +79,40 @@ var sides = []side{
 		binary: buildOurs, args: oursArgs(),
 	},
 	{
-		name: "kube-controller-manager", budget: "20/30", qps: 20,
-		// Without --use-service-account-credentials every controller uses the kubeconfig's
-		// identity, and client-go's default user agent starts with the binary's name.
-		userAgent: "kube-controller-manager/",
-		binary: func(*testing.B) (string, error) {
-			dir, err := testenv.FindBinDir()
-			if err != nil {
-				return "", err
-			}
-			bin := filepath.Join(dir, "kube-controller-manager")
-			if _, err := os.Stat(bin); err != nil {
-				return "", fmt.Errorf("%s not found: run `make tools`", bin)
-			}
-			return bin, nil
-		},
-		args: func(kubeconfig string) []string {
-			return []string{
-				"--kubeconfig=" + kubeconfig,
-				"--controllers=persistentvolume-binder-controller",
-				"--leader-elect=false",
-				"--use-service-account-credentials=false",
-				"--secure-port=0",
-				"--kube-api-qps=20", "--kube-api-burst=30",
-				"--v=1",
-			}
+		name: benchkit.Upstream, budget: "20/30", qps: 20, userAgent: benchkit.UpstreamUserAgent, binary: benchkit.UpstreamKCM,
+		args: func(kubeconfig string) ([]string, error) {
+			return benchkit.UpstreamArgs(kubeconfig, "persistentvolume-binder-controller", "--kube-api-qps=20", "--kube-api-burst=30"), nil
 		},
 	},
+}
+
+// ourBinary is pv-binder-controller, built once for both of its sides into the top-level
+// benchmark's temporary directory.
+var ourBinary struct {
+	sync.Mutex
+	dir, path string
+}
+
+func buildOurs(tb testing.TB) (string, error) {
+	tb.Helper()
+	ourBinary.Lock()
+	defer ourBinary.Unlock()
+	if ourBinary.path == "" {
+		path, err := benchkit.Build("github.com/kcm-split/kcm-split/services/pvbinder/cmd/pv-binder-controller", ourBinary.dir)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		ourBinary.path = path
+	}
+	return ourBinary.path, nil
 }
 
 func (s side) label() string { return s.name + " " + s.budget }
 
 func BenchmarkPVBinder(b *testing.B) {
-	results := map[string]*result{}
-	for _, s := range sides {
-		b.Run(strings.ReplaceAll(s.label(), "/", "-"), func(b *testing.B) {
-			r := results[s.label()]
-			if r == nil {
-				r = runScenario(b, s)
-				results[s.label()] = r
-			}
-			r.report(b)
-		})
-	}
-	printTable(os.Stdout, results)
+	ourBinary.dir, ourBinary.path = b.TempDir(), ""
+	r := benchkit.RunSides(b, sides, func(s side) string { return strings.ReplaceAll(s.label(), "/", "-") }, runScenario, (*result).report)
+	printTable(os.Stdout, r)
 }
 
 // result is what one scenario measured.
@@ -151,40 +130,36 @@ type result struct {
 }
 
 func runScenario(b *testing.B, s side) *result {
-	logf := progress(s.label())
+	logf := benchkit.Progress(s.label())
 	bin, err := s.binary(b)
 	if err != nil {
 		b.Skipf("%s cannot run: %v", s.name, err)
 	}
-	env, err := testenv.Start(testenv.Options{})
-	if err != nil {
-		b.Fatalf("starting the control plane: %v", err)
-	}
-	defer env.Stop()
+	env := benchkit.ControlPlane(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	client := newClient(b, env.Config, "kcm-split-bench/fixtures")
-	for _, ns := range []string{benchNS, probeNS} {
-		if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			b.Fatal(err)
-		}
-	}
+	client := unthrottled(b, env.Config, "kcm-split-bench/fixtures")
+	benchkit.CreateNamespaces(ctx, b, client, benchNS, probeNS)
 
-	proc := startProcess(b, s, bin, s.args(env.Kubeconfig))
+	args, err := s.args(env.Kubeconfig)
+	if err != nil {
+		b.Fatal(err)
+	}
+	proc := benchkit.Start(b, s.name, bin, args...)
 	// A probe pair shows the binder is up and synced, the same way for both binaries.
 	// The PV goes first and is Available before the claim exists, so even a binder that
 	// only retries on its periodic resync binds it at once.
 	if _, err := client.CoreV1().PersistentVolumes().Create(ctx, makePV("probe"), metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	waitUntil(b, proc, 2*time.Minute, "the probe PV Available", func() bool {
+	proc.WaitUntil(2*time.Minute, "the probe PV Available", func() bool {
 		pv, err := client.CoreV1().PersistentVolumes().Get(ctx, "probe", metav1.GetOptions{})
 		return err == nil && pv.Status.Phase == corev1.VolumeAvailable
 	})
 	if _, err := client.CoreV1().PersistentVolumeClaims(probeNS).Create(ctx, makeClaim(probeNS, "probe"), metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	waitUntil(b, proc, 2*time.Minute, "the probe claim Bound", func() bool {
+	proc.WaitUntil(2*time.Minute, "the probe claim Bound", func() bool {
 		c, err := client.CoreV1().PersistentVolumeClaims(probeNS).Get(ctx, "probe", metav1.GetOptions{})
 		return err == nil && c.Status.Phase == corev1.ClaimBound
 	})
@@ -194,8 +169,6 @@ func runScenario(b *testing.B, s side) *result {
 	var mu sync.Mutex
 	boundAt := map[string]time.Time{}
 	allBound := make(chan struct{})
-	factory := informers.NewSharedInformerFactoryWithOptions(newClient(b, env.Config, "kcm-split-bench/watch"), 0, informers.WithNamespace(benchNS))
-	inf := factory.Core().V1().PersistentVolumeClaims().Informer()
 	observe := func(obj any) {
 		at := time.Now()
 		c, ok := obj.(*corev1.PersistentVolumeClaim)
@@ -211,20 +184,15 @@ func runScenario(b *testing.B, s side) *result {
 			}
 		}
 	}
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: observe, UpdateFunc: func(_, o any) { observe(o) }}); err != nil {
-		b.Fatal(err)
-	}
-	factory.Start(ctx.Done())
-	// Stop the informer before waiting for it (defers run last-in first-out).
-	defer func() {
-		cancel()
-		factory.Shutdown()
-	}()
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		b.Fatal("the benchmark's informer never synced")
-	}
+	benchkit.Inform(ctx, b, unthrottled(b, env.Config, "kcm-split-bench/watch"), benchNS, func(f informers.SharedInformerFactory) cache.SharedIndexInformer {
+		return f.Core().V1().PersistentVolumeClaims().Informer()
+	}, func(obj any, deleted bool) {
+		if !deleted {
+			observe(obj)
+		}
+	})
 
-	cpu0 := proc.cpu(b)
+	cpu0 := proc.CPU()
 	created := make([]time.Time, numPairs)
 	start := time.Now()
 	var lastCreate time.Time
@@ -267,8 +235,8 @@ func runScenario(b *testing.B, s side) *result {
 
 	select {
 	case <-allBound:
-	case <-proc.done:
-		b.Fatalf("%s exited while binding:\n%s", s.name, proc.tail(30))
+	case <-proc.Done():
+		b.Fatalf("%s exited while binding:\n%s", s.name, proc.Tail(30))
 	case <-time.After(bindTimeout):
 		mu.Lock()
 		n := len(boundAt)
@@ -288,17 +256,13 @@ func runScenario(b *testing.B, s side) *result {
 	r.total = last.Sub(start)
 	r.createTime = lastCreate.Sub(start)
 	mu.Unlock()
-	logf("all bound after %s: p50 %s p99 %s", r.total.Round(time.Millisecond), percentile(r.latencies, 50).Round(time.Millisecond), percentile(r.latencies, 99).Round(time.Millisecond))
+	logf("all bound after %s: p50 %s p99 %s", r.total.Round(time.Millisecond), benchkit.Percentile(r.latencies, 50).Round(time.Millisecond), benchkit.Percentile(r.latencies, 99).Round(time.Millisecond))
 
 	// Let trailing writes land (phase updates by the volume loop), then count.
 	time.Sleep(3 * time.Second)
-	r.cpu = proc.cpu(b) - cpu0
-	r.peakRSS = proc.peakRSS()
-	evs, err := env.Writes(testenv.ByUserAgentPrefix(s.userAgent))
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, ev := range evs {
+	r.cpu = proc.CPU() - cpu0
+	r.peakRSS = proc.Memory().HWM
+	for _, ev := range benchkit.Writes(b, env, testenv.ByUserAgentPrefix(s.userAgent)) {
 		mine := (ev.ObjectRef.Resource == "persistentvolumes" && strings.HasPrefix(ev.ObjectRef.Name, pvPrefix)) ||
 			(ev.ObjectRef.Resource == "persistentvolumeclaims" && ev.ObjectRef.Namespace == benchNS)
 		switch {
@@ -315,7 +279,7 @@ func runScenario(b *testing.B, s side) *result {
 	if r.doubles > 0 {
 		b.Errorf("%s: %d double binds", s.name, r.doubles)
 	}
-	proc.stop(b)
+	proc.Shutdown()
 	return r
 }
 
@@ -376,179 +340,16 @@ func makeClaim(ns, name string) *corev1.PersistentVolumeClaim {
 	}
 }
 
-func newClient(b *testing.B, base *rest.Config, userAgent string) kubernetes.Interface {
+// unthrottled is a benchmark client without a client-side rate limit: the fixtures must come
+// at 100 pairs/s regardless of it.
+func unthrottled(b *testing.B, base *rest.Config, userAgent string) kubernetes.Interface {
 	b.Helper()
 	cfg := rest.CopyConfig(base)
-	cfg.UserAgent = userAgent
-	// The fixtures must come at 100 pairs/s regardless of the client-side limiter.
 	cfg.QPS, cfg.Burst = -1, 0
-	cfg.ContentType = "application/vnd.kubernetes.protobuf"
-	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
-	c, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return c
-}
-
-// ---- the binder process ----
-
-type process struct {
-	name string
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-}
-
-func startProcess(b *testing.B, s side, bin string, args []string) *process {
-	b.Helper()
-	f, err := os.CreateTemp(b.TempDir(), s.name+"-*.log")
-	if err != nil {
-		b.Fatal(err)
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	p := &process{name: s.name, cmd: cmd, log: f.Name(), done: make(chan struct{})}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		b.Fatalf("starting %s: %v", s.name, err)
-	}
-	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
-	b.Cleanup(func() {
-		p.kill()
-		if b.Failed() {
-			b.Logf("--- last lines of the %s log (%s) ---\n%s", p.name, p.log, p.tail(40))
-		}
-	})
-	return p
-}
-
-func waitUntil(b *testing.B, p *process, timeout time.Duration, what string, cond func() bool) {
-	b.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		select {
-		case <-p.done:
-			b.Fatalf("%s exited while waiting for %s:\n%s", p.name, what, p.tail(30))
-		default:
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%s: no %s within %s", p.name, what, timeout)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func (p *process) stop(b *testing.B) {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(stopTimeout):
-		p.kill()
-		b.Errorf("%s did not exit within %s of SIGTERM", p.name, stopTimeout)
-	}
-}
-
-func (p *process) kill() {
-	select {
-	case <-p.done:
-	default:
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-func (p *process) tail(n int) string {
-	data, _ := os.ReadFile(p.log)
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
-
-// cpu returns the user + system CPU time the process has used so far.
-func (p *process) cpu(b *testing.B) time.Duration {
-	b.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
-	if err != nil {
-		b.Fatalf("%s: %v", p.name, err)
-	}
-	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
-	utime, err1 := strconv.ParseInt(fields[11], 10, 64)
-	stime, err2 := strconv.ParseInt(fields[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		b.Fatalf("%s: parsing /proc/<pid>/stat: %v", p.name, err)
-	}
-	return time.Duration(utime+stime) * (time.Second / 100) // USER_HZ is 100
-}
-
-// peakRSS returns VmHWM in bytes, or 0 when it cannot be read.
-func (p *process) peakRSS() int64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	for line := range strings.SplitSeq(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
-}
-
-// buildOurs compiles pv-binder-controller as it ships.
-var (
-	buildMu  sync.Mutex
-	buildOut string
-)
-
-func buildOurs(b *testing.B) (string, error) {
-	buildMu.Lock()
-	defer buildMu.Unlock()
-	if buildOut != "" {
-		return buildOut, nil
-	}
-	dir, err := os.MkdirTemp("", "pvbinder-bench-")
-	if err != nil {
-		return "", err
-	}
-	out := filepath.Join(dir, "pv-binder-controller")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", out, "github.com/kcm-split/kcm-split/services/pvbinder/cmd/pv-binder-controller")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	cmd.Stderr = os.Stderr
-	if err := cmd.Run(); err != nil {
-		b.Fatalf("building pv-binder-controller: %v", err)
-	}
-	buildOut = out
-	return out, nil
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if buildOut != "" {
-		_ = os.RemoveAll(filepath.Dir(buildOut))
-	}
-	os.Exit(code)
+	return benchkit.Client(b, cfg, userAgent)
 }
 
 // ---- reporting ----
-
-func progress(name string) func(string, ...any) {
-	start := time.Now()
-	return func(format string, args ...any) {
-		fmt.Fprintf(os.Stderr, "bench %-34s %6.1fs  %s\n", name, time.Since(start).Seconds(), fmt.Sprintf(format, args...))
-	}
-}
-
-func percentile(d []time.Duration, p float64) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	i := int(math.Ceil(p/100*float64(len(s)))) - 1
-	return s[max(0, min(i, len(s)-1))]
-}
 
 func (r *result) perBind() float64 { return float64(r.writes) / numPairs }
 func (r *result) bindsPerSec() float64 {
@@ -565,8 +366,8 @@ func (r *result) floor() float64 {
 
 func (r *result) report(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
-	b.ReportMetric(percentile(r.latencies, 50).Seconds(), "p50-s")
-	b.ReportMetric(percentile(r.latencies, 99).Seconds(), "p99-s")
+	b.ReportMetric(benchkit.Percentile(r.latencies, 50).Seconds(), "p50-s")
+	b.ReportMetric(benchkit.Percentile(r.latencies, 99).Seconds(), "p99-s")
 	b.ReportMetric(r.total.Seconds(), "total-s")
 	b.ReportMetric(r.bindsPerSec(), "binds/s")
 	b.ReportMetric(r.perBind(), "writes/bind")
@@ -574,17 +375,18 @@ func (r *result) report(b *testing.B) {
 	b.ReportMetric(float64(r.doubles), "double-binds")
 }
 
-func printTable(w io.Writer, results map[string]*result) {
+// printTable prints one column per side; results are in the order of sides, nil where skipped.
+func printTable(w io.Writer, results []*result) {
 	type row struct {
 		name string
 		get  func(*result) string
 	}
 	sec := func(d time.Duration) string { return fmt.Sprintf("%.1f", d.Seconds()) }
 	rows := []row{
-		{"claim created -> Bound p50 (s)", func(r *result) string { return sec(percentile(r.latencies, 50)) }},
-		{"claim created -> Bound p90 (s)", func(r *result) string { return sec(percentile(r.latencies, 90)) }},
-		{"claim created -> Bound p99 (s)", func(r *result) string { return sec(percentile(r.latencies, 99)) }},
-		{"claim created -> Bound max (s)", func(r *result) string { return sec(percentile(r.latencies, 100)) }},
+		{"claim created -> Bound p50 (s)", func(r *result) string { return sec(benchkit.Percentile(r.latencies, 50)) }},
+		{"claim created -> Bound p90 (s)", func(r *result) string { return sec(benchkit.Percentile(r.latencies, 90)) }},
+		{"claim created -> Bound p99 (s)", func(r *result) string { return sec(benchkit.Percentile(r.latencies, 99)) }},
+		{"claim created -> Bound max (s)", func(r *result) string { return sec(benchkit.Percentile(r.latencies, 100)) }},
 		{"fixture creation, context (s)", func(r *result) string { return sec(r.createTime) }},
 		{"total: first create -> all Bound (s)", func(r *result) string { return sec(r.total) }},
 		{"writes / QPS floor (s)", func(r *result) string {
@@ -606,33 +408,16 @@ func printTable(w io.Writer, results map[string]*result) {
 		{"Event writes (context)", func(r *result) string { return strconv.Itoa(r.events) }},
 		{"double binds (target 0)", func(r *result) string { return strconv.Itoa(r.doubles) }},
 		{"CPU while binding (s)", func(r *result) string { return fmt.Sprintf("%.1f", r.cpu.Seconds()) }},
-		{"peak RSS (MiB)", func(r *result) string { return fmt.Sprintf("%.0f", float64(r.peakRSS)/(1<<20)) }},
+		{"peak RSS (MiB)", func(r *result) string { return fmt.Sprintf("%.0f", benchkit.MiB(r.peakRSS)) }},
 	}
-	width := len("metric")
+	var t benchkit.Table
+	for _, s := range sides {
+		t.Headings = append(t.Headings, s.label())
+	}
 	for _, x := range rows {
-		width = max(width, len(x.name))
+		t.AddRow(x.name, benchkit.Cells(results, x.get)...)
 	}
 	fmt.Fprintf(w, "\nPV binder benchmark: %d static PV/PVC pairs created at %.0f pairs/s\n\n", numPairs, float64(time.Second)/float64(pairInterval))
-	fmt.Fprintf(w, "%-*s", width, "metric")
-	for _, s := range sides {
-		fmt.Fprintf(w, "  %32s", s.label())
-	}
-	fmt.Fprintln(w)
-	fmt.Fprintf(w, "%s", strings.Repeat("-", width))
-	for range sides {
-		fmt.Fprintf(w, "  %32s", strings.Repeat("-", 32))
-	}
-	fmt.Fprintln(w)
-	for _, x := range rows {
-		fmt.Fprintf(w, "%-*s", width, x.name)
-		for _, s := range sides {
-			cell := "n/a"
-			if r := results[s.label()]; r != nil {
-				cell = x.get(r)
-			}
-			fmt.Fprintf(w, "  %32s", cell)
-		}
-		fmt.Fprintln(w)
-	}
+	t.Write(w)
 	fmt.Fprintln(w)
 }

@@ -12,11 +12,10 @@ package bench
 import (
 	"context"
 	"fmt"
-	"math"
+	"io"
+	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -37,6 +36,7 @@ import (
 
 	"github.com/kcm-split/kcm-split/services/servicelb/api/v1alpha1"
 	"github.com/kcm-split/kcm-split/shared/testenv"
+	"github.com/kcm-split/kcm-split/shared/testenv/benchkit"
 )
 
 const (
@@ -80,43 +80,28 @@ var variants = []variant{
 }
 
 func BenchmarkServiceLB(b *testing.B) {
-	results := map[string]*result{}
-	for _, v := range variants {
-		b.Run(v.name, func(b *testing.B) {
-			// One scenario per invocation: it measures a process lifetime.
-			r := results[v.name]
-			if r == nil {
-				r = runScenario(b, v)
-				results[v.name] = r
-			}
-			b.ReportMetric(float64(percentile(r.latencies, 50))/1e6, "p50-ms")
-			b.ReportMetric(float64(percentile(r.latencies, 99))/1e6, "p99-ms")
-			b.ReportMetric(float64(r.svcWrites)/numServices, "writes/svc")
-			b.ReportMetric(float64(r.restartW), "restart-writes")
-		})
-	}
-	printTable(results)
+	r := benchkit.RunSides(b, variants, func(v variant) string { return v.name }, runScenario, (*result).report)
+	printTable(os.Stdout, r)
+}
+
+func (r *result) report(b *testing.B) {
+	b.ReportMetric(benchkit.Millis(benchkit.Percentile(r.latencies, 50)), "p50-ms")
+	b.ReportMetric(benchkit.Millis(benchkit.Percentile(r.latencies, 99)), "p99-ms")
+	b.ReportMetric(float64(r.svcWrites)/numServices, "writes/svc")
+	b.ReportMetric(float64(r.restartW), "restart-writes")
 }
 
 func runScenario(b *testing.B, v variant) *result {
-	logf := progress(v.name)
-	bin := build(b)
-	env, err := testenv.Start(testenv.Options{})
-	if err != nil {
-		b.Fatalf("starting the control plane: %v", err)
-	}
-	defer env.Stop()
+	logf := benchkit.Progress(v.name)
+	bin := benchkit.BuildShipped(b, "github.com/kcm-split/kcm-split/services/servicelb/cmd/service-lb-controller")
+	env := benchkit.ControlPlane(b)
 	if err := installCRDs(env.Config); err != nil {
 		b.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	client := newClient(b, env.Config, "kcm-split-bench/fixtures")
-	for _, ns := range []string{benchNS, sentinelNS} {
-		if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			b.Fatal(err)
-		}
-	}
+	client := benchkit.Client(b, env.Config, "kcm-split-bench/fixtures")
+	benchkit.CreateNamespaces(ctx, b, client, benchNS, sentinelNS)
 	// One node, so the controller has a node set (no UnAvailableLoadBalancer events).
 	if _, err := client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
@@ -134,10 +119,10 @@ func runScenario(b *testing.B, v variant) *result {
 	}
 
 	// The watcher: when each Service first shows an address.
-	w := newWatcher(ctx, newClient(b, env.Config, "kcm-split-bench/watch"))
+	w := newWatcher(ctx, b, benchkit.Client(b, env.Config, "kcm-split-bench/watch"))
 	r := &result{}
 	r.floor = measureFloor(b, ctx, client, w)
-	logf("floor p50 %s p99 %s", ms(percentile(r.floor, 50)), ms(percentile(r.floor, 99)))
+	logf("floor p50 %s p99 %s", benchkit.MS(benchkit.Percentile(r.floor, 50)), benchkit.MS(benchkit.Percentile(r.floor, 99)))
 
 	proc := start(b, env, bin, v.args...)
 	logf("controller leading and synced")
@@ -163,17 +148,17 @@ func runScenario(b *testing.B, v variant) *result {
 		b.Fatalf("%v; controller log:\n%s", err, proc.Tail(30))
 	}
 	r.latencies = w.latencies(benchNS)
-	logf("all served: p50 %s p99 %s max %s", ms(percentile(r.latencies, 50)), ms(percentile(r.latencies, 99)), ms(percentile(r.latencies, 100)))
+	logf("all served: p50 %s p99 %s max %s", benchkit.MS(benchkit.Percentile(r.latencies, 50)), benchkit.MS(benchkit.Percentile(r.latencies, 99)), benchkit.MS(benchkit.Percentile(r.latencies, 100)))
 	time.Sleep(quietSettle)
 	addrs := checkUnique(b, ctx, client)
 	r.svcWrites = countWrites(b, env, "services", benchNS)
 	r.eventWrites = countWrites(b, env, "events", benchNS)
 	r.poolWrites = countWrites(b, env, "ipaddresspools", "")
-	r.cpu = cpuTime(proc.Cmd.Process.Pid)
+	r.cpu = proc.CPU()
 
 	// Restart: a new process must restore every assignment before touching anything.
-	if !proc.Stop(30 * time.Second) {
-		b.Fatal("controller did not stop on SIGTERM")
+	if !proc.Shutdown() {
+		b.FailNow()
 	}
 	before := countWrites(b, env, "services", benchNS)
 	restart := time.Now()
@@ -197,8 +182,8 @@ func runScenario(b *testing.B, v variant) *result {
 	if r.restartMoved > 0 {
 		b.Fatalf("%d Services changed address across the restart", r.restartMoved)
 	}
-	logf("restart: sentinel served in %s, %d writes to the %d Services", ms(r.restartSync), r.restartW, numServices)
-	proc.Stop(30 * time.Second)
+	logf("restart: sentinel served in %s, %d writes to the %d Services", benchkit.MS(r.restartSync), r.restartW, numServices)
+	proc.Shutdown()
 	return r
 }
 
@@ -277,14 +262,13 @@ type watcher struct {
 	counted map[string]int // namespace -> served Services
 }
 
-func newWatcher(ctx context.Context, c kubernetes.Interface) *watcher {
+func newWatcher(ctx context.Context, b *testing.B, c kubernetes.Interface) *watcher {
+	b.Helper()
 	w := &watcher{start: map[string]time.Time{}, served: map[string]time.Time{}, counted: map[string]int{}}
 	w.cond = sync.NewCond(&w.mu)
-	f := informers.NewSharedInformerFactory(c, 0)
-	inf := f.Core().V1().Services().Informer()
-	see := func(obj any) {
+	see := func(obj any, deleted bool) {
 		s, ok := obj.(*corev1.Service)
-		if !ok || len(s.Status.LoadBalancer.Ingress) == 0 {
+		if deleted || !ok || len(s.Status.LoadBalancer.Ingress) == 0 {
 			return
 		}
 		now := time.Now()
@@ -297,9 +281,9 @@ func newWatcher(ctx context.Context, c kubernetes.Interface) *watcher {
 		}
 		w.mu.Unlock()
 	}
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: see, UpdateFunc: func(_, o any) { see(o) }})
-	f.Start(ctx.Done())
-	f.WaitForCacheSync(ctx.Done())
+	benchkit.Inform(ctx, b, c, "", func(f informers.SharedInformerFactory) cache.SharedIndexInformer {
+		return f.Core().V1().Services().Informer()
+	}, see)
 	go func() { <-ctx.Done(); w.mu.Lock(); w.cond.Broadcast(); w.mu.Unlock() }()
 	return w
 }
@@ -367,71 +351,30 @@ func (w *watcher) waitAll(ns string, n int, timeout time.Duration) error {
 
 // ---- plumbing ----
 
-func build(b *testing.B) string {
+// start runs the controller with its defaults and args, and waits until it is ready.
+func start(b *testing.B, env *testenv.Env, bin string, args ...string) *benchkit.Process {
 	b.Helper()
-	out := filepath.Join(b.TempDir(), "service-lb-controller")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", out, "github.com/kcm-split/kcm-split/services/servicelb/cmd/service-lb-controller")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	cmd.Stderr = os.Stderr
-	if err := cmd.Run(); err != nil {
-		b.Fatalf("building service-lb-controller: %v", err)
-	}
-	return out
-}
-
-// start runs the controller with its defaults and args.
-func start(b *testing.B, env *testenv.Env, bin string, args ...string) *testenv.Process {
-	b.Helper()
-	port, err := testenv.FreePort()
+	args, url, err := benchkit.OursArgs(env.Kubeconfig, args...)
 	if err != nil {
 		b.Fatal(err)
 	}
-	args = append([]string{"--kubeconfig=" + env.Kubeconfig, "--leader-elect=false", fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", port), "--log-level=info"}, args...)
-	p, err := testenv.StartProcess("service-lb-controller", filepath.Join(b.TempDir(), "controller.log"), bin, args...)
-	if err != nil {
-		b.Fatal(err)
-	}
-	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		if p.Exited() {
-			return false, fmt.Errorf("exited: %s", p.Tail(20))
-		}
-		code, _ := httpGet(fmt.Sprintf("http://127.0.0.1:%d/readyz", port))
-		return code == 200, nil
+	p := benchkit.Start(b, "service-lb-controller", bin, args...)
+	p.WaitUntil(time.Minute, "/readyz", func() bool {
+		code, _ := benchkit.Get(url + "/readyz")
+		return code == http.StatusOK
 	})
-	if err != nil {
-		b.Fatalf("controller not ready: %v", err)
-	}
 	return p
-}
-
-func newClient(b *testing.B, base *rest.Config, userAgent string) kubernetes.Interface {
-	b.Helper()
-	cfg := rest.CopyConfig(base)
-	cfg.UserAgent = userAgent
-	cfg.ContentType = "application/vnd.kubernetes.protobuf"
-	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
-	c, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return c
 }
 
 // countWrites counts the controller's writes to resource (in ns, or anywhere when ns is
 // empty) from the audit log.
 func countWrites(b *testing.B, env *testenv.Env, resource, ns string) int {
 	b.Helper()
-	evs, err := env.Writes(testenv.ByUserAgentPrefix(userAgent, resource))
-	if err != nil {
-		b.Fatal(err)
+	filters := []func(testenv.AuditEvent) bool{testenv.ByUserAgentPrefix(userAgent, resource)}
+	if ns != "" {
+		filters = append(filters, benchkit.InNamespace(ns))
 	}
-	n := 0
-	for _, e := range evs {
-		if ns == "" || e.ObjectRef.Namespace == ns {
-			n++
-		}
-	}
-	return n
+	return benchkit.CountWrites(b, env, filters...)
 }
 
 var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
@@ -470,61 +413,37 @@ func installCRDs(cfg *rest.Config) error {
 
 // ---- reporting ----
 
-func progress(name string) func(string, ...any) {
-	start := time.Now()
-	return func(format string, args ...any) {
-		fmt.Fprintf(os.Stderr, "bench %-24s %6.1fs  %s\n", name, time.Since(start).Seconds(), fmt.Sprintf(format, args...))
-	}
-}
-
-func percentile(d []time.Duration, p float64) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	i := int(math.Ceil(p/100*float64(len(s)))) - 1
-	return s[max(0, min(i, len(s)-1))]
-}
-
-func ms(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond)) }
-
-func printTable(results map[string]*result) {
-	fmt.Printf("\nservice-lb-controller: %d LoadBalancer Services created at %.0f/s\n", numServices, float64(time.Second)/float64(createInterval))
+// printTable prints one column per variant; results are in the order of variants, nil where
+// skipped.
+func printTable(w io.Writer, results []*result) {
+	fmt.Fprintf(w, "\nservice-lb-controller: %d LoadBalancer Services created at %.0f/s\n", numServices, float64(time.Second)/float64(createInterval))
 	type row struct {
 		name string
 		f    func(*result) string
 	}
 	rows := []row{
 		{"floor (one write -> watcher) p50/p99", func(r *result) string {
-			return ms(percentile(r.floor, 50)) + " / " + ms(percentile(r.floor, 99))
+			return benchkit.MS(benchkit.Percentile(r.floor, 50)) + " / " + benchkit.MS(benchkit.Percentile(r.floor, 99))
 		}},
-		{"create -> address p50", func(r *result) string { return ms(percentile(r.latencies, 50)) }},
-		{"create -> address p90", func(r *result) string { return ms(percentile(r.latencies, 90)) }},
-		{"create -> address p99 (target <= 1s)", func(r *result) string { return ms(percentile(r.latencies, 99)) }},
-		{"create -> address max", func(r *result) string { return ms(percentile(r.latencies, 100)) }},
+		{"create -> address p50", func(r *result) string { return benchkit.MS(benchkit.Percentile(r.latencies, 50)) }},
+		{"create -> address p90", func(r *result) string { return benchkit.MS(benchkit.Percentile(r.latencies, 90)) }},
+		{"create -> address p99 (target <= 1s)", func(r *result) string { return benchkit.MS(benchkit.Percentile(r.latencies, 99)) }},
+		{"create -> address max", func(r *result) string { return benchkit.MS(benchkit.Percentile(r.latencies, 100)) }},
 		{"Service writes per Service (target <= 2)", func(r *result) string { return fmt.Sprintf("%.2f", float64(r.svcWrites)/numServices) }},
 		{"Event writes per Service (at the end)", func(r *result) string { return fmt.Sprintf("%.2f", float64(r.eventWrites)/numServices) }},
 		{"IPAddressPool status writes (total)", func(r *result) string { return fmt.Sprint(r.poolWrites) }},
 		{"controller CPU for the run", func(r *result) string { return r.cpu.Round(time.Millisecond).String() }},
-		{"restart: sentinel served after", func(r *result) string { return ms(r.restartSync) }},
+		{"restart: sentinel served after", func(r *result) string { return benchkit.MS(r.restartSync) }},
 		{"restart: writes to the 500 Services (want 0)", func(r *result) string { return fmt.Sprint(r.restartW) }},
 		{"restart: addresses moved (want 0)", func(r *result) string { return fmt.Sprint(r.restartMoved) }},
 	}
-	fmt.Printf("  %-48s", "")
+	var t benchkit.Table
 	for _, v := range variants {
-		fmt.Printf(" %14s", v.name)
+		t.Headings = append(t.Headings, v.name)
 	}
-	fmt.Println()
 	for _, rw := range rows {
-		fmt.Printf("  %-48s", rw.name)
-		for _, v := range variants {
-			cell := "n/a"
-			if r := results[v.name]; r != nil {
-				cell = rw.f(r)
-			}
-			fmt.Printf(" %14s", cell)
-		}
-		fmt.Println()
+		t.AddRow(rw.name, benchkit.Cells(results, rw.f)...)
 	}
+	fmt.Fprintln(w)
+	t.Write(w)
 }

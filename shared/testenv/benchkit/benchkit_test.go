@@ -122,7 +122,13 @@ func TestCompareTable(t *testing.T) {
 
 func TestTableWidensToItsCells(t *testing.T) {
 	var buf bytes.Buffer
-	Table{Headings: []string{"defaults"}, Rows: [][]string{{"floor p50/p99", "3.2ms / 5.5ms / 7.7ms"}}}.Write(&buf)
+	tab := Table{Headings: []string{"defaults", "qps-20"}}
+	results := []*fakeResult{{flips: []time.Duration{3200 * time.Microsecond}}, nil}
+	tab.AddRow("floor p50/p99", Cells(results, func(r *fakeResult) string { return MS(r.flips[0]) + " / 5.5ms / 7.7ms" })...)
+	if got := tab.Rows[0]; got[1] != "3.2ms / 5.5ms / 7.7ms" || got[2] != "n/a" {
+		t.Errorf("row %q", got)
+	}
+	tab.Write(&buf)
 	lines := strings.Split(strings.TrimRight(buf.String(), "\n"), "\n")
 	if len(lines) != 3 {
 		t.Fatalf("want 3 lines, got %q", buf.String())

@@ -152,3 +152,21 @@ func (t Table) Write(w io.Writer) {
 func PercentileMS[R any](sel func(*R) []time.Duration, p float64) func(*R) float64 {
 	return func(r *R) float64 { return Millis(Percentile(sel(r), p)) }
 }
+
+// AddRow appends the row name with one cell per heading.
+func (t *Table) AddRow(name string, cells ...string) {
+	t.Rows = append(t.Rows, append([]string{name}, cells...))
+}
+
+// Cells formats one row across results (one column each, in order): cell of each result,
+// "n/a" for a nil one (that side was skipped, or failed).
+func Cells[R any](results []*R, cell func(*R) string) []string {
+	out := make([]string, len(results))
+	for i, r := range results {
+		out[i] = "n/a"
+		if r != nil {
+			out[i] = cell(r)
+		}
+	}
+	return out
+}
