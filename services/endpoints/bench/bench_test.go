@@ -62,57 +62,22 @@ const (
 	clientBurst     = 30
 )
 
-// controllerUnderTest is one side of the comparison.
-type controllerUnderTest struct {
-	name string
-	// userAgent is the prefix of the user agent its writes carry in the audit log.
-	userAgent string
-	// binary returns the executable; an error means it cannot run here (the side is skipped).
-	binary func(testing.TB) (string, error)
-	// args returns the command line to run it against kubeconfig.
-	args func(kubeconfig string) ([]string, error)
-}
-
-var ours = controllerUnderTest{
-	name:      "endpoints-controller",
-	userAgent: "endpoints-controller/",
-	binary: func(tb testing.TB) (string, error) {
-		return benchkit.BuildShipped(tb, "github.com/kcm-split/kcm-split/services/endpoints/cmd/endpoints-controller"), nil
-	},
-	args: func(kubeconfig string) ([]string, error) {
-		args, _, err := benchkit.OursArgs(kubeconfig,
-			"--secure-port=0",
-			"--concurrent-endpoint-syncs="+concurrentSyncs,
-			"--endpoint-updates-batch-period="+batchPeriod,
-		)
-		return args, err
-	},
-}
-
-var upstream = controllerUnderTest{
-	name:      benchkit.Upstream,
-	userAgent: benchkit.UpstreamUserAgent,
-	binary:    benchkit.UpstreamKCM,
-	args: func(kubeconfig string) ([]string, error) {
-		return benchkit.UpstreamArgs(kubeconfig, "endpoints-controller",
-			"--concurrent-endpoint-syncs="+concurrentSyncs,
-			"--endpoint-updates-batch-period="+batchPeriod,
-		), nil
-	},
-}
+// The two sides, at the same settings (both controllers' defaults, passed explicitly so the
+// comparison is like for like).
+var (
+	ours = benchkit.Ours("endpoints-controller", "github.com/kcm-split/kcm-split/services/endpoints/cmd/endpoints-controller",
+		"--concurrent-endpoint-syncs="+concurrentSyncs,
+		"--endpoint-updates-batch-period="+batchPeriod,
+	)
+	upstream = benchkit.UpstreamSide("endpoints-controller",
+		"--concurrent-endpoint-syncs="+concurrentSyncs,
+		"--endpoint-updates-batch-period="+batchPeriod,
+	)
+)
 
 func BenchmarkEndpoints(b *testing.B) {
-	r := benchkit.RunSides(b, []controllerUnderTest{ours, upstream}, func(c controllerUnderTest) string { return c.name }, runScenario, (*result).report)
+	r := benchkit.RunSides(b, []benchkit.Side{ours, upstream}, benchkit.Side.Label, runScenario, (*result).report)
 	printTable(os.Stdout, r[0], r[1])
-}
-
-func startController(b *testing.B, c controllerUnderTest, bin, kubeconfig string) *benchkit.Process {
-	b.Helper()
-	args, err := c.args(kubeconfig)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return benchkit.Start(b, c.name, bin, args...)
 }
 
 // ---- the scenario ----
@@ -135,13 +100,10 @@ type result struct {
 	restartW    int             // Endpoints writes for the 200 Services after the restart
 }
 
-func runScenario(b *testing.B, c controllerUnderTest) *result {
-	logf := benchkit.Progress(c.name)
+func runScenario(b *testing.B, c benchkit.Side) *result {
+	logf := benchkit.Progress(c.Name)
 	// Before the control plane starts: a missing binary skips quickly.
-	bin, err := c.binary(b)
-	if err != nil {
-		b.Skipf("%s cannot run: %v", c.name, err)
-	}
+	bin := c.Executable(b)
 
 	start := time.Now()
 	env := benchkit.ControlPlane(b)
@@ -177,7 +139,7 @@ func runScenario(b *testing.B, c controllerUnderTest) *result {
 		}
 		return n == numServices
 	})
-	proc := startController(b, c, bin, env.Kubeconfig)
+	proc := c.Start(b, bin, env.Kubeconfig)
 	at := proc.Await(converged, coldSyncTimeout, "all Endpoints complete after the cold sync")
 	r.coldSync = at.Sub(proc.Started)
 	logf("cold sync: %s", r.coldSync.Round(time.Millisecond))
@@ -187,9 +149,9 @@ func runScenario(b *testing.B, c controllerUnderTest) *result {
 	mem := proc.Memory()
 	r.idleRSS, r.idleAnon = mem.RSS, mem.Anon
 	r.coldCPU = proc.CPU()
-	r.coldWrites = countWrites(b, env, c.userAgent, benchNS)
+	r.coldWrites = countWrites(b, env, c.UserAgent, benchNS)
 	if r.coldWrites == 0 {
-		b.Fatalf("the audit log holds no Endpoints writes by user agent %q although the Endpoints converged: did the user agent change?", c.userAgent)
+		b.Fatalf("the audit log holds no Endpoints writes by user agent %q although the Endpoints converged: did the user agent change?", c.UserAgent)
 	}
 	logf("idle: rss %s, %d Endpoints writes", benchkit.MiBString(r.idleRSS), r.coldWrites)
 
@@ -202,13 +164,13 @@ func runScenario(b *testing.B, c controllerUnderTest) *result {
 	time.Sleep(quietSettle)
 	r.flipCPU = proc.CPU() - cpuBefore
 	r.peakRSS = proc.Memory().HWM
-	r.flipWrites = countWrites(b, env, c.userAgent, benchNS) - before
+	r.flipWrites = countWrites(b, env, c.UserAgent, benchNS) - before
 	logf("flips: p50 %s p99 %s, %d writes", benchkit.MS(benchkit.Percentile(r.flips, 50)), benchkit.MS(benchkit.Percentile(r.flips, 99)), r.flipWrites)
 
 	// 5. Warm restart: nothing changed, so a correct controller writes nothing.
-	before = countWrites(b, env, c.userAgent, benchNS)
+	before = countWrites(b, env, c.UserAgent, benchNS)
 	proc.Shutdown()
-	proc = startController(b, c, bin, env.Kubeconfig)
+	proc = c.Start(b, bin, env.Kubeconfig)
 	sentinelKey := sentinelNS + "/" + serviceName(0)
 	sentinelIP := "10.255.0.1"
 	sentinel := eps.When(sentinelKey, func(ep *corev1.Endpoints) bool { return slices.Contains(readyIPs(ep), sentinelIP) })
@@ -223,7 +185,7 @@ func runScenario(b *testing.B, c controllerUnderTest) *result {
 	at = proc.Await(sentinel, restartTimeout, "the sentinel Service's Endpoints after the restart")
 	r.restartSync = at.Sub(proc.Started)
 	time.Sleep(quietSettle)
-	r.restartW = countWrites(b, env, c.userAgent, benchNS) - before
+	r.restartW = countWrites(b, env, c.UserAgent, benchNS) - before
 	logf("warm restart: sentinel synced after %s, %d Endpoints writes", r.restartSync.Round(time.Millisecond), r.restartW)
 	proc.Shutdown()
 	return r
@@ -440,31 +402,24 @@ func printTable(w io.Writer, mine, theirs *result) {
 	if mine == nil && theirs == nil {
 		return
 	}
-	floor := func(r *result) []time.Duration { return r.floor }
-	flips := func(r *result) []time.Duration { return r.flips }
-	pct := benchkit.PercentileMS[result]
 	var rows benchkit.Rows[result]
-	rows.Add("floor latency p50 (ms)", pct(floor, 50), "%.1f")
-	rows.Add("floor latency p99 (ms)", pct(floor, 99), "%.1f")
-	rows.Add("fixture setup, context (s)", func(r *result) float64 { return r.setup.Seconds() }, "%.1f")
-	rows.Add("cold sync (s)", func(r *result) float64 { return r.coldSync.Seconds() }, "%.2f")
-	rows.Add(fmt.Sprintf("cold sync Endpoints writes (target %d)", numServices), func(r *result) float64 { return float64(r.coldWrites) }, "%.0f")
-	rows.Add("cold sync CPU (s)", func(r *result) float64 { return r.coldCPU.Seconds() }, "%.2f")
-	rows.Add("idle RSS (MiB)", func(r *result) float64 { return benchkit.MiB(r.idleRSS) }, "%.1f")
-	rows.Add("  of which anonymous, RssAnon (MiB)", func(r *result) float64 { return benchkit.MiB(r.idleAnon) }, "%.1f")
-	rows.Add("flip latency p50 (ms)", pct(flips, 50), "%.1f")
-	rows.Add("flip latency p90 (ms)", pct(flips, 90), "%.1f")
-	rows.Add("flip latency p99 (ms)", pct(flips, 99), "%.1f")
-	rows.Add("flip latency max (ms)", pct(flips, 100), "%.1f")
+	rows.AddPercentiles("floor latency", func(r *result) []time.Duration { return r.floor }, "%.1f", 50, 99)
+	rows.AddSeconds("fixture setup, context (s)", func(r *result) time.Duration { return r.setup }, "%.1f")
+	rows.AddSeconds("cold sync (s)", func(r *result) time.Duration { return r.coldSync }, "%.2f")
+	rows.AddCount(fmt.Sprintf("cold sync Endpoints writes (target %d)", numServices), func(r *result) int { return r.coldWrites })
+	rows.AddSeconds("cold sync CPU (s)", func(r *result) time.Duration { return r.coldCPU }, "%.2f")
+	rows.AddMiB("idle RSS (MiB)", func(r *result) int64 { return r.idleRSS })
+	rows.AddMiB("  of which anonymous, RssAnon (MiB)", func(r *result) int64 { return r.idleAnon })
+	rows.AddPercentiles("flip latency", func(r *result) []time.Duration { return r.flips }, "%.1f", 50, 90, 99, 100)
 	rows.Add("writes per flip (target 1.00)", (*result).perFlip, "%.2f")
-	rows.Add("flips CPU (s)", func(r *result) float64 { return r.flipCPU.Seconds() }, "%.2f")
-	rows.Add("loaded RSS, max during flips (MiB)", func(r *result) float64 { return benchkit.MiB(r.loadedRSS) }, "%.1f")
-	rows.Add("peak RSS, VmHWM (MiB)", func(r *result) float64 { return benchkit.MiB(r.peakRSS) }, "%.1f")
-	rows.Add("warm restart -> sentinel synced (s)", func(r *result) float64 { return r.restartSync.Seconds() }, "%.2f")
-	rows.Add("warm restart Endpoints writes (target 0)", func(r *result) float64 { return float64(r.restartW) }, "%.0f")
+	rows.AddSeconds("flips CPU (s)", func(r *result) time.Duration { return r.flipCPU }, "%.2f")
+	rows.AddMiB("loaded RSS, max during flips (MiB)", func(r *result) int64 { return r.loadedRSS })
+	rows.AddMiB("peak RSS, VmHWM (MiB)", func(r *result) int64 { return r.peakRSS })
+	rows.AddSeconds("warm restart -> sentinel synced (s)", func(r *result) time.Duration { return r.restartSync }, "%.2f")
+	rows.AddCount("warm restart Endpoints writes (target 0)", func(r *result) int { return r.restartW })
 	fmt.Fprintf(w, "\nEndpoints benchmark: %d Services x %d Pods, %d readiness flips, --concurrent-endpoint-syncs=%s, --endpoint-updates-batch-period=%s\n\n",
 		numServices, podsPerService, numFlips, concurrentSyncs, batchPeriod)
-	benchkit.Compare(ours.name, upstream.name, mine, theirs, rows).Write(w)
+	benchkit.Compare(ours.Name, upstream.Name, mine, theirs, rows).Write(w)
 	fmt.Fprintf(w, "\nLower is better everywhere; README.md defines each row. Both clients default to %d QPS / %d burst, so creating %d Endpoints takes at least %.1fs of client-side throttling.\n\n",
 		clientQPS, clientBurst, numServices, float64(numServices-clientBurst)/clientQPS)
 }

@@ -64,7 +64,6 @@ var ours = controllerUnderTest{
 	},
 	args: func(kubeconfig, _ string) ([]string, string, error) {
 		args, url, err := benchkit.OursArgs(kubeconfig,
-			"--secure-port=0",
 			"--concurrent-namespace-syncs="+concurrentSyncs,
 			"--namespace-sync-period="+syncPeriod,
 		)

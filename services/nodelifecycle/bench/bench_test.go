@@ -53,47 +53,17 @@ const (
 	unreachableTKey = corev1.TaintNodeUnreachable
 )
 
-// controllerUnderTest is one side of the comparison.
-type controllerUnderTest struct {
-	name   string
-	binary func(testing.TB) (string, error)
-	args   func(kubeconfig string) ([]string, error)
-}
-
 // Both sides get the same grace and monitor period.
-var timing = []string{"--node-monitor-grace-period=" + grace.String(), "--node-monitor-period=" + upstreamPeriod}
-
-var ours = controllerUnderTest{
-	name: "nodelifecycle-controller",
-	binary: func(tb testing.TB) (string, error) {
-		return benchkit.BuildShipped(tb, "github.com/kcm-split/kcm-split/services/nodelifecycle/cmd/nodelifecycle-controller"), nil
-	},
-	args: func(kubeconfig string) ([]string, error) {
-		args, _, err := benchkit.OursArgs(kubeconfig, timing...)
-		return args, err
-	},
-}
-
-var upstream = controllerUnderTest{
-	name:   benchkit.Upstream,
-	binary: benchkit.UpstreamKCM,
-	args: func(kubeconfig string) ([]string, error) {
-		return benchkit.UpstreamArgs(kubeconfig, "node-lifecycle-controller,taint-eviction-controller", timing...), nil
-	},
-}
+var (
+	timing = []string{"--node-monitor-grace-period=" + grace.String(), "--node-monitor-period=" + upstreamPeriod}
+	ours   = benchkit.Ours("nodelifecycle-controller", "github.com/kcm-split/kcm-split/services/nodelifecycle/cmd/nodelifecycle-controller", timing...)
+	// Upstream's NoExecute taints come from its taint-eviction-controller.
+	upstream = benchkit.UpstreamSide("node-lifecycle-controller,taint-eviction-controller", timing...)
+)
 
 func BenchmarkNodeLifecycle(b *testing.B) {
-	r := benchkit.RunSides(b, []controllerUnderTest{ours, upstream}, func(c controllerUnderTest) string { return c.name }, runScenario, (*result).report)
+	r := benchkit.RunSides(b, []benchkit.Side{ours, upstream}, benchkit.Side.Label, runScenario, (*result).report)
 	printTable(os.Stdout, r[0], r[1])
-}
-
-func startController(b *testing.B, c controllerUnderTest, bin, kubeconfig string) *benchkit.Process {
-	b.Helper()
-	args, err := c.args(kubeconfig)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return benchkit.Start(b, c.name, bin, args...)
 }
 
 // result is what one scenario measured.
@@ -110,12 +80,9 @@ type result struct {
 	undetected int
 }
 
-func runScenario(b *testing.B, c controllerUnderTest) *result {
-	logf := benchkit.Progress(c.name)
-	bin, err := c.binary(b)
-	if err != nil {
-		b.Skipf("%s cannot run: %v", c.name, err)
-	}
+func runScenario(b *testing.B, c benchkit.Side) *result {
+	logf := benchkit.Progress(c.Name)
+	bin := c.Executable(b)
 	start := time.Now()
 	env := benchkit.ControlPlane(b)
 	logf("control plane up in %s", time.Since(start).Round(time.Millisecond))
@@ -136,7 +103,7 @@ func runScenario(b *testing.B, c controllerUnderTest) *result {
 	obs := newObserver(ctx, b, benchkit.Client(b, env.Config, "kcm-split-bench/watch"))
 
 	// 2. The controller: cold sync is every Node losing the admission taint.
-	proc := startController(b, c, bin, env.Kubeconfig)
+	proc := c.Start(b, bin, env.Kubeconfig)
 	at := proc.Await(obs.whenClean(), syncTimeout, "every Ready node rid of the not-ready taint")
 	r.coldSync = at.Sub(proc.Started)
 	logf("cold sync: %s", r.coldSync.Round(time.Millisecond))
@@ -163,7 +130,7 @@ func runScenario(b *testing.B, c controllerUnderTest) *result {
 	deadline := time.Now().Add(detectTimeout)
 	for time.Now().Before(deadline) && obs.detected() < numStopped {
 		if proc.Exited() {
-			b.Fatalf("%s exited while nodes were failing", c.name)
+			b.Fatalf("%s exited while nodes were failing", c.Name)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -184,7 +151,7 @@ func runScenario(b *testing.B, c controllerUnderTest) *result {
 	logf("overshoot p50 %s p99 %s, %d undetected, %d false positives",
 		benchkit.MS(benchkit.Percentile(r.overshoot, 50)), benchkit.MS(benchkit.Percentile(r.overshoot, 99)), r.undetected, r.falsePos)
 	if r.undetected > 0 {
-		b.Errorf("%s never marked %d stopped nodes", c.name, r.undetected)
+		b.Errorf("%s never marked %d stopped nodes", c.Name, r.undetected)
 	}
 	proc.Shutdown()
 	return r
@@ -425,22 +392,17 @@ func printTable(w io.Writer, mine, theirs *result) {
 	if mine == nil && theirs == nil {
 		return
 	}
-	pct := benchkit.PercentileMS[result]
-	over := func(r *result) []time.Duration { return r.overshoot }
-	taint := func(r *result) []time.Duration { return r.taintDelay }
 	var rows benchkit.Rows[result]
-	rows.Add("node setup, context (s)", func(r *result) float64 { return r.setup.Seconds() }, "%.1f")
-	rows.Add("cold sync: admission taints lifted (s)", func(r *result) float64 { return r.coldSync.Seconds() }, "%.2f")
-	rows.Add(fmt.Sprintf("idle CPU over %s (s)", steady), func(r *result) float64 { return r.idleCPU.Seconds() }, "%.2f")
-	rows.Add("idle RSS (MiB)", func(r *result) float64 { return benchkit.MiB(r.idleRSS) }, "%.1f")
-	rows.Add("  of which anonymous, RssAnon (MiB)", func(r *result) float64 { return benchkit.MiB(r.idleAnon) }, "%.1f")
-	rows.Add("detection overshoot p50 (ms)", pct(over, 50), "%.0f")
-	rows.Add("detection overshoot p99 (ms)", pct(over, 99), "%.0f")
-	rows.Add("detection overshoot max (ms)", pct(over, 100), "%.0f")
-	rows.Add("Unknown -> NoExecute taint p50 (ms)", pct(taint, 50), "%.0f")
-	rows.Add("stopped nodes tainted NoExecute", func(r *result) float64 { return float64(len(r.taintDelay)) }, "%.0f")
-	rows.Add(fmt.Sprintf("false positives on the other %d (target 0)", numNodes-numStopped), func(r *result) float64 { return float64(r.falsePos) }, "%.0f")
-	rows.Add("peak RSS while nodes fail (MiB)", func(r *result) float64 { return benchkit.MiB(r.peakRSS) }, "%.1f")
+	rows.AddSeconds("node setup, context (s)", func(r *result) time.Duration { return r.setup }, "%.1f")
+	rows.AddSeconds("cold sync: admission taints lifted (s)", func(r *result) time.Duration { return r.coldSync }, "%.2f")
+	rows.AddSeconds(fmt.Sprintf("idle CPU over %s (s)", steady), func(r *result) time.Duration { return r.idleCPU }, "%.2f")
+	rows.AddMiB("idle RSS (MiB)", func(r *result) int64 { return r.idleRSS })
+	rows.AddMiB("  of which anonymous, RssAnon (MiB)", func(r *result) int64 { return r.idleAnon })
+	rows.AddPercentiles("detection overshoot", func(r *result) []time.Duration { return r.overshoot }, "%.0f", 50, 99, 100)
+	rows.AddPercentiles("Unknown -> NoExecute taint", func(r *result) []time.Duration { return r.taintDelay }, "%.0f", 50)
+	rows.AddCount("stopped nodes tainted NoExecute", func(r *result) int { return len(r.taintDelay) })
+	rows.AddCount(fmt.Sprintf("false positives on the other %d (target 0)", numNodes-numStopped), func(r *result) int { return r.falsePos })
+	rows.AddMiB("peak RSS while nodes fail (MiB)", func(r *result) int64 { return r.peakRSS })
 	fmt.Fprintln(w)
-	benchkit.Compare(ours.name, upstream.name, mine, theirs, rows).Write(w)
+	benchkit.Compare(ours.Name, upstream.Name, mine, theirs, rows).Write(w)
 }

@@ -49,41 +49,29 @@ const (
 	pvPrefix = "bench-"
 )
 
+// ourPkg is the binary under test.
+const ourPkg = "github.com/kcm-split/kcm-split/services/pvbinder/cmd/pv-binder-controller"
+
 // side is one binder configuration.
 type side struct {
-	name      string
-	userAgent string
-	// qps is the client budget as a label, and its number for the writes/QPS floor (0:
-	// no floor shown).
+	benchkit.Side
+	// budget is the client budget as a label, and qps its number for the writes/QPS floor
+	// (0: no floor shown).
 	budget string
 	qps    float64
-	binary func(testing.TB) (string, error)
-	args   func(kubeconfig string) ([]string, error)
 }
 
-func oursArgs(extra ...string) func(string) ([]string, error) {
-	return func(kubeconfig string) ([]string, error) {
-		// Plain HTTP metrics on a free port; no fixed secure port to collide on.
-		args, _, err := benchkit.OursArgs(kubeconfig, append([]string{"--secure-port=0"}, extra...)...)
-		return args, err
-	}
+// oursAt is pv-binder-controller with flags, one build for both budgets.
+func oursAt(budget string, qps float64, flags ...string) side {
+	s := benchkit.Ours("pv-binder-controller", ourPkg, flags...)
+	s.Binary = buildOurs
+	return side{Side: s, budget: budget, qps: qps}
 }
 
 var sides = []side{
-	{
-		name: "pv-binder-controller", budget: "20/30", qps: 20, userAgent: "pv-binder-controller/",
-		binary: buildOurs, args: oursArgs("--kube-api-qps=20", "--kube-api-burst=30"),
-	},
-	{
-		name: "pv-binder-controller", budget: "default", userAgent: "pv-binder-controller/",
-		binary: buildOurs, args: oursArgs(),
-	},
-	{
-		name: benchkit.Upstream, budget: "20/30", qps: 20, userAgent: benchkit.UpstreamUserAgent, binary: benchkit.UpstreamKCM,
-		args: func(kubeconfig string) ([]string, error) {
-			return benchkit.UpstreamArgs(kubeconfig, "persistentvolume-binder-controller", "--kube-api-qps=20", "--kube-api-burst=30"), nil
-		},
-	},
+	oursAt("20/30", 20, "--kube-api-qps=20", "--kube-api-burst=30"),
+	oursAt("default", 0),
+	{Side: benchkit.UpstreamSide("persistentvolume-binder-controller", "--kube-api-qps=20", "--kube-api-burst=30"), budget: "20/30", qps: 20},
 }
 
 // ourBinary is pv-binder-controller, built once for both of its sides into the top-level
@@ -98,7 +86,7 @@ func buildOurs(tb testing.TB) (string, error) {
 	ourBinary.Lock()
 	defer ourBinary.Unlock()
 	if ourBinary.path == "" {
-		path, err := benchkit.Build("github.com/kcm-split/kcm-split/services/pvbinder/cmd/pv-binder-controller", ourBinary.dir)
+		path, err := benchkit.Build(ourPkg, ourBinary.dir)
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -107,7 +95,7 @@ func buildOurs(tb testing.TB) (string, error) {
 	return ourBinary.path, nil
 }
 
-func (s side) label() string { return s.name + " " + s.budget }
+func (s side) label() string { return s.Name + " " + s.budget }
 
 func BenchmarkPVBinder(b *testing.B) {
 	ourBinary.dir, ourBinary.path = b.TempDir(), ""
@@ -131,21 +119,14 @@ type result struct {
 
 func runScenario(b *testing.B, s side) *result {
 	logf := benchkit.Progress(s.label())
-	bin, err := s.binary(b)
-	if err != nil {
-		b.Skipf("%s cannot run: %v", s.name, err)
-	}
+	bin := s.Executable(b)
 	env := benchkit.ControlPlane(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	client := unthrottled(b, env.Config, "kcm-split-bench/fixtures")
 	benchkit.CreateNamespaces(ctx, b, client, benchNS, probeNS)
 
-	args, err := s.args(env.Kubeconfig)
-	if err != nil {
-		b.Fatal(err)
-	}
-	proc := benchkit.Start(b, s.name, bin, args...)
+	proc := s.Start(b, bin, env.Kubeconfig)
 	// A probe pair shows the binder is up and synced, the same way for both binaries.
 	// The PV goes first and is Available before the claim exists, so even a binder that
 	// only retries on its periodic resync binds it at once.
@@ -236,12 +217,12 @@ func runScenario(b *testing.B, s side) *result {
 	select {
 	case <-allBound:
 	case <-proc.Done():
-		b.Fatalf("%s exited while binding:\n%s", s.name, proc.Tail(30))
+		b.Fatalf("%s exited while binding:\n%s", s.Name, proc.Tail(30))
 	case <-time.After(bindTimeout):
 		mu.Lock()
 		n := len(boundAt)
 		mu.Unlock()
-		b.Fatalf("%s: only %d of %d claims bound within %s", s.name, n, numPairs, bindTimeout)
+		b.Fatalf("%s: only %d of %d claims bound within %s", s.Name, n, numPairs, bindTimeout)
 	}
 	r := &result{qps: s.qps}
 	mu.Lock()
@@ -262,7 +243,7 @@ func runScenario(b *testing.B, s side) *result {
 	time.Sleep(3 * time.Second)
 	r.cpu = proc.CPU() - cpu0
 	r.peakRSS = proc.Memory().HWM
-	for _, ev := range benchkit.Writes(b, env, testenv.ByUserAgentPrefix(s.userAgent)) {
+	for _, ev := range benchkit.Writes(b, env, testenv.ByUserAgentPrefix(s.UserAgent)) {
 		mine := (ev.ObjectRef.Resource == "persistentvolumes" && strings.HasPrefix(ev.ObjectRef.Name, pvPrefix)) ||
 			(ev.ObjectRef.Resource == "persistentvolumeclaims" && ev.ObjectRef.Namespace == benchNS)
 		switch {
@@ -277,7 +258,7 @@ func runScenario(b *testing.B, s side) *result {
 	}
 	r.doubles = doubleBinds(ctx, b, client)
 	if r.doubles > 0 {
-		b.Errorf("%s: %d double binds", s.name, r.doubles)
+		b.Errorf("%s: %d double binds", s.Name, r.doubles)
 	}
 	proc.Shutdown()
 	return r

@@ -57,53 +57,18 @@ const (
 	busyPeriod = "1s"
 )
 
-// controllerUnderTest is one side of the comparison.
-type controllerUnderTest struct {
-	name      string
-	userAgent string
-	binary    func(testing.TB) (string, error)
-	args      func(kubeconfig, syncPeriod string) ([]string, error)
-}
-
-var ours = controllerUnderTest{
-	name:      "quota-controller",
-	userAgent: "quota-controller/",
-	binary: func(tb testing.TB) (string, error) {
-		return benchkit.BuildShipped(tb, "github.com/kcm-split/kcm-split/services/quota/cmd/quota-controller"), nil
-	},
-	args: func(kubeconfig, syncPeriod string) ([]string, error) {
-		args, _, err := benchkit.OursArgs(kubeconfig,
-			"--concurrent-resource-quota-syncs="+concurrentSyncs,
-			"--resource-quota-sync-period="+syncPeriod,
-		)
-		return args, err
-	},
-}
-
-var upstream = controllerUnderTest{
-	name:      benchkit.Upstream,
-	userAgent: benchkit.UpstreamUserAgent,
-	binary:    benchkit.UpstreamKCM,
-	args: func(kubeconfig, syncPeriod string) ([]string, error) {
-		return benchkit.UpstreamArgs(kubeconfig, "resourcequota-controller",
-			"--concurrent-resource-quota-syncs="+concurrentSyncs,
-			"--resource-quota-sync-period="+syncPeriod,
-		), nil
-	},
-}
+// The two sides; each run also gets --resource-quota-sync-period (quietPeriod, then
+// busyPeriod).
+var (
+	ours = benchkit.Ours("quota-controller", "github.com/kcm-split/kcm-split/services/quota/cmd/quota-controller",
+		"--concurrent-resource-quota-syncs="+concurrentSyncs)
+	upstream = benchkit.UpstreamSide("resourcequota-controller",
+		"--concurrent-resource-quota-syncs="+concurrentSyncs)
+)
 
 func BenchmarkQuota(b *testing.B) {
-	r := benchkit.RunSides(b, []controllerUnderTest{ours, upstream}, func(c controllerUnderTest) string { return c.name }, runScenario, (*result).report)
+	r := benchkit.RunSides(b, []benchkit.Side{ours, upstream}, benchkit.Side.Label, runScenario, (*result).report)
 	printTable(os.Stdout, r[0], r[1])
-}
-
-func startController(b *testing.B, c controllerUnderTest, bin, kubeconfig, syncPeriod string) *benchkit.Process {
-	b.Helper()
-	args, err := c.args(kubeconfig, syncPeriod)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return benchkit.Start(b, c.name, bin, args...)
 }
 
 // result holds everything one scenario measured.
@@ -129,12 +94,9 @@ type result struct {
 
 func ns(i int) string { return fmt.Sprintf("%s%03d", nsPrefix, i) }
 
-func runScenario(b *testing.B, c controllerUnderTest) *result {
-	logf := benchkit.Progress(c.name)
-	bin, err := c.binary(b)
-	if err != nil {
-		b.Skipf("%s cannot run: %v", c.name, err)
-	}
+func runScenario(b *testing.B, c benchkit.Side) *result {
+	logf := benchkit.Progress(c.Name)
+	bin := c.Executable(b)
 	start := time.Now()
 	env := benchkit.ControlPlane(b)
 	logf("control plane up in %s", time.Since(start).Round(time.Millisecond))
@@ -174,7 +136,7 @@ func runScenario(b *testing.B, c controllerUnderTest) *result {
 		}
 		return true
 	})
-	proc := startController(b, c, bin, env.Kubeconfig, quietPeriod)
+	proc := c.Start(b, bin, env.Kubeconfig, "--resource-quota-sync-period="+quietPeriod)
 	at := proc.Await(converged, coldSyncTimeout, "every quota's used pods after the cold sync")
 	r.coldSync = at.Sub(proc.Started)
 	logf("cold sync: %s", r.coldSync.Round(time.Millisecond))
@@ -182,29 +144,29 @@ func runScenario(b *testing.B, c controllerUnderTest) *result {
 	mem := proc.Memory()
 	r.idleRSS, r.idleAnon = mem.RSS, mem.Anon
 	r.coldCPU = proc.CPU()
-	r.coldWrites = countWrites(b, env, c.userAgent)
+	r.coldWrites = countWrites(b, env, c.UserAgent)
 	if r.coldWrites == 0 {
-		b.Fatalf("the audit log holds no quota writes by user agent %q although the quotas converged", c.userAgent)
+		b.Fatalf("the audit log holds no quota writes by user agent %q although the quotas converged", c.UserAgent)
 	}
 	logf("idle: rss %s, %d quota writes", benchkit.MiBString(r.idleRSS), r.coldWrites)
 
 	// 3. Phase 1: deletes, no full recalculation.
 	next := 0 // the next Pod to delete, over all namespaces
-	before := countWrites(b, env, c.userAgent)
+	before := countWrites(b, env, c.UserAgent)
 	cpuBefore := proc.CPU()
 	stopSampling := proc.SampleRSS(&r.loadedRSS, 50*time.Millisecond)
 	r.quiet = deletes(ctx, b, client, quotas, proc, remaining, &next)
 	stopSampling()
 	time.Sleep(quietSettle)
 	r.quietCPU = proc.CPU() - cpuBefore
-	r.quietWrites = countWrites(b, env, c.userAgent) - before
+	r.quietWrites = countWrites(b, env, c.UserAgent) - before
 	logf("quiet deletes: p50 %s p99 %s, %d writes", benchkit.MS(benchkit.Percentile(r.quiet, 50)), benchkit.MS(benchkit.Percentile(r.quiet, 99)), r.quietWrites)
 
 	// 4. Warm restart with a full recalculation every second: the restart itself must not
 	// write (nothing changed), then phase 2 measures deletes during recalculations.
-	before = countWrites(b, env, c.userAgent)
+	before = countWrites(b, env, c.UserAgent)
 	proc.Shutdown()
-	proc = startController(b, c, bin, env.Kubeconfig, busyPeriod)
+	proc = c.Start(b, bin, env.Kubeconfig, "--resource-quota-sync-period="+busyPeriod)
 	benchkit.CreateNamespaces(ctx, b, client, sentinelNS)
 	sentinel := quotas.When(sentinelNS+"/"+quotaName, func(rq *corev1.ResourceQuota) bool { return usedPods(rq, 0) })
 	if _, err := client.CoreV1().ResourceQuotas(sentinelNS).Create(ctx, makeQuota(sentinelNS), metav1.CreateOptions{}); err != nil {
@@ -213,18 +175,18 @@ func runScenario(b *testing.B, c controllerUnderTest) *result {
 	at = proc.Await(sentinel, coldSyncTimeout, "the sentinel quota's status after the restart")
 	r.restartSync = at.Sub(proc.Started)
 	time.Sleep(quietSettle)
-	r.restartW = countWrites(b, env, c.userAgent) - before - 1 // the sentinel's own write
+	r.restartW = countWrites(b, env, c.UserAgent) - before - 1 // the sentinel's own write
 	logf("warm restart: sentinel synced after %s, %d writes to unchanged quotas", r.restartSync.Round(time.Millisecond), r.restartW)
 
-	before = countWrites(b, env, c.userAgent)
+	before = countWrites(b, env, c.UserAgent)
 	cpuBefore = proc.CPU()
 	r.busy = deletes(ctx, b, client, quotas, proc, remaining, &next)
 	time.Sleep(quietSettle)
 	r.busyResyncCPU = proc.CPU() - cpuBefore
-	r.busyWrites = countWrites(b, env, c.userAgent) - before
+	r.busyWrites = countWrites(b, env, c.UserAgent) - before
 	logf("deletes during full recalculations: p50 %s p99 %s, %d writes", benchkit.MS(benchkit.Percentile(r.busy, 50)), benchkit.MS(benchkit.Percentile(r.busy, 99)), r.busyWrites)
 	proc.Shutdown()
-	r.failed = countFailedWrites(b, env, c.userAgent)
+	r.failed = countFailedWrites(b, env, c.UserAgent)
 	return r
 }
 
@@ -384,37 +346,28 @@ func printTable(w io.Writer, mine, theirs *result) {
 	if mine == nil && theirs == nil {
 		return
 	}
-	pct := benchkit.PercentileMS[result]
-	floor := func(r *result) []time.Duration { return r.floor }
 	quiet := func(r *result) []time.Duration { return r.quiet }
 	busy := func(r *result) []time.Duration { return r.busy }
 	var rows benchkit.Rows[result]
-	rows.Add("floor latency p50 (ms)", pct(floor, 50), "%.1f")
-	rows.Add("floor latency p99 (ms)", pct(floor, 99), "%.1f")
-	rows.Add("fixture setup, context (s)", func(r *result) float64 { return r.setup.Seconds() }, "%.1f")
-	rows.Add("cold sync (s)", func(r *result) float64 { return r.coldSync.Seconds() }, "%.2f")
-	rows.Add(fmt.Sprintf("cold sync quota writes (target %d)", numNamespaces), func(r *result) float64 { return float64(r.coldWrites) }, "%.0f")
-	rows.Add("cold sync CPU (s)", func(r *result) float64 { return r.coldCPU.Seconds() }, "%.2f")
-	rows.Add("idle RSS (MiB)", func(r *result) float64 { return benchkit.MiB(r.idleRSS) }, "%.1f")
-	rows.Add("  of which anonymous, RssAnon (MiB)", func(r *result) float64 { return benchkit.MiB(r.idleAnon) }, "%.1f")
-	rows.Add("loaded RSS, max during deletes (MiB)", func(r *result) float64 { return benchkit.MiB(r.loadedRSS) }, "%.1f")
-	rows.Add("delete -> used p50 (ms)", pct(quiet, 50), "%.1f")
-	rows.Add("delete -> used p90 (ms)", pct(quiet, 90), "%.1f")
-	rows.Add("delete -> used p99 (ms)", pct(quiet, 99), "%.1f")
-	rows.Add("delete -> used max (ms)", pct(quiet, 100), "%.1f")
+	rows.AddPercentiles("floor latency", func(r *result) []time.Duration { return r.floor }, "%.1f", 50, 99)
+	rows.AddSeconds("fixture setup, context (s)", func(r *result) time.Duration { return r.setup }, "%.1f")
+	rows.AddSeconds("cold sync (s)", func(r *result) time.Duration { return r.coldSync }, "%.2f")
+	rows.AddCount(fmt.Sprintf("cold sync quota writes (target %d)", numNamespaces), func(r *result) int { return r.coldWrites })
+	rows.AddSeconds("cold sync CPU (s)", func(r *result) time.Duration { return r.coldCPU }, "%.2f")
+	rows.AddMiB("idle RSS (MiB)", func(r *result) int64 { return r.idleRSS })
+	rows.AddMiB("  of which anonymous, RssAnon (MiB)", func(r *result) int64 { return r.idleAnon })
+	rows.AddMiB("loaded RSS, max during deletes (MiB)", func(r *result) int64 { return r.loadedRSS })
+	rows.AddPercentiles("delete -> used", quiet, "%.1f", 50, 90, 99, 100)
 	rows.Add("writes per delete (target 1.00)", func(r *result) float64 { return perDelete(r.quietWrites, r.quiet) }, "%.2f")
-	rows.Add("deletes CPU (s)", func(r *result) float64 { return r.quietCPU.Seconds() }, "%.2f")
-	rows.Add("warm restart -> sentinel synced (s)", func(r *result) float64 { return r.restartSync.Seconds() }, "%.2f")
-	rows.Add("warm restart writes, unchanged quotas (target 0)", func(r *result) float64 { return float64(r.restartW) }, "%.0f")
-	rows.Add("resync 1s: delete -> used p50 (ms)", pct(busy, 50), "%.1f")
-	rows.Add("resync 1s: delete -> used p90 (ms)", pct(busy, 90), "%.1f")
-	rows.Add("resync 1s: delete -> used p99 (ms)", pct(busy, 99), "%.1f")
-	rows.Add("resync 1s: delete -> used max (ms)", pct(busy, 100), "%.1f")
+	rows.AddSeconds("deletes CPU (s)", func(r *result) time.Duration { return r.quietCPU }, "%.2f")
+	rows.AddSeconds("warm restart -> sentinel synced (s)", func(r *result) time.Duration { return r.restartSync }, "%.2f")
+	rows.AddCount("warm restart writes, unchanged quotas (target 0)", func(r *result) int { return r.restartW })
+	rows.AddPercentiles("resync 1s: delete -> used", busy, "%.1f", 50, 90, 99, 100)
 	rows.Add("resync 1s: writes per delete (target 1.00)", func(r *result) float64 { return perDelete(r.busyWrites, r.busy) }, "%.2f")
-	rows.Add("refused writes (conflicts), whole run", func(r *result) float64 { return float64(r.failed) }, "%.0f")
-	rows.Add("resync 1s: CPU during deletes (s)", func(r *result) float64 { return r.busyResyncCPU.Seconds() }, "%.2f")
+	rows.AddCount("refused writes (conflicts), whole run", func(r *result) int { return r.failed })
+	rows.AddSeconds("resync 1s: CPU during deletes (s)", func(r *result) time.Duration { return r.busyResyncCPU }, "%.2f")
 	fmt.Fprintf(w, "\nQuota benchmark: %d namespaces x 1 quota x %d Pods, %d deletes per phase, --concurrent-resource-quota-syncs=%s\n\n",
 		numNamespaces, podsPerNamespace, deletesPerPhase, concurrentSyncs)
-	benchkit.Compare(ours.name, upstream.name, mine, theirs, rows).Write(w)
+	benchkit.Compare(ours.Name, upstream.Name, mine, theirs, rows).Write(w)
 	fmt.Fprintln(w, "\nLower is better everywhere; README.md defines each row.")
 }

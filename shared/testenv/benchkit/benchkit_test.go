@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -91,8 +92,8 @@ type fakeResult struct {
 
 func TestCompareTable(t *testing.T) {
 	var rows Rows[fakeResult]
-	rows.Add("idle RSS (MiB)", func(r *fakeResult) float64 { return MiB(r.rss) }, "%.1f")
-	rows.Add("flip latency p50 (ms)", PercentileMS(func(r *fakeResult) []time.Duration { return r.flips }, 50), "%.1f")
+	rows.AddMiB("idle RSS (MiB)", func(r *fakeResult) int64 { return r.rss })
+	rows.AddPercentiles("flip latency", func(r *fakeResult) []time.Duration { return r.flips }, "%.1f", 50, 100)
 	rows.Add("huge scenario (s)", func(r *fakeResult) float64 { return r.optional }, "%.0f")
 	ours := &fakeResult{rss: 59 << 20, flips: []time.Duration{3900 * time.Microsecond, time.Second}, optional: 56}
 	upstream := &fakeResult{rss: 93 << 20, flips: []time.Duration{4200 * time.Microsecond}, optional: NotMeasured}
@@ -103,6 +104,7 @@ func TestCompareTable(t *testing.T) {
 		"---------------------  ---------------------  ------------------------  --------------",
 		"idle RSS (MiB)                          59.0                      93.0            0.63",
 		"flip latency p50 (ms)                    3.9                       4.2            0.93",
+		"flip latency max (ms)                 1000.0                       4.2          238.10",
 		"huge scenario (s)                         56                       n/a             n/a",
 		"",
 	}, "\n")
@@ -140,13 +142,18 @@ func TestTableWidensToItsCells(t *testing.T) {
 	}
 }
 
-func TestParseStatCPU(t *testing.T) {
-	data, err := os.ReadFile("testdata/stat")
+func fixture(t *testing.T, name string) []byte {
+	t.Helper()
+	data, err := os.ReadFile("testdata/" + name)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return data
+}
+
+func TestParseStatCPU(t *testing.T) {
 	// utime 1234 + stime 567 ticks of 10 ms; the command name holds spaces and parentheses.
-	got, err := ParseStatCPU(data)
+	got, err := ParseStatCPU(fixture(t, "stat"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,17 +168,9 @@ func TestParseStatCPU(t *testing.T) {
 }
 
 func TestParseStatus(t *testing.T) {
-	data, err := os.ReadFile("testdata/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := ParseStatus(data)
-	if err != nil {
-		t.Fatal(err)
-	}
 	want := Memory{RSS: 95232 << 10, HWM: 98304 << 10, Anon: 49560 << 10}
-	if got != want {
-		t.Errorf("ParseStatus = %+v, want %+v", got, want)
+	if got, err := ParseStatus(fixture(t, "status")); err != nil || got != want {
+		t.Errorf("ParseStatus = %+v, %v; want %+v", got, err, want)
 	}
 	if _, err := ParseStatus([]byte("Name:\tzombie\nState:\tZ (zombie)\n")); err == nil {
 		t.Error("a status without VmRSS parsed")
@@ -247,5 +246,34 @@ func TestProgressStampsLines(t *testing.T) {
 	Progress("quota-controller")("cold sync: %s", MS(1500*time.Microsecond))
 	if got := buf.String(); !strings.HasPrefix(got, "bench quota-controller") || !strings.HasSuffix(got, "cold sync: 1.5ms\n") {
 		t.Errorf("progress line %q", got)
+	}
+}
+
+func TestSidesComposeFlags(t *testing.T) {
+	ours := Ours("x-controller", "example.com/cmd/x-controller", "--a=1")
+	if ours.Name != "x-controller" || ours.UserAgent != "x-controller/" || ours.Label() != "x-controller" {
+		t.Errorf("Ours = %+v", ours)
+	}
+	first, err := ours.Args("/kc", "--b=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, _ := ours.Args("/kc", "--c=3")
+	for _, want := range []string{"--kubeconfig=/kc", "--leader-elect=false", "--secure-port=0", "--log-level=info", "--a=1"} {
+		if !slices.Contains(first, want) {
+			t.Errorf("ours args %q lack %s", first, want)
+		}
+	}
+	// Per-run flags come last (they win), and one run's never leak into the next.
+	if first[len(first)-1] != "--b=2" || second[len(second)-1] != "--c=3" || slices.Contains(second, "--b=2") {
+		t.Errorf("ours args: %q then %q", first, second)
+	}
+
+	up := UpstreamSide("a-controller,b-controller", "--q=1")
+	args, _ := up.Args("/kc", "--z=9")
+	want := []string{"--kubeconfig=/kc", "--controllers=a-controller,b-controller", "--leader-elect=false",
+		"--use-service-account-credentials=false", "--secure-port=0", "--q=1", "--z=9", "--v=1"}
+	if !slices.Equal(args, want) || up.UserAgent != UpstreamUserAgent {
+		t.Errorf("upstream args %q, want %q", args, want)
 	}
 }

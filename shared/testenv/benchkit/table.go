@@ -57,6 +57,33 @@ func (rs *Rows[R]) Add(name string, value func(*R) float64, format string) {
 	*rs = append(*rs, Row[R]{Name: name, Value: value, Format: format})
 }
 
+// AddPercentiles appends one row per percentile in ps of the samples sel picks, in
+// milliseconds printed with format: "<name> p50 (ms)", ..., and "<name> max (ms)" for 100.
+func (rs *Rows[R]) AddPercentiles(name string, sel func(*R) []time.Duration, format string, ps ...float64) {
+	for _, p := range ps {
+		label := fmt.Sprintf("%s p%g (ms)", name, p)
+		if p == 100 {
+			label = name + " max (ms)"
+		}
+		rs.Add(label, PercentileMS(sel, p), format)
+	}
+}
+
+// AddSeconds appends the row name: the duration get reads, in seconds printed with format.
+func (rs *Rows[R]) AddSeconds(name string, get func(*R) time.Duration, format string) {
+	rs.Add(name, func(r *R) float64 { return get(r).Seconds() }, format)
+}
+
+// AddMiB appends the row name: the byte count get reads, in MiB with one decimal.
+func (rs *Rows[R]) AddMiB(name string, get func(*R) int64) {
+	rs.Add(name, func(r *R) float64 { return MiB(get(r)) }, "%.1f")
+}
+
+// AddCount appends the row name: the count get reads, as a whole number.
+func (rs *Rows[R]) AddCount(name string, get func(*R) int) {
+	rs.Add(name, func(r *R) float64 { return float64(get(r)) }, "%.0f")
+}
+
 // Compare builds the table metric | ours | upstream | ours/upstream from rows. A nil result
 // (that side was skipped, or failed) shows "n/a" in its column and in the ratio column.
 func Compare[R any](oursName, upstreamName string, ours, upstream *R, rows Rows[R]) Table {
