@@ -31,21 +31,10 @@ const (
 	numServices    = 200
 	podsPerService = 10
 	numFlips       = 500
-	floorSamples   = 200
-	// createWorkers is the fixture-creation concurrency: fast enough to set up 2,000 Pods
-	// in seconds, low enough not to starve the apiserver on a 2-core machine.
-	createWorkers = 16
 	// flipPause keeps the flip rate below both controllers' default client QPS (20/s), so
 	// flip latency measures the controller, not its client-side rate limiter.
-	flipPause  = 50 * time.Millisecond
-	floorPause = 10 * time.Millisecond
-	// idleSettle lets the controller finish whatever follows its cold sync (GC, trailing
-	// events) before idle RSS and cold-sync writes are read.
-	idleSettle = 5 * time.Second
-	// quietSettle is how long to wait after the last expected write before counting, so
-	// that a stray extra write is counted rather than missed.
-	quietSettle = 2 * time.Second
-	seed        = 20260101
+	flipPause = 50 * time.Millisecond
+	seed      = 20260101
 
 	coldSyncTimeout = 3 * time.Minute
 	flipTimeout     = 30 * time.Second
@@ -84,20 +73,14 @@ func BenchmarkEndpoints(b *testing.B) {
 
 // result holds everything one scenario measured.
 type result struct {
-	floor       []time.Duration // Pod status write -> watcher sees it
-	setup       time.Duration   // creating the fixtures (context only)
-	coldSync    time.Duration   // process start -> all Endpoints complete
-	coldWrites  int             // Endpoints writes until idle
-	coldCPU     time.Duration   // process CPU time at idle
-	idleRSS     int64           // bytes
-	idleAnon    int64           // RssAnon: the part of idleRSS that is not the binary's own pages
-	flips       []time.Duration // Pod status write -> watcher sees the Endpoints change
-	flipWrites  int             // Endpoints writes during the flips
-	flipCPU     time.Duration   // process CPU time spent during the flips
-	loadedRSS   int64           // max VmRSS sampled during the flips
-	peakRSS     int64           // VmHWM at the end of the flips
-	restartSync time.Duration   // restart -> sentinel Service has its Endpoints
-	restartW    int             // Endpoints writes for the 200 Services after the restart
+	cold        benchkit.ColdStart // up to idle; Writes are Endpoints writes, target one per Service
+	flips       []time.Duration    // Pod status write -> watcher sees the Endpoints change
+	flipWrites  int                // Endpoints writes during the flips
+	flipCPU     time.Duration      // process CPU time spent during the flips
+	loadedRSS   int64              // max VmRSS sampled during the flips
+	peakRSS     int64              // VmHWM at the end of the flips
+	restartSync time.Duration      // restart -> sentinel Service has its Endpoints
+	restartW    int                // Endpoints writes for the 200 Services after the restart
 }
 
 func runScenario(b *testing.B, c benchkit.Side) *result {
@@ -118,14 +101,14 @@ func runScenario(b *testing.B, c benchkit.Side) *result {
 	r := &result{}
 
 	// 1. Floor: the same kind of write the flips make, seen by the same kind of watcher.
-	r.floor = measureFloor(ctx, b, client, watchClient)
-	logf("floor: p50 %s p99 %s", benchkit.MS(benchkit.Percentile(r.floor, 50)), benchkit.MS(benchkit.Percentile(r.floor, 99)))
+	r.cold.Floor = measureFloor(ctx, b, client, watchClient)
+	logf("floor: p50 %s p99 %s", benchkit.MS(benchkit.Percentile(r.cold.Floor, 50)), benchkit.MS(benchkit.Percentile(r.cold.Floor, 99)))
 
 	// 2. Fixtures, then the controller's cold sync.
 	start = time.Now()
 	pods := createFixtures(ctx, b, client)
-	r.setup = time.Since(start)
-	logf("created %d Services and %d Pods in %s", numServices, numServices*podsPerService, r.setup.Round(time.Millisecond))
+	r.cold.Setup = time.Since(start)
+	logf("created %d Services and %d Pods in %s", numServices, numServices*podsPerService, r.cold.Setup.Round(time.Millisecond))
 
 	eps := benchkit.NewObserver[*corev1.Endpoints](ctx, b, watchClient, "", func(f informers.SharedInformerFactory) cache.SharedIndexInformer {
 		return f.Core().V1().Endpoints().Informer()
@@ -141,27 +124,24 @@ func runScenario(b *testing.B, c benchkit.Side) *result {
 	})
 	proc := c.Start(b, bin, env.Kubeconfig)
 	at := proc.Await(converged, coldSyncTimeout, "all Endpoints complete after the cold sync")
-	r.coldSync = at.Sub(proc.Started)
-	logf("cold sync: %s", r.coldSync.Round(time.Millisecond))
+	r.cold.Sync = at.Sub(proc.Started)
+	logf("cold sync: %s", r.cold.Sync.Round(time.Millisecond))
 
 	// 3. Idle.
-	time.Sleep(idleSettle)
-	mem := proc.Memory()
-	r.idleRSS, r.idleAnon = mem.RSS, mem.Anon
-	r.coldCPU = proc.CPU()
-	r.coldWrites = countWrites(b, env, c.UserAgent, benchNS)
-	if r.coldWrites == 0 {
+	r.cold.SettleIdle(proc)
+	r.cold.Writes = countWrites(b, env, c.UserAgent, benchNS)
+	if r.cold.Writes == 0 {
 		b.Fatalf("the audit log holds no Endpoints writes by user agent %q although the Endpoints converged: did the user agent change?", c.UserAgent)
 	}
-	logf("idle: rss %s, %d Endpoints writes", benchkit.MiBString(r.idleRSS), r.coldWrites)
+	logf("idle: rss %s, %d Endpoints writes", benchkit.MiBString(r.cold.IdleRSS), r.cold.Writes)
 
 	// 4. Readiness flips.
-	before := r.coldWrites
+	before := r.cold.Writes
 	cpuBefore := proc.CPU()
 	stopSampling := proc.SampleRSS(&r.loadedRSS, 50*time.Millisecond)
 	r.flips = flip(ctx, b, client, eps, proc, pods)
 	stopSampling()
-	time.Sleep(quietSettle)
+	time.Sleep(benchkit.QuietSettle)
 	r.flipCPU = proc.CPU() - cpuBefore
 	r.peakRSS = proc.Memory().HWM
 	r.flipWrites = countWrites(b, env, c.UserAgent, benchNS) - before
@@ -184,7 +164,7 @@ func runScenario(b *testing.B, c benchkit.Side) *result {
 	}
 	at = proc.Await(sentinel, restartTimeout, "the sentinel Service's Endpoints after the restart")
 	r.restartSync = at.Sub(proc.Started)
-	time.Sleep(quietSettle)
+	time.Sleep(benchkit.QuietSettle)
 	r.restartW = countWrites(b, env, c.UserAgent, benchNS) - before
 	logf("warm restart: sentinel synced after %s, %d Endpoints writes", r.restartSync.Round(time.Millisecond), r.restartW)
 	proc.Shutdown()
@@ -193,9 +173,7 @@ func runScenario(b *testing.B, c benchkit.Side) *result {
 
 // measureFloor times one write-and-observe hop: UpdateStatus issued -> a watcher on Pods sees
 // the new status. A controller makes exactly such a hop (its Endpoints write, seen by our
-// watcher) after it learns of a Pod change, so this bounds flip latency from below. It is
-// timed from the request, not the response: the apiserver sends the watch event and the
-// response together, so response -> event is about zero and says nothing.
+// watcher) after it learns of a Pod change, so this bounds flip latency from below.
 func measureFloor(ctx context.Context, b *testing.B, client, watchClient kubernetes.Interface) []time.Duration {
 	b.Helper()
 	pod, err := createPod(ctx, client, makePod(floorNS, 0, 0, "10.254.0.1"))
@@ -206,26 +184,18 @@ func measureFloor(ctx context.Context, b *testing.B, client, watchClient kuberne
 		return f.Core().V1().Pods().Informer()
 	})
 	key := floorNS + "/" + pod.Name
-	out := make([]time.Duration, 0, floorSamples)
-	for range floorSamples {
+	return benchkit.MeasureFloor(b, flipTimeout, func(int) (<-chan time.Time, func()) {
 		ready := !isReady(pod)
 		next := pod.DeepCopy()
 		setReady(next, ready)
 		seen := obs.When(key, func(p *corev1.Pod) bool { return isReady(p) == ready })
-		issued := time.Now()
-		pod, err = client.CoreV1().Pods(floorNS).UpdateStatus(ctx, next, metav1.UpdateOptions{})
-		if err != nil {
-			b.Fatalf("floor: updating Pod status: %v", err)
+		return seen, func() {
+			pod, err = client.CoreV1().Pods(floorNS).UpdateStatus(ctx, next, metav1.UpdateOptions{})
+			if err != nil {
+				b.Fatalf("floor: updating Pod status: %v", err)
+			}
 		}
-		select {
-		case at := <-seen:
-			out = append(out, at.Sub(issued))
-		case <-time.After(flipTimeout):
-			b.Fatalf("floor: the watcher never saw Pod %s turn ready=%v", key, ready)
-		}
-		time.Sleep(floorPause)
-	}
-	return out
+	})
 }
 
 // flip turns the readiness of numFlips Pods, one at a time, and times UpdateStatus response ->
@@ -313,7 +283,7 @@ func createPod(ctx context.Context, client kubernetes.Interface, p *corev1.Pod) 
 // indexed [service][pod], so flips can update them without reading them back.
 func createFixtures(ctx context.Context, b *testing.B, client kubernetes.Interface) [][]*corev1.Pod {
 	b.Helper()
-	err := benchkit.Parallel(ctx, numServices, createWorkers, func(ctx context.Context, s int) error {
+	err := benchkit.Parallel(ctx, numServices, benchkit.CreateWorkers, func(ctx context.Context, s int) error {
 		_, err := client.CoreV1().Services(benchNS).Create(ctx, makeService(benchNS, s), metav1.CreateOptions{})
 		return err
 	})
@@ -324,7 +294,7 @@ func createFixtures(ctx context.Context, b *testing.B, client kubernetes.Interfa
 	for s := range pods {
 		pods[s] = make([]*corev1.Pod, podsPerService)
 	}
-	err = benchkit.Parallel(ctx, numServices*podsPerService, createWorkers, func(ctx context.Context, n int) error {
+	err = benchkit.Parallel(ctx, numServices*podsPerService, benchkit.CreateWorkers, func(ctx context.Context, n int) error {
 		s, i := n/podsPerService, n%podsPerService
 		p, err := createPod(ctx, client, makePod(benchNS, s, i, podIP(s, i)))
 		pods[s][i] = p
@@ -385,10 +355,10 @@ func (r *result) perFlip() float64 { return float64(r.flipWrites) / float64(len(
 // report publishes the key numbers as benchmark metrics, so benchstat can compare runs.
 func (r *result) report(b *testing.B) {
 	b.ReportMetric(0, "ns/op") // one scenario per run: ns/op would only repeat the wall time
-	b.ReportMetric(benchkit.Millis(benchkit.Percentile(r.floor, 50)), "floor-p50-ms")
-	b.ReportMetric(r.coldSync.Seconds(), "cold-sync-s")
-	b.ReportMetric(float64(r.coldWrites), "cold-writes")
-	b.ReportMetric(benchkit.MiB(r.idleRSS), "idle-rss-MiB")
+	b.ReportMetric(benchkit.Millis(benchkit.Percentile(r.cold.Floor, 50)), "floor-p50-ms")
+	b.ReportMetric(r.cold.Sync.Seconds(), "cold-sync-s")
+	b.ReportMetric(float64(r.cold.Writes), "cold-writes")
+	b.ReportMetric(benchkit.MiB(r.cold.IdleRSS), "idle-rss-MiB")
 	b.ReportMetric(benchkit.Millis(benchkit.Percentile(r.flips, 50)), "flip-p50-ms")
 	b.ReportMetric(benchkit.Millis(benchkit.Percentile(r.flips, 99)), "flip-p99-ms")
 	b.ReportMetric(r.perFlip(), "writes/flip")
@@ -403,13 +373,7 @@ func printTable(w io.Writer, mine, theirs *result) {
 		return
 	}
 	var rows benchkit.Rows[result]
-	rows.AddPercentiles("floor latency", func(r *result) []time.Duration { return r.floor }, "%.1f", 50, 99)
-	rows.AddSeconds("fixture setup, context (s)", func(r *result) time.Duration { return r.setup }, "%.1f")
-	rows.AddSeconds("cold sync (s)", func(r *result) time.Duration { return r.coldSync }, "%.2f")
-	rows.AddCount(fmt.Sprintf("cold sync Endpoints writes (target %d)", numServices), func(r *result) int { return r.coldWrites })
-	rows.AddSeconds("cold sync CPU (s)", func(r *result) time.Duration { return r.coldCPU }, "%.2f")
-	rows.AddMiB("idle RSS (MiB)", func(r *result) int64 { return r.idleRSS })
-	rows.AddMiB("  of which anonymous, RssAnon (MiB)", func(r *result) int64 { return r.idleAnon })
+	rows.AddColdStart(func(r *result) *benchkit.ColdStart { return &r.cold }, "Endpoints", numServices)
 	rows.AddPercentiles("flip latency", func(r *result) []time.Duration { return r.flips }, "%.1f", 50, 90, 99, 100)
 	rows.Add("writes per flip (target 1.00)", (*result).perFlip, "%.2f")
 	rows.AddSeconds("flips CPU (s)", func(r *result) time.Duration { return r.flipCPU }, "%.2f")

@@ -38,9 +38,8 @@ const (
 	// result).
 	hugeConfigMaps = 70000
 
-	createWorkers = 16
-	goneTimeout   = 20 * time.Minute
-	startTimeout  = 2 * time.Minute
+	goneTimeout  = 20 * time.Minute
+	startTimeout = 2 * time.Minute
 
 	// Both sides at upstream defaults, passed explicitly.
 	concurrentSyncs = "10"
@@ -177,7 +176,7 @@ func measure(ctx context.Context, b *testing.B, env *testenv.Env, client kuberne
 	cpuBefore := proc.CPU()
 	writesBefore := countWrites(b, env, c.userAgent)
 	start := time.Now()
-	err := benchkit.Parallel(ctx, len(names), createWorkers, func(ctx context.Context, i int) error {
+	err := benchkit.Parallel(ctx, len(names), benchkit.CreateWorkers, func(ctx context.Context, i int) error {
 		return client.CoreV1().Namespaces().Delete(ctx, names[i], metav1.DeleteOptions{})
 	})
 	if err != nil {
@@ -214,7 +213,7 @@ func measure(ctx context.Context, b *testing.B, env *testenv.Env, client kuberne
 	}
 	p := &phase{gone: time.Since(start)}
 	// Let trailing requests (a last status write racing the finalize) land before counting.
-	time.Sleep(2 * time.Second)
+	time.Sleep(benchkit.QuietSettle)
 	p.requests = proc.requests(b) - reqBefore
 	p.cpu = proc.CPU() - cpuBefore
 	p.writes = countWrites(b, env, c.userAgent) - writesBefore
@@ -225,7 +224,7 @@ func measure(ctx context.Context, b *testing.B, env *testenv.Env, client kuberne
 
 func create(ctx context.Context, b *testing.B, n int, fn func(context.Context, int) error) {
 	b.Helper()
-	if err := benchkit.Parallel(ctx, n, createWorkers, func(ctx context.Context, i int) error {
+	if err := benchkit.Parallel(ctx, n, benchkit.CreateWorkers, func(ctx context.Context, i int) error {
 		err := fn(ctx, i)
 		if apierrors.IsAlreadyExists(err) {
 			return nil

@@ -46,7 +46,6 @@ const (
 	afterDetection  = 10 * time.Second
 	syncTimeout     = 3 * time.Minute
 	detectTimeout   = grace + 2*time.Minute
-	createWorkers   = 16
 	region          = "bench"
 	upstreamPeriod  = "5s"
 	admissionTaint  = corev1.TaintNodeNotReady
@@ -164,7 +163,7 @@ func zoneOf(i int) string   { return fmt.Sprintf("zone-%d", i%numZones) }
 
 func createNodes(ctx context.Context, b *testing.B, client kubernetes.Interface) {
 	b.Helper()
-	err := benchkit.Parallel(ctx, numNodes, createWorkers, func(ctx context.Context, i int) error {
+	err := benchkit.Parallel(ctx, numNodes, benchkit.CreateWorkers, func(ctx context.Context, i int) error {
 		now := metav1.Now()
 		_, err := client.CoreV1().Nodes().Create(ctx, &corev1.Node{
 			ObjectMeta: metav1.ObjectMeta{Name: nodeName(i), Labels: map[string]string{

@@ -31,15 +31,10 @@ const (
 	podsPerNamespace = 20
 	// deletesPerPhase Pods are deleted in each phase, round-robin over the namespaces.
 	deletesPerPhase = 400
-	floorSamples    = 200
-	createWorkers   = 16
 	// deletePause keeps the delete rate (and so the controller's writes) at about 13/s, under
 	// both controllers' default client QPS (20/s): latency measures the controller, not its
 	// client-side rate limiter.
 	deletePause = 75 * time.Millisecond
-	floorPause  = 10 * time.Millisecond
-	idleSettle  = 5 * time.Second
-	quietSettle = 2 * time.Second
 
 	coldSyncTimeout = 3 * time.Minute
 	deleteTimeout   = 30 * time.Second
@@ -73,18 +68,12 @@ func BenchmarkQuota(b *testing.B) {
 
 // result holds everything one scenario measured.
 type result struct {
-	floor         []time.Duration
-	setup         time.Duration
-	coldSync      time.Duration
-	coldWrites    int
-	coldCPU       time.Duration
-	idleRSS       int64
-	quiet         []time.Duration // phase 1: delete -> status.used, no full recalculation
+	cold          benchkit.ColdStart // up to idle; Writes are quota writes, target one per quota
+	quiet         []time.Duration    // phase 1: delete -> status.used, no full recalculation
 	quietWrites   int
 	quietCPU      time.Duration
 	busy          []time.Duration // phase 2: the same, with a full recalculation every second
 	busyWrites    int
-	idleAnon      int64 // RssAnon at idle: heap and runtime, without the binary's file pages
 	loadedRSS     int64 // max VmRSS sampled during phase 1
 	failed        int   // refused writes (conflicts) over the whole run
 	restartSync   time.Duration
@@ -113,15 +102,15 @@ func runScenario(b *testing.B, c benchkit.Side) *result {
 
 	// 1. Floor: a quota status write seen by a watcher, the one hop the controller makes after
 	// it learns of a delete.
-	r.floor = measureFloor(ctx, b, client, quotas)
-	logf("floor: p50 %s p99 %s", benchkit.MS(benchkit.Percentile(r.floor, 50)), benchkit.MS(benchkit.Percentile(r.floor, 99)))
+	r.cold.Floor = measureFloor(ctx, b, client, quotas)
+	logf("floor: p50 %s p99 %s", benchkit.MS(benchkit.Percentile(r.cold.Floor, 50)), benchkit.MS(benchkit.Percentile(r.cold.Floor, 99)))
 
 	// 2. Fixtures: Pods first, then the quotas (so admission lets the Pods in without a
 	// controller), then the controller's cold sync computes every quota from scratch.
 	start = time.Now()
 	createFixtures(ctx, b, client)
-	r.setup = time.Since(start)
-	logf("created %d namespaces x %d Pods + 1 quota in %s", numNamespaces, podsPerNamespace, r.setup.Round(time.Millisecond))
+	r.cold.Setup = time.Since(start)
+	logf("created %d namespaces x %d Pods + 1 quota in %s", numNamespaces, podsPerNamespace, r.cold.Setup.Round(time.Millisecond))
 
 	remaining := make([]int, numNamespaces)
 	for i := range remaining {
@@ -138,17 +127,14 @@ func runScenario(b *testing.B, c benchkit.Side) *result {
 	})
 	proc := c.Start(b, bin, env.Kubeconfig, "--resource-quota-sync-period="+quietPeriod)
 	at := proc.Await(converged, coldSyncTimeout, "every quota's used pods after the cold sync")
-	r.coldSync = at.Sub(proc.Started)
-	logf("cold sync: %s", r.coldSync.Round(time.Millisecond))
-	time.Sleep(idleSettle)
-	mem := proc.Memory()
-	r.idleRSS, r.idleAnon = mem.RSS, mem.Anon
-	r.coldCPU = proc.CPU()
-	r.coldWrites = countWrites(b, env, c.UserAgent)
-	if r.coldWrites == 0 {
+	r.cold.Sync = at.Sub(proc.Started)
+	logf("cold sync: %s", r.cold.Sync.Round(time.Millisecond))
+	r.cold.SettleIdle(proc)
+	r.cold.Writes = countWrites(b, env, c.UserAgent)
+	if r.cold.Writes == 0 {
 		b.Fatalf("the audit log holds no quota writes by user agent %q although the quotas converged", c.UserAgent)
 	}
-	logf("idle: rss %s, %d quota writes", benchkit.MiBString(r.idleRSS), r.coldWrites)
+	logf("idle: rss %s, %d quota writes", benchkit.MiBString(r.cold.IdleRSS), r.cold.Writes)
 
 	// 3. Phase 1: deletes, no full recalculation.
 	next := 0 // the next Pod to delete, over all namespaces
@@ -157,7 +143,7 @@ func runScenario(b *testing.B, c benchkit.Side) *result {
 	stopSampling := proc.SampleRSS(&r.loadedRSS, 50*time.Millisecond)
 	r.quiet = deletes(ctx, b, client, quotas, proc, remaining, &next)
 	stopSampling()
-	time.Sleep(quietSettle)
+	time.Sleep(benchkit.QuietSettle)
 	r.quietCPU = proc.CPU() - cpuBefore
 	r.quietWrites = countWrites(b, env, c.UserAgent) - before
 	logf("quiet deletes: p50 %s p99 %s, %d writes", benchkit.MS(benchkit.Percentile(r.quiet, 50)), benchkit.MS(benchkit.Percentile(r.quiet, 99)), r.quietWrites)
@@ -174,14 +160,14 @@ func runScenario(b *testing.B, c benchkit.Side) *result {
 	}
 	at = proc.Await(sentinel, coldSyncTimeout, "the sentinel quota's status after the restart")
 	r.restartSync = at.Sub(proc.Started)
-	time.Sleep(quietSettle)
+	time.Sleep(benchkit.QuietSettle)
 	r.restartW = countWrites(b, env, c.UserAgent) - before - 1 // the sentinel's own write
 	logf("warm restart: sentinel synced after %s, %d writes to unchanged quotas", r.restartSync.Round(time.Millisecond), r.restartW)
 
 	before = countWrites(b, env, c.UserAgent)
 	cpuBefore = proc.CPU()
 	r.busy = deletes(ctx, b, client, quotas, proc, remaining, &next)
-	time.Sleep(quietSettle)
+	time.Sleep(benchkit.QuietSettle)
 	r.busyResyncCPU = proc.CPU() - cpuBefore
 	r.busyWrites = countWrites(b, env, c.UserAgent) - before
 	logf("deletes during full recalculations: p50 %s p99 %s, %d writes", benchkit.MS(benchkit.Percentile(r.busy, 50)), benchkit.MS(benchkit.Percentile(r.busy, 99)), r.busyWrites)
@@ -228,28 +214,20 @@ func measureFloor(ctx context.Context, b *testing.B, client kubernetes.Interface
 	if err != nil {
 		b.Fatal(err)
 	}
-	out := make([]time.Duration, 0, floorSamples)
-	for i := range floorSamples {
+	return benchkit.MeasureFloor(b, deleteTimeout, func(i int) (<-chan time.Time, func()) {
 		next := rq.DeepCopy()
 		next.Status = corev1.ResourceQuotaStatus{Hard: next.Spec.Hard, Used: corev1.ResourceList{corev1.ResourcePods: *resource.NewQuantity(int64(i%50), resource.DecimalSI)}}
 		want := i % 50
 		seen := quotas.When(floorNS+"/"+quotaName, func(rq *corev1.ResourceQuota) bool {
 			return usedPods(rq, want) && rq.ResourceVersion != next.ResourceVersion
 		})
-		issued := time.Now()
-		rq, err = client.CoreV1().ResourceQuotas(floorNS).UpdateStatus(ctx, next, metav1.UpdateOptions{})
-		if err != nil {
-			b.Fatalf("floor: %v", err)
+		return seen, func() {
+			rq, err = client.CoreV1().ResourceQuotas(floorNS).UpdateStatus(ctx, next, metav1.UpdateOptions{})
+			if err != nil {
+				b.Fatalf("floor: %v", err)
+			}
 		}
-		select {
-		case at := <-seen:
-			out = append(out, at.Sub(issued))
-		case <-time.After(deleteTimeout):
-			b.Fatal("floor: the watcher never saw the quota status")
-		}
-		time.Sleep(floorPause)
-	}
-	return out
+	})
 }
 
 func podName(i int) string { return fmt.Sprintf("pod-%02d", i) }
@@ -283,19 +261,19 @@ func makePod(namespace string, i int) *corev1.Pod {
 
 func createFixtures(ctx context.Context, b *testing.B, client kubernetes.Interface) {
 	b.Helper()
-	if err := benchkit.Parallel(ctx, numNamespaces, createWorkers, func(ctx context.Context, i int) error {
+	if err := benchkit.Parallel(ctx, numNamespaces, benchkit.CreateWorkers, func(ctx context.Context, i int) error {
 		_, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns(i)}}, metav1.CreateOptions{})
 		return err
 	}); err != nil {
 		b.Fatalf("creating namespaces: %v", err)
 	}
-	if err := benchkit.Parallel(ctx, numNamespaces*podsPerNamespace, createWorkers, func(ctx context.Context, k int) error {
+	if err := benchkit.Parallel(ctx, numNamespaces*podsPerNamespace, benchkit.CreateWorkers, func(ctx context.Context, k int) error {
 		_, err := client.CoreV1().Pods(ns(k/podsPerNamespace)).Create(ctx, makePod(ns(k/podsPerNamespace), k%podsPerNamespace), metav1.CreateOptions{})
 		return err
 	}); err != nil {
 		b.Fatalf("creating Pods: %v", err)
 	}
-	if err := benchkit.Parallel(ctx, numNamespaces, createWorkers, func(ctx context.Context, i int) error {
+	if err := benchkit.Parallel(ctx, numNamespaces, benchkit.CreateWorkers, func(ctx context.Context, i int) error {
 		_, err := client.CoreV1().ResourceQuotas(ns(i)).Create(ctx, makeQuota(ns(i)), metav1.CreateOptions{})
 		return err
 	}); err != nil {
@@ -331,9 +309,9 @@ func perDelete(writes int, lat []time.Duration) float64 {
 
 func (r *result) report(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
-	b.ReportMetric(benchkit.Millis(benchkit.Percentile(r.floor, 50)), "floor-p50-ms")
-	b.ReportMetric(r.coldSync.Seconds(), "cold-sync-s")
-	b.ReportMetric(benchkit.MiB(r.idleRSS), "idle-rss-MiB")
+	b.ReportMetric(benchkit.Millis(benchkit.Percentile(r.cold.Floor, 50)), "floor-p50-ms")
+	b.ReportMetric(r.cold.Sync.Seconds(), "cold-sync-s")
+	b.ReportMetric(benchkit.MiB(r.cold.IdleRSS), "idle-rss-MiB")
 	b.ReportMetric(benchkit.Millis(benchkit.Percentile(r.quiet, 50)), "delete-p50-ms")
 	b.ReportMetric(benchkit.Millis(benchkit.Percentile(r.quiet, 99)), "delete-p99-ms")
 	b.ReportMetric(benchkit.Millis(benchkit.Percentile(r.busy, 50)), "resync-delete-p50-ms")
@@ -349,13 +327,7 @@ func printTable(w io.Writer, mine, theirs *result) {
 	quiet := func(r *result) []time.Duration { return r.quiet }
 	busy := func(r *result) []time.Duration { return r.busy }
 	var rows benchkit.Rows[result]
-	rows.AddPercentiles("floor latency", func(r *result) []time.Duration { return r.floor }, "%.1f", 50, 99)
-	rows.AddSeconds("fixture setup, context (s)", func(r *result) time.Duration { return r.setup }, "%.1f")
-	rows.AddSeconds("cold sync (s)", func(r *result) time.Duration { return r.coldSync }, "%.2f")
-	rows.AddCount(fmt.Sprintf("cold sync quota writes (target %d)", numNamespaces), func(r *result) int { return r.coldWrites })
-	rows.AddSeconds("cold sync CPU (s)", func(r *result) time.Duration { return r.coldCPU }, "%.2f")
-	rows.AddMiB("idle RSS (MiB)", func(r *result) int64 { return r.idleRSS })
-	rows.AddMiB("  of which anonymous, RssAnon (MiB)", func(r *result) int64 { return r.idleAnon })
+	rows.AddColdStart(func(r *result) *benchkit.ColdStart { return &r.cold }, "quota", numNamespaces)
 	rows.AddMiB("loaded RSS, max during deletes (MiB)", func(r *result) int64 { return r.loadedRSS })
 	rows.AddPercentiles("delete -> used", quiet, "%.1f", 50, 90, 99, 100)
 	rows.Add("writes per delete (target 1.00)", func(r *result) float64 { return perDelete(r.quietWrites, r.quiet) }, "%.2f")
