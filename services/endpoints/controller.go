@@ -6,7 +6,6 @@ package endpoints
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -24,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/kcm-split/kcm-split/shared/informer"
 	"github.com/kcm-split/kcm-split/shared/worker"
 )
 
@@ -42,15 +42,12 @@ type Controller struct {
 	services  corelisters.ServiceLister
 	pods      corelisters.PodLister
 	endpoints corelisters.EndpointsLister
-	synced    []cache.InformerSynced
+	// handlers are the event-handler registrations; Run returns their failure, if any.
+	handlers informer.Handlers
 
 	queue    *worker.Queue[string]
 	stale    *staleTracker
 	triggers *triggerTracker
-
-	// setupErr is a failure to register an event handler (the informer had already been
-	// stopped); Run returns it.
-	setupErr error
 }
 
 // New builds the controller and registers its event handlers on the informers; it starts
@@ -82,61 +79,40 @@ func New(
 	}
 	// Service updates are not filtered: nearly any change (selector, ports, labels, type,
 	// cluster IP) can matter, and a sync that finds nothing to change costs no API call.
-	c.register(services.Informer(), cache.ResourceEventHandlerFuncs{
+	c.handlers.Add(services.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueue,
 		UpdateFunc: func(_, cur any) { c.enqueue(cur) },
 		DeleteFunc: c.enqueue,
 	})
-	c.register(pods.Informer(), cache.ResourceEventHandlerFuncs{
+	c.handlers.Add(pods.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.onPodAdd,
 		UpdateFunc: c.onPodUpdate,
 		DeleteFunc: c.onPodDelete,
 	})
 	// Of the Endpoints' own events only deletion matters: a deleted Endpoints whose Service
 	// still exists is recreated at once.
-	c.register(endpoints.Informer(), cache.ResourceEventHandlerFuncs{
+	c.handlers.Add(endpoints.Informer(), cache.ResourceEventHandlerFuncs{
 		DeleteFunc: c.enqueue,
 	})
 	return c
 }
 
-func (c *Controller) register(inf cache.SharedIndexInformer, h cache.ResourceEventHandler) {
-	r, err := inf.AddEventHandler(h)
-	if err != nil {
-		c.setupErr = errors.Join(c.setupErr, err)
-		return
-	}
-	// The registration is synced once the informer has listed and this handler has seen
-	// every listed object, so no Service is missed by the first syncs.
-	c.synced = append(c.synced, r.HasSynced)
-}
-
 // HasSynced reports whether the informers have listed and the handlers have seen every
 // listed object; /readyz of a leader waits for it.
-func (c *Controller) HasSynced() bool {
-	if c.setupErr != nil {
-		return false
-	}
-	for _, synced := range c.synced {
-		if !synced() {
-			return false
-		}
-	}
-	return true
-}
+func (c *Controller) HasSynced() bool { return c.handlers.HasSynced() }
 
 // Run waits for the caches, queues every existing Endpoints so that those whose Service is
 // gone are deleted, and runs workers until ctx ends. It returns nil when ctx ends.
 func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer c.queue.ShutDown()
-	if c.setupErr != nil {
-		return fmt.Errorf("registering event handlers: %w", c.setupErr)
+	if err := c.handlers.Err(); err != nil {
+		return fmt.Errorf("registering event handlers: %w", err)
 	}
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting endpoints controller", "workers", workers, "batchPeriod", c.opts.BatchPeriod)
 	defer logger.Info("Shutting down endpoints controller")
 
-	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced...) {
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.handlers.Synced()...) {
 		return nil // ctx ended first
 	}
 	c.queueAllEndpoints(ctx)

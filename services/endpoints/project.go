@@ -2,8 +2,9 @@ package endpoints
 
 import (
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kcm-split/kcm-split/shared/informer"
 )
 
 // cacheTransform trims objects before they enter the informers' caches. Pods are by far the
@@ -14,10 +15,7 @@ func cacheTransform(obj any) (any, error) {
 	if pod, ok := obj.(*v1.Pod); ok {
 		return projectPod(pod), nil
 	}
-	if m, err := meta.Accessor(obj); err == nil && m.GetManagedFields() != nil {
-		m.SetManagedFields(nil)
-	}
-	return obj, nil
+	return informer.DropManagedFields(obj)
 }
 
 // projectPod returns the part of pod the endpoints controller reads: identity, labels and

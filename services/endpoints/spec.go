@@ -7,6 +7,7 @@ import (
 	"k8s.io/client-go/informers"
 
 	"github.com/kcm-split/kcm-split/shared/app"
+	"github.com/kcm-split/kcm-split/shared/informer"
 )
 
 // Spec describes the endpoints-controller binary to app.Main.
@@ -27,29 +28,16 @@ func Spec() app.Spec {
 // replica watches nothing.
 func run(ctx context.Context, rt *app.Runtime) error {
 	opts := optionsFrom(rt.CLI)
-	recorder := rt.EventRecorder(ctx, ComponentName)
-	client := rt.Client
-
-	// The informers stop with this context. It also ends when Run returns early with an
-	// error, without which factory.Shutdown below would wait forever.
-	ctx, cancel := context.WithCancel(ctx)
-	factory := informers.NewSharedInformerFactoryWithOptions(client, rt.ResyncPeriod(), informers.WithTransform(cacheTransform))
+	factory := informers.NewSharedInformerFactoryWithOptions(rt.Client, rt.ResyncPeriod(), informers.WithTransform(cacheTransform))
 	c := New(
 		factory.Core().V1().Pods(),
 		factory.Core().V1().Services(),
 		factory.Core().V1().Endpoints(),
-		client,
-		recorder,
+		rt.Client,
+		rt.EventRecorder(ctx, ComponentName),
 		opts,
 		rt.Registry,
 	)
-	factory.Start(ctx.Done())
-	// Wait for the informers' goroutines, so that the Lease is released only once nothing
-	// is left running.
-	defer func() {
-		cancel()
-		factory.Shutdown()
-	}()
 	rt.SetSynced(c.HasSynced)
-	return c.Run(ctx, opts.ConcurrentSyncs)
+	return informer.Run(ctx, func(ctx context.Context) error { return c.Run(ctx, opts.ConcurrentSyncs) }, factory)
 }

@@ -31,6 +31,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/kcm-split/kcm-split/shared/informer"
 	"github.com/kcm-split/kcm-split/shared/worker"
 )
 
@@ -54,8 +55,9 @@ type Controller struct {
 	recorder   record.EventRecorder
 	opts       Options
 
-	lister    corelisters.NamespaceLister
-	synced    []cache.InformerSynced
+	lister corelisters.NamespaceLister
+	// handlers are the event-handler registrations; Run returns their failure, if any.
+	handlers  informer.Handlers
 	resources *resourceCache
 	deleter   *deleter
 	queue     *worker.Queue[string]
@@ -66,8 +68,6 @@ type Controller struct {
 	// seen records when this process first saw each namespace (by UID) with a deletion
 	// timestamp; the grace period and the freshness of discovery count from there.
 	seen map[types.UID]time.Time
-
-	setupErr error
 }
 
 // kubernetesNamespaces is the part of the typed client the controller uses.
@@ -114,16 +114,11 @@ func New(
 		seen: map[types.UID]time.Time{},
 	}
 	c.metrics = newMetrics(reg, c.lister)
-	r, err := namespaces.Informer().AddEventHandlerWithResyncPeriod(cache.ResourceEventHandlerFuncs{
+	c.handlers.AddWithResync(namespaces.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.onChange(nil, obj) },
 		UpdateFunc: c.onChange,
 		DeleteFunc: c.onDelete,
 	}, opts.SyncPeriod)
-	if err != nil {
-		c.setupErr = err
-	} else {
-		c.synced = append(c.synced, r.HasSynced)
-	}
 	return c
 }
 
@@ -139,27 +134,17 @@ func rateLimiter() workqueue.TypedRateLimiter[string] {
 
 // HasSynced reports whether the namespace informer has listed and this controller has seen
 // every listed namespace; /readyz of a leader waits for it.
-func (c *Controller) HasSynced() bool {
-	if c.setupErr != nil {
-		return false
-	}
-	for _, s := range c.synced {
-		if !s() {
-			return false
-		}
-	}
-	return true
-}
+func (c *Controller) HasSynced() bool { return c.handlers.HasSynced() }
 
 // Run waits for the cache, runs workers until ctx ends, then drains them.
 func (c *Controller) Run(ctx context.Context, workers int) error {
-	if c.setupErr != nil {
-		return fmt.Errorf("registering event handlers: %w", c.setupErr)
+	if err := c.handlers.Err(); err != nil {
+		return fmt.Errorf("registering event handlers: %w", err)
 	}
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting namespace controller", "workers", workers)
 	defer logger.Info("Shutting down namespace controller")
-	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced...) {
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.handlers.Synced()...) {
 		return nil
 	}
 	c.queue.Run(ctx, workers, c.sync)

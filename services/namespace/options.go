@@ -42,11 +42,12 @@ const (
 	// whole collection in one request, which times out on tens of thousands of objects and
 	// then fails the same way on every retry.
 	DefaultPageSize = 500
-	// qpsFactor and burstFactor raise the client's rate limits for this controller, as
-	// kube-controller-manager does for its namespace controller (QPS x20, burst x100): it
-	// makes many small calls per namespace and would otherwise crawl.
-	qpsFactor   = 20
-	burstFactor = 100
+	// DefaultQPS and DefaultBurst are this binary's --kube-api-qps and --kube-api-burst
+	// defaults: the budget kube-controller-manager gives its namespace controller (its
+	// shared 20 and 30 raised x20 and x100), since deleting a namespace takes many small
+	// calls. Unlike there, the flags set the budget itself, not a base to multiply.
+	DefaultQPS   = 400
+	DefaultBurst = 3000
 )
 
 // Options are the controller's own settings.

@@ -7,13 +7,12 @@ import (
 	"github.com/urfave/cli/v2"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kcm-split/kcm-split/shared/app"
+	"github.com/kcm-split/kcm-split/shared/informer"
 )
 
 // Spec describes the namespace-controller binary to app.Main.
@@ -22,7 +21,10 @@ func Spec() app.Spec {
 		ID:          ControllerID,
 		Usage:       "deletes everything in a deleted namespace, Pods first, then finalizes it",
 		DefaultPort: DefaultPort,
-		Flags:       flags(),
+		// Many small calls per namespace: see DefaultQPS.
+		DefaultQPS:   DefaultQPS,
+		DefaultBurst: DefaultBurst,
+		Flags:        flags(),
 		Validate: func(c *cli.Context) error {
 			return optionsFrom(c).Validate()
 		},
@@ -40,20 +42,13 @@ var (
 // replica watches nothing.
 func run(ctx context.Context, rt *app.Runtime) error {
 	opts := optionsFrom(rt.CLI)
-	cfg := rest.CopyConfig(rt.Config)
-	cfg.QPS *= qpsFactor
-	cfg.Burst *= burstFactor
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("building client: %w", err)
-	}
-	meta, err := metadata.NewForConfig(cfg)
+	client := rt.Client
+	meta, err := metadata.NewForConfig(rt.Config)
 	if err != nil {
 		return fmt.Errorf("building metadata client: %w", err)
 	}
 	recorder := rt.EventRecorder(ctx, ComponentName)
 
-	ctx, cancel := context.WithCancel(ctx)
 	factory := informers.NewSharedInformerFactory(client, rt.ResyncPeriod())
 	c := New(
 		factory.Core().V1().Namespaces(),
@@ -78,19 +73,9 @@ func run(ctx context.Context, rt *app.Runtime) error {
 			DeleteFunc: fn,
 		})
 		if err != nil {
-			cancel()
 			return fmt.Errorf("watching %s: %w", gvr.Resource, err)
 		}
 	}
-	factory.Start(ctx.Done())
-	watched.Start(ctx.Done())
-	// Wait for the informers' goroutines, so that the Lease is released only once nothing
-	// is left running.
-	defer func() {
-		cancel()
-		factory.Shutdown()
-		watched.Shutdown()
-	}()
 	rt.SetSynced(c.HasSynced)
-	return c.Run(ctx, opts.ConcurrentSyncs)
+	return informer.Run(ctx, func(ctx context.Context) error { return c.Run(ctx, opts.ConcurrentSyncs) }, factory, watched)
 }

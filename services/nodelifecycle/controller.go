@@ -9,7 +9,6 @@ package nodelifecycle
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -27,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/kcm-split/kcm-split/shared/informer"
 	"github.com/kcm-split/kcm-split/shared/worker"
 )
 
@@ -89,7 +89,9 @@ type Controller struct {
 	leases     coordlisters.LeaseLister
 	pods       corelisters.PodLister
 	podsByNode cache.Indexer
-	synced     []cache.InformerSynced
+	// handlers are the event-handler registrations (the evictor's too) and the index;
+	// Run returns their failure, if any.
+	handlers informer.Handlers
 
 	health    *healthTracker
 	nodeQueue *worker.Queue[string]
@@ -107,8 +109,6 @@ type Controller struct {
 	// Only the monitor goroutine touches these.
 	known     map[string]bool
 	firstPass bool
-
-	setupErr error
 }
 
 // zone is one failure domain's state and NoExecute queue.
@@ -159,21 +159,21 @@ func New(
 	if err := podInf.AddIndexers(cache.Indexers{nodeNameIndex: indexByNodeName}); err != nil {
 		// Another component of this process added the same index already.
 		if _, exists := podInf.GetIndexer().GetIndexers()[nodeNameIndex]; !exists {
-			c.setupErr = errors.Join(c.setupErr, err)
+			c.handlers.Track(nil, err)
 		}
 	}
 	c.podsByNode = podInf.GetIndexer()
 
-	c.register(nodes.Informer(), cache.ResourceEventHandlerFuncs{
+	c.handlers.Add(nodes.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.onNodeAdd,
 		UpdateFunc: c.onNodeUpdate,
 		DeleteFunc: c.onNodeDelete,
 	})
-	c.register(leases.Informer(), cache.ResourceEventHandlerFuncs{
+	c.handlers.Add(leases.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.onLease,
 		UpdateFunc: func(_, cur any) { c.onLease(cur) },
 	})
-	c.register(podInf, cache.ResourceEventHandlerFuncs{
+	c.handlers.Add(podInf, cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if pod, ok := obj.(*v1.Pod); ok && pod.Spec.NodeName != "" {
 				c.podQueue.Add(podKey(pod))
@@ -188,9 +188,7 @@ func New(
 		},
 	})
 	if opts.TaintEviction {
-		c.evictor = newEvictor(client, evictionRecorder, nodes, pods, c.podsByNode, c.metrics, reg, func() time.Time { return c.now() })
-		c.synced = append(c.synced, c.evictor.synced...)
-		c.setupErr = errors.Join(c.setupErr, c.evictor.setupErr)
+		c.evictor = newEvictor(client, evictionRecorder, nodes, pods, c.podsByNode, &c.handlers, c.metrics, reg, func() time.Time { return c.now() })
 	}
 	return c
 }
@@ -205,28 +203,9 @@ func indexByNodeName(obj any) ([]string, error) {
 
 func podKey(pod *v1.Pod) string { return pod.Namespace + "/" + pod.Name }
 
-func (c *Controller) register(inf cache.SharedIndexInformer, h cache.ResourceEventHandler) {
-	r, err := inf.AddEventHandler(h)
-	if err != nil {
-		c.setupErr = errors.Join(c.setupErr, err)
-		return
-	}
-	c.synced = append(c.synced, r.HasSynced)
-}
-
 // HasSynced reports whether the informers have listed and the handlers have seen every
 // listed object; /readyz of a leader waits for it.
-func (c *Controller) HasSynced() bool {
-	if c.setupErr != nil {
-		return false
-	}
-	for _, s := range c.synced {
-		if !s() {
-			return false
-		}
-	}
-	return true
-}
+func (c *Controller) HasSynced() bool { return c.handlers.HasSynced() }
 
 func (c *Controller) onNodeAdd(obj any) {
 	node, ok := obj.(*v1.Node)
@@ -301,15 +280,15 @@ func (c *Controller) pokeTainter() {
 func (c *Controller) Run(ctx context.Context) error {
 	defer c.nodeQueue.ShutDown()
 	defer c.podQueue.ShutDown()
-	if c.setupErr != nil {
-		return fmt.Errorf("registering event handlers: %w", c.setupErr)
+	if err := c.handlers.Err(); err != nil {
+		return fmt.Errorf("registering event handlers: %w", err)
 	}
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting node lifecycle controller", "monitorPeriod", c.opts.MonitorPeriod,
 		"gracePeriod", c.opts.MonitorGracePeriod, "startupGracePeriod", c.opts.StartupGracePeriod,
 		"taintEviction", c.opts.TaintEviction)
 	defer logger.Info("Shutting down node lifecycle controller")
-	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced...) {
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.handlers.Synced()...) {
 		return nil
 	}
 	var wg sync.WaitGroup

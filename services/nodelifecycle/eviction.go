@@ -2,7 +2,6 @@ package nodelifecycle
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/kcm-split/kcm-split/shared/informer"
 	"github.com/kcm-split/kcm-split/shared/worker"
 )
 
@@ -41,8 +41,6 @@ type evictor struct {
 	nodes      corelisters.NodeLister
 	pods       corelisters.PodLister
 	podsByNode cache.Indexer
-	synced     []cache.InformerSynced
-	setupErr   error
 
 	nodeQueue  *worker.Queue[string]
 	podQueue   *worker.Queue[string]
@@ -62,8 +60,10 @@ type scheduledEviction struct {
 	announced bool
 }
 
+// newEvictor registers its event handlers in hs, the controller's set, so that the
+// controller waits for them and reports their failure.
 func newEvictor(client kubernetes.Interface, recorder record.EventRecorder, nodes coreinformers.NodeInformer, pods coreinformers.PodInformer,
-	podsByNode cache.Indexer, m *controllerMetrics, reg prometheus.Registerer, now func() time.Time) *evictor {
+	podsByNode cache.Indexer, hs *informer.Handlers, m *controllerMetrics, reg prometheus.Registerer, now func() time.Time) *evictor {
 	e := &evictor{
 		client: client, recorder: recorder, metrics: m, now: now,
 		nodes: nodes.Lister(), pods: pods.Lister(), podsByNode: podsByNode,
@@ -72,7 +72,7 @@ func newEvictor(client kubernetes.Interface, recorder record.EventRecorder, node
 		evictQueue: worker.New(worker.Options[string]{Name: EvictionQueueName, Controller: ControllerID, Registerer: reg}),
 		scheduled:  map[string]*scheduledEviction{},
 	}
-	e.register(nodes.Informer(), cache.ResourceEventHandlerFuncs{
+	hs.Add(nodes.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if n, ok := obj.(*v1.Node); ok && len(noExecuteTaints(n)) > 0 {
 				e.nodeQueue.Add(n.Name)
@@ -94,7 +94,7 @@ func newEvictor(client kubernetes.Interface, recorder record.EventRecorder, node
 			}
 		},
 	})
-	e.register(pods.Informer(), cache.ResourceEventHandlerFuncs{
+	hs.Add(pods.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if p, ok := obj.(*v1.Pod); ok && p.Spec.NodeName != "" {
 				e.podQueue.Add(podKey(p))
@@ -119,15 +119,6 @@ func newEvictor(client kubernetes.Interface, recorder record.EventRecorder, node
 		},
 	})
 	return e
-}
-
-func (e *evictor) register(inf cache.SharedIndexInformer, h cache.ResourceEventHandler) {
-	r, err := inf.AddEventHandler(h)
-	if err != nil {
-		e.setupErr = errors.Join(e.setupErr, err)
-		return
-	}
-	e.synced = append(e.synced, r.HasSynced)
 }
 
 func (e *evictor) run(ctx context.Context) {

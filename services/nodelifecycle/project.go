@@ -3,8 +3,9 @@ package nodelifecycle
 import (
 	coordv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kcm-split/kcm-split/shared/informer"
 )
 
 // cacheTransform trims objects before they enter the informers' caches. Every write this
@@ -23,10 +24,7 @@ func cacheTransform(obj any) (any, error) {
 			Spec:       coordv1.LeaseSpec{RenewTime: o.Spec.RenewTime},
 		}, nil
 	}
-	if m, err := meta.Accessor(obj); err == nil && m.GetManagedFields() != nil {
-		m.SetManagedFields(nil)
-	}
-	return obj, nil
+	return informer.DropManagedFields(obj)
 }
 
 // projectPod keeps identity and deletion, the Node and tolerations for eviction, and the

@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/informers"
 
 	"github.com/kcm-split/kcm-split/shared/app"
+	"github.com/kcm-split/kcm-split/shared/informer"
 )
 
 // Spec describes the nodelifecycle-controller binary to app.Main.
@@ -31,7 +32,6 @@ func Spec() app.Spec {
 func run(ctx context.Context, rt *app.Runtime) error {
 	opts := optionsFrom(rt.CLI)
 	client := rt.Client
-	ctx, cancel := context.WithCancel(ctx)
 	resync := rt.ResyncPeriod()
 	transform := informers.WithTransform(cacheTransform)
 	factory := informers.NewSharedInformerFactoryWithOptions(client, resync, transform)
@@ -52,15 +52,6 @@ func run(ctx context.Context, rt *app.Runtime) error {
 		opts,
 		rt.Registry,
 	)
-	for _, f := range []informers.SharedInformerFactory{factory, leaseFactory, podFactory} {
-		f.Start(ctx.Done())
-	}
-	defer func() {
-		cancel()
-		for _, f := range []informers.SharedInformerFactory{factory, leaseFactory, podFactory} {
-			f.Shutdown()
-		}
-	}()
 	rt.SetSynced(c.HasSynced)
-	return c.Run(ctx)
+	return informer.Run(ctx, c.Run, factory, leaseFactory, podFactory)
 }

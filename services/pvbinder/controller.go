@@ -30,7 +30,6 @@ package pvbinder
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -52,6 +51,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/kcm-split/kcm-split/shared/informer"
 	"github.com/kcm-split/kcm-split/shared/worker"
 )
 
@@ -65,7 +65,8 @@ type Controller struct {
 	pvLister    corelisters.PersistentVolumeLister
 	claimLister corelisters.PersistentVolumeClaimLister
 	classLister storagelisters.StorageClassLister
-	synced      []cache.InformerSynced
+	// handlers are the event-handler registrations; Run returns their failure, if any.
+	handlers informer.Handlers
 
 	volumeQueue *worker.Queue[string]
 	claimQueue  *worker.Queue[string]
@@ -79,8 +80,6 @@ type Controller struct {
 	matchMu sync.Mutex
 	// reserved maps a PV name to the claim whose bind is writing it.
 	reserved map[string]types.UID
-
-	setupErr error
 }
 
 // New builds the controller and registers its event handlers; it starts nothing. Queue,
@@ -110,57 +109,38 @@ func New(
 		reserved:    map[string]types.UID{},
 	}
 	c.metrics = newBinderMetrics(reg, c.pvLister, c.claimLister)
-	c.register(pvs.Informer(), cache.ResourceEventHandlerFuncs{
+	c.handlers.Add(pvs.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.onVolume(obj) },
 		UpdateFunc: func(_, obj any) { c.onVolume(obj) },
 		DeleteFunc: c.onVolumeDelete,
 	})
-	c.register(claims.Informer(), cache.ResourceEventHandlerFuncs{
+	c.handlers.Add(claims.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.onClaimAdd,
 		UpdateFunc: c.onClaimUpdate,
 		DeleteFunc: c.onClaimDelete,
 	})
-	c.register(classes.Informer(), cache.ResourceEventHandlerFuncs{
+	c.handlers.Add(classes.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.onClass,
 		UpdateFunc: func(_, obj any) { c.onClass(obj) },
 	})
 	return c
 }
 
-func (c *Controller) register(inf cache.SharedIndexInformer, h cache.ResourceEventHandler) {
-	r, err := inf.AddEventHandler(h)
-	if err != nil {
-		c.setupErr = errors.Join(c.setupErr, err)
-		return
-	}
-	c.synced = append(c.synced, r.HasSynced)
-}
-
 // HasSynced reports whether every informer has listed and its handler seen every object.
-func (c *Controller) HasSynced() bool {
-	if c.setupErr != nil {
-		return false
-	}
-	for _, s := range c.synced {
-		if !s() {
-			return false
-		}
-	}
-	return true
-}
+func (c *Controller) HasSynced() bool { return c.handlers.HasSynced() }
 
 // Run waits for the caches and runs workers (per queue) until ctx ends, with a resync of
 // every object each sync period. It returns nil when ctx ends.
 func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer c.volumeQueue.ShutDown()
 	defer c.claimQueue.ShutDown()
-	if c.setupErr != nil {
-		return fmt.Errorf("registering event handlers: %w", c.setupErr)
+	if err := c.handlers.Err(); err != nil {
+		return fmt.Errorf("registering event handlers: %w", err)
 	}
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting persistent volume binder", "workers", workers, "syncPeriod", c.opts.SyncPeriod)
 	defer logger.Info("Shutting down persistent volume binder")
-	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced...) {
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.handlers.Synced()...) {
 		return nil
 	}
 	var wg sync.WaitGroup

@@ -31,8 +31,7 @@ const (
 	FlagWorkers    = "concurrent-pv-binder-syncs"
 )
 
-// Default client budget of this binary, used when neither --kube-api-qps nor --kube-api-burst
-// is given (on the command line or through the environment). See DefaultQPS.
+// Default client budget of this binary: the defaults of --kube-api-qps and --kube-api-burst.
 const (
 	// DefaultQPS is the client rate this binary uses unless told otherwise. A static bind
 	// costs five writes (PV phase Available, PV claimRef, PV phase Bound, claim volumeName,

@@ -4,8 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/urfave/cli/v2"
-
 	"github.com/kcm-split/kcm-split/shared/app"
 	"github.com/kcm-split/kcm-split/shared/app/apptest"
 )
@@ -45,37 +43,10 @@ func TestSpec(t *testing.T) {
 	}
 }
 
-// The binder's own budget applies only while the user left both client flags alone.
+// The binder's own budget is its flags' defaults (shared/app applies them and lets the flags
+// override them; see TestOwnClientBudget there).
 func TestOwnBudget(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		args []string
-		env  map[string]string
-		want bool
-	}{
-		{name: "nothing set", want: true},
-		{name: "qps set", args: []string{"--" + app.FlagQPS + "=20"}},
-		{name: "burst set", args: []string{"--" + app.FlagBurst + "=30"}},
-		{name: "qps from the environment", env: map[string]string{app.EnvVar(app.FlagQPS): "20"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			for k, v := range tc.env {
-				t.Setenv(k, v)
-			}
-			var got bool
-			a := &cli.App{
-				Flags: []cli.Flag{
-					&cli.Float64Flag{Name: app.FlagQPS, Value: 20, EnvVars: []string{app.EnvVar(app.FlagQPS)}},
-					&cli.IntFlag{Name: app.FlagBurst, Value: 30, EnvVars: []string{app.EnvVar(app.FlagBurst)}},
-				},
-				Action: func(c *cli.Context) error { got = ownBudget(c); return nil },
-			}
-			if err := a.Run(append([]string{"x"}, tc.args...)); err != nil {
-				t.Fatal(err)
-			}
-			if got != tc.want {
-				t.Errorf("ownBudget = %v, want %v", got, tc.want)
-			}
-		})
+	if s := Spec(); s.DefaultQPS != DefaultQPS || s.DefaultBurst != DefaultBurst || DefaultQPS <= 20 || DefaultBurst <= 30 {
+		t.Errorf("Spec budget = %v/%d, want the binder's own %v/%d, above the shared 20/30", s.DefaultQPS, s.DefaultBurst, DefaultQPS, DefaultBurst)
 	}
 }

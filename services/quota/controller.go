@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/kcm-split/kcm-split/shared/informer"
 	"github.com/kcm-split/kcm-split/shared/worker"
 )
 
@@ -48,9 +49,10 @@ type Controller struct {
 	discover DiscoverFunc
 	now      func() time.Time
 
-	quotas      corelisters.ResourceQuotaLister
-	quotaSynced cache.InformerSynced
-	sources     *sources
+	quotas corelisters.ResourceQuotaLister
+	// handlers is the quota informer's registration; Run returns its failure, if any.
+	handlers informer.Handlers
+	sources  *sources
 
 	primary  *worker.Queue[string]
 	priority *worker.Queue[string]
@@ -69,8 +71,6 @@ type Controller struct {
 
 	// written is what this controller last wrote per quota key, until the informer shows it.
 	written writtenCache
-
-	setupErr error
 }
 
 // New builds the controller and registers its handlers on the quota informer; it starts
@@ -106,23 +106,18 @@ func New(
 	c.sources.changed = c.enqueueTracking
 	c.metrics = newMetrics(reg, func() float64 { return float64(c.sources.failing.Load()) })
 
-	r, err := quotas.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	c.handlers.Add(quotas.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.onQuotaAdd,
 		UpdateFunc: c.onQuotaUpdate,
 		DeleteFunc: c.onQuotaDelete,
 	})
-	if err != nil {
-		c.setupErr = err
-	} else {
-		c.quotaSynced = r.HasSynced
-	}
 	return c
 }
 
 // HasSynced reports whether the quota informer has listed, discovery has run once and the
 // counted types' informers are started; /readyz of a leader waits for it.
 func (c *Controller) HasSynced() bool {
-	return c.setupErr == nil && c.quotaSynced() && c.warmedUp.Load()
+	return c.handlers.HasSynced() && c.warmedUp.Load()
 }
 
 // Run discovers the API, starts the informers the existing quotas need, then runs the workers
@@ -130,8 +125,8 @@ func (c *Controller) HasSynced() bool {
 func (c *Controller) Run(ctx context.Context) error {
 	defer c.primary.ShutDown()
 	defer c.priority.ShutDown()
-	if c.setupErr != nil {
-		return fmt.Errorf("registering event handlers: %w", c.setupErr)
+	if err := c.handlers.Err(); err != nil {
+		return fmt.Errorf("registering event handlers: %w", err)
 	}
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting resource quota controller", "workers", c.opts.ConcurrentSyncs, "syncPeriod", c.opts.SyncPeriod)
@@ -143,7 +138,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		wg.Wait()
 		c.sources.wait()
 	}()
-	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.quotaSynced) {
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.handlers.Synced()...) {
 		return nil
 	}
 	c.runDiscovery(ctx)

@@ -63,7 +63,7 @@ func newFixtureWithTimeout(t *testing.T, timeout time.Duration, objs ...runtime.
 	c.runDiscovery(ctx)
 	// The handlers, not only the informer, must have seen every quota.
 	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		return c.quotaSynced(), nil
+		return c.handlers.HasSynced(), nil
 	}); err != nil {
 		t.Fatal("quota handler never synced")
 	}

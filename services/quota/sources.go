@@ -304,17 +304,6 @@ func trimObjectMeta(m *metav1.ObjectMeta) {
 	}
 }
 
-// trimManagedFields drops only managed fields, for the quotas themselves: their status is
-// written back from the cached copy, and the status subresource keeps whatever metadata it is
-// sent (labels, annotations, owners, finalizers), so nothing else may be dropped. An update
-// without managed fields leaves the stored ones alone.
-func trimManagedFields(obj any) (any, error) {
-	if o, ok := obj.(metav1.ObjectMetaAccessor); ok {
-		o.GetObjectMeta().SetManagedFields(nil)
-	}
-	return obj, nil
-}
-
 // trimMeta drops what no evaluator reads from any object with metadata.
 func trimMeta(obj any) (any, error) {
 	if o, ok := obj.(metav1.ObjectMetaAccessor); ok {

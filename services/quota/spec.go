@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/metadata"
 
 	"github.com/kcm-split/kcm-split/shared/app"
+	"github.com/kcm-split/kcm-split/shared/informer"
 )
 
 // Spec describes the quota-controller binary to app.Main.
@@ -43,8 +44,11 @@ func run(ctx context.Context, rt *app.Runtime) error {
 		return fmt.Errorf("discovery client: %w", err)
 	}
 
-	ctx, cancel := context.WithCancel(ctx)
-	factory := informers.NewSharedInformerFactoryWithOptions(rt.Client, 0, informers.WithTransform(trimManagedFields))
+	// Only managed fields are dropped from the quotas themselves: their status is written
+	// back from the cached copy, and the status subresource keeps whatever metadata it is
+	// sent (labels, annotations, owners, finalizers), so nothing else may be dropped. An
+	// update without managed fields leaves the stored ones alone.
+	factory := informers.NewSharedInformerFactoryWithOptions(rt.Client, 0, informers.WithTransform(informer.DropManagedFields))
 	c := New(
 		factory.Core().V1().ResourceQuotas(),
 		rt.Client,
@@ -54,13 +58,8 @@ func run(ctx context.Context, rt *app.Runtime) error {
 		opts,
 		rt.Registry,
 	)
-	factory.Start(ctx.Done())
-	defer func() {
-		cancel()
-		factory.Shutdown()
-	}()
 	rt.SetSynced(c.HasSynced)
-	return c.Run(ctx)
+	return informer.Run(ctx, c.Run, factory)
 }
 
 // discoverWith lists the namespaced types that can be listed and watched, each in its

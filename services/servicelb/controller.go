@@ -34,6 +34,7 @@ import (
 
 	"github.com/kcm-split/kcm-split/services/servicelb/api/v1alpha1"
 	"github.com/kcm-split/kcm-split/services/servicelb/ipam"
+	"github.com/kcm-split/kcm-split/shared/informer"
 	"github.com/kcm-split/kcm-split/shared/worker"
 )
 
@@ -65,7 +66,8 @@ type Controller struct {
 	// yet and is replaced once it is (SetPoolInformer).
 	storeMu   sync.Mutex
 	poolStore cache.Store
-	synced    []cache.InformerSynced
+	// handlers are the event-handler registrations; Run returns their failure, if any.
+	handlers informer.Handlers
 
 	queue     *worker.Queue[string]
 	stale     *staleTracker
@@ -81,8 +83,6 @@ type Controller struct {
 	badInput  map[string]string // last invalid request reported per Service, to report it once
 	restored  bool              // allocation state rebuilt from Service status
 	nodeNames []string          // last eligible node set, sorted
-
-	setupErr error
 }
 
 // New builds the controller and registers its event handlers; it starts nothing. pools is
@@ -132,25 +132,21 @@ func New(
 		pending:  map[string]bool{},
 		badInput: map[string]string{},
 	}
-	c.register(services.Informer(), cache.ResourceEventHandlerFuncs{
+	c.handlers.Add(services.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueueService,
 		UpdateFunc: c.onServiceUpdate,
 		DeleteFunc: c.enqueueService,
 	})
-	c.register(nodes.Informer(), cache.ResourceEventHandlerFuncs{
+	c.handlers.Add(nodes.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { c.nodeQueue.Add(nodeSetKey) },
 		UpdateFunc: c.onNodeUpdate,
 		DeleteFunc: func(any) { c.nodeQueue.Add(nodeSetKey) },
 	})
-	c.register(namespaces.Informer(), cache.ResourceEventHandlerFuncs{
+	c.handlers.Add(namespaces.Informer(), cache.ResourceEventHandlerFuncs{
 		UpdateFunc: c.onNamespaceUpdate,
 	})
 	if pools != nil {
-		if err := c.addPoolHandlers(pools); err != nil {
-			c.setupErr = errors.Join(c.setupErr, err)
-		} else {
-			c.synced = append(c.synced, pools.HasSynced)
-		}
+		c.handlers.Track(pools.HasSynced, c.addPoolHandlers(pools))
 	}
 	return c
 }
@@ -188,28 +184,9 @@ func (c *Controller) poolCache() cache.Store {
 	return c.poolStore
 }
 
-func (c *Controller) register(inf cache.SharedIndexInformer, h cache.ResourceEventHandler) {
-	r, err := inf.AddEventHandler(h)
-	if err != nil {
-		c.setupErr = errors.Join(c.setupErr, err)
-		return
-	}
-	c.synced = append(c.synced, r.HasSynced)
-}
-
 // HasSynced reports whether every informer has listed and every handler has seen the
 // listed objects; /readyz of a leader waits for it.
-func (c *Controller) HasSynced() bool {
-	if c.setupErr != nil {
-		return false
-	}
-	for _, s := range c.synced {
-		if !s() {
-			return false
-		}
-	}
-	return true
-}
+func (c *Controller) HasSynced() bool { return c.handlers.HasSynced() }
 
 // Run waits for the caches, rebuilds the allocation state from Service status, then runs
 // workers until ctx ends.
@@ -217,14 +194,14 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer c.queue.ShutDown()
 	defer c.nodeQueue.ShutDown()
 	defer c.poolQueue.ShutDown()
-	if c.setupErr != nil {
-		return fmt.Errorf("registering event handlers: %w", c.setupErr)
+	if err := c.handlers.Err(); err != nil {
+		return fmt.Errorf("registering event handlers: %w", err)
 	}
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting service load balancer controller", "workers", workers, "loadBalancerClass", c.opts.LoadBalancerClass)
 	defer logger.Info("Shutting down service load balancer controller")
 
-	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced...) {
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.handlers.Synced()...) {
 		return nil
 	}
 	c.refreshPools()

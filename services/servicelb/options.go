@@ -33,8 +33,7 @@ const (
 	FlagLoadBalancerClass = "load-balancer-class"
 )
 
-// Default client budget of this binary, used when neither --kube-api-qps nor --kube-api-burst
-// is given (on the command line or through the environment).
+// Default client budget of this binary: the defaults of --kube-api-qps and --kube-api-burst.
 const (
 	// DefaultQPS: a new LoadBalancer Service costs two writes (finalizer, then status) and
 	// two Events, so at the shared default of 20 QPS the controller would serve only five

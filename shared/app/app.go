@@ -58,6 +58,11 @@ type Spec struct {
 	// DefaultPort is the default port of the metrics and health server; each binary has its own
 	// so that all of them run side by side on one host.
 	DefaultPort int
+	// DefaultQPS and DefaultBurst are the binary's client budget when --kube-api-qps and
+	// --kube-api-burst are not given, shown as those flags' defaults by --help. Zero keeps
+	// upstream's 20 and 30; a controller that costs several writes per object sets its own.
+	DefaultQPS   float32
+	DefaultBurst int
 	// Flags are the controller's own flags under upstream names.
 	Flags []cli.Flag
 	// Validate checks the controller's flags; an error exits with ExitUsage and should name
@@ -120,39 +125,31 @@ func Main(spec Spec) {
 // Run is Main without os.Exit: it returns the exit code. SIGINT and SIGTERM end ctx's work
 // gracefully; a second signal exits at once.
 func Run(ctx context.Context, spec Spec, args []string, stderr io.Writer) int {
-	code := ExitOK
-	a := &cli.App{
-		Name:                 spec.ID,
-		Usage:                spec.Usage,
-		Version:              Version,
-		Flags:                withEnv(append(commonFlags(spec), spec.Flags...)),
-		HideHelpCommand:      true,
-		EnableBashCompletion: false,
-		Writer:               stderr,
-		ErrWriter:            stderr,
-		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
-			return usageError{err}
-		},
-		ExitErrHandler: func(*cli.Context, error) {},
-		Action: func(c *cli.Context) error {
-			if c.NArg() > 0 {
-				return usageError{fmt.Errorf("unexpected arguments: %v", c.Args().Slice())}
-			}
-			return run(ctx, spec, c, stderr)
-		},
+	flags := withEnv(append(commonFlags(spec), spec.Flags...))
+	cl, err := parseCmdline(spec.ID, flags, args[1:])
+	switch {
+	case err != nil:
+		fmt.Fprintf(stderr, "%s: %v\n", spec.ID, err)
+		return ExitUsage
+	case cl.help:
+		printHelp(stderr, spec, flags)
+		return ExitOK
+	case cl.version:
+		fmt.Fprintf(stderr, "%s version %s\n", spec.ID, Version)
+		return ExitOK
 	}
-	err := a.Run(args)
+	err = run(ctx, spec, cl.ctx, stderr)
 	var ue usageError
 	switch {
 	case err == nil:
+		return ExitOK
 	case errors.As(err, &ue):
 		fmt.Fprintf(stderr, "%s: %v\n", spec.ID, ue.err)
-		code = ExitUsage
+		return ExitUsage
 	default:
 		fmt.Fprintf(stderr, "%s: %v\n", spec.ID, err)
-		code = ExitFailure
+		return ExitFailure
 	}
-	return code
 }
 
 // usageError marks errors that exit with ExitUsage.

@@ -198,3 +198,52 @@ func TestRunErrorExits1(t *testing.T) {
 		t.Fatalf("exit = %d, stderr = %q", code, stderr.String())
 	}
 }
+
+// A binary's own client budget is what --help shows and what its clients get; the flags,
+// from the command line or the environment, still override either half.
+func TestOwnClientBudget(t *testing.T) {
+	testenv.Require(t, env)
+	for _, tc := range []struct {
+		name               string
+		args               []string
+		env                map[string]string
+		wantQPS, wantBurst int
+	}{
+		{name: "own defaults", wantQPS: 200, wantBurst: 400},
+		{name: "qps flag", args: []string{"--kube-api-qps=7"}, wantQPS: 7, wantBurst: 400},
+		{name: "burst from the environment", env: map[string]string{EnvVar(FlagBurst): "9"}, wantQPS: 200, wantBurst: 9},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			var got *Runtime
+			spec := testSpec(func(_ context.Context, rt *Runtime) error { got = rt; return nil })
+			spec.DefaultQPS, spec.DefaultBurst = 200, 400
+			var stderr bytes.Buffer
+			args := append([]string{"test-controller", "--kubeconfig=" + env.Kubeconfig, "--secure-port=0",
+				"--leader-elect=false", "--log-level=error"}, tc.args...)
+			if code := Run(context.Background(), spec, args, &stderr); code != ExitOK {
+				t.Fatalf("exit = %d, stderr = %q", code, stderr.String())
+			}
+			if got == nil {
+				t.Fatal("Run was not called")
+			}
+			if got.Config.QPS != float32(tc.wantQPS) || got.Config.Burst != tc.wantBurst {
+				t.Errorf("client budget = %v/%d, want %d/%d", got.Config.QPS, got.Config.Burst, tc.wantQPS, tc.wantBurst)
+			}
+		})
+	}
+
+	var out bytes.Buffer
+	spec := testSpec(nil)
+	spec.DefaultQPS, spec.DefaultBurst = 200, 400
+	if code := Run(context.Background(), spec, []string{"test-controller", "--help"}, &out); code != ExitOK {
+		t.Fatalf("--help exit = %d", code)
+	}
+	for _, want := range []string{"burst to use while talking with the API server (default: 400)", "QPS to use while talking with the API server (default: 200)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("--help lacks %q", want)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"time"
@@ -48,8 +49,8 @@ func commonFlags(spec Spec) []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: FlagKubeconfig, Category: "Client", Usage: "path to a kubeconfig; empty means in-cluster credentials"},
 		&cli.StringFlag{Name: FlagMaster, Category: "Client", Usage: "address of the Kubernetes API server (overrides the kubeconfig's)"},
-		&cli.Float64Flag{Name: FlagQPS, Category: "Client", Value: 20, Usage: "QPS to use while talking with the API server"},
-		&cli.IntFlag{Name: FlagBurst, Category: "Client", Value: 30, Usage: "burst to use while talking with the API server"},
+		&cli.Float64Flag{Name: FlagQPS, Category: "Client", Value: float64(cmp.Or(spec.DefaultQPS, 20)), Usage: "QPS to use while talking with the API server"},
+		&cli.IntFlag{Name: FlagBurst, Category: "Client", Value: cmp.Or(spec.DefaultBurst, 30), Usage: "burst to use while talking with the API server"},
 		&cli.StringFlag{Name: FlagContentType, Category: "Client", Value: kube.ContentTypeProtobuf, Usage: "content type of requests sent to the API server"},
 
 		&cli.BoolFlag{Name: FlagLeaderElect, Category: "Leader election", Value: true, Usage: "hold a Lease while running, so that only one replica acts at a time"},

@@ -1,0 +1,109 @@
+// Package informer holds what every controller does around its shared informers: register
+// event handlers and tell when they have seen every listed object, keep fields no controller
+// reads out of the caches, and run the controller between starting the informers and waiting
+// for their goroutines to end.
+package informer
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Handlers collects a controller's event-handler registrations. The zero value is ready to
+// use. A registration that fails is remembered rather than returned, so a constructor can
+// register all its handlers in a row; Err reports the failures and HasSynced stays false.
+type Handlers struct {
+	synced []cache.InformerSynced
+	err    error
+}
+
+// Add registers h on inf.
+func (hs *Handlers) Add(inf cache.SharedInformer, h cache.ResourceEventHandler) {
+	r, err := inf.AddEventHandler(h)
+	hs.track(r, err)
+}
+
+// AddWithResync registers h on inf with its own resync period.
+func (hs *Handlers) AddWithResync(inf cache.SharedInformer, h cache.ResourceEventHandler, resync time.Duration) {
+	r, err := inf.AddEventHandlerWithResyncPeriod(h, resync)
+	hs.track(r, err)
+}
+
+func (hs *Handlers) track(r cache.ResourceEventHandlerRegistration, err error) {
+	if err != nil {
+		hs.Track(nil, err)
+		return
+	}
+	// A registration is synced once its informer has listed and this handler has been given
+	// every listed object: only then can a first full pass miss nothing.
+	hs.Track(r.HasSynced, nil)
+}
+
+// Track adds what another kind of setup step came to: a sync check to wait for (nil for
+// none), or its failure.
+func (hs *Handlers) Track(synced cache.InformerSynced, err error) {
+	if err != nil {
+		hs.err = errors.Join(hs.err, err)
+		return
+	}
+	if synced != nil {
+		hs.synced = append(hs.synced, synced)
+	}
+}
+
+// Err is every registration failure, or nil.
+func (hs *Handlers) Err() error { return hs.err }
+
+// HasSynced reports whether every registration is synced; false while any failed.
+func (hs *Handlers) HasSynced() bool {
+	if hs.err != nil {
+		return false
+	}
+	for _, synced := range hs.synced {
+		if !synced() {
+			return false
+		}
+	}
+	return true
+}
+
+// Synced lists the registrations' sync checks, for cache.WaitForNamedCacheSyncWithContext.
+func (hs *Handlers) Synced() []cache.InformerSynced { return hs.synced }
+
+// DropManagedFields is an informer transform that removes managedFields: no controller here
+// reads them, and on thousands of objects they are a large share of a cache's memory.
+func DropManagedFields(obj any) (any, error) {
+	if m, err := meta.Accessor(obj); err == nil && m.GetManagedFields() != nil {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+// Factory is what Run needs of an informer factory: the typed, metadata and dynamic
+// factories of client-go all have it.
+type Factory interface {
+	Start(stopCh <-chan struct{})
+	Shutdown()
+}
+
+// Run starts the factories' informers, then calls run with a context that ends when ctx
+// does or run returns. Before it returns it stops the informers and waits for their
+// goroutines, so that a leader releases its Lease only once nothing of it is left running.
+// Informers a factory hands out later are started by calling its Start again.
+func Run(ctx context.Context, run func(context.Context) error, factories ...Factory) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer func() {
+		cancel()
+		for _, f := range factories {
+			f.Shutdown()
+		}
+	}()
+	for _, f := range factories {
+		f.Start(ctx.Done())
+	}
+	return run(ctx)
+}

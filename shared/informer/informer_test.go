@@ -1,0 +1,109 @@
+package informer
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+)
+
+func pod(name string) *v1.Pod {
+	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns",
+		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}}}
+}
+
+// A handler's registration is synced only once it has been given every listed object, and
+// Run stops the informers it started once run returns.
+func TestHandlersAndRun(t *testing.T) {
+	client := fake.NewClientset(pod("a"), pod("b"), pod("c"))
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(DropManagedFields))
+	pods := factory.Core().V1().Pods().Informer()
+	var seen atomic.Int32
+	var hs Handlers
+	hs.Add(pods, cache.ResourceEventHandlerFuncs{AddFunc: func(any) { seen.Add(1) }})
+	hs.AddWithResync(pods, cache.ResourceEventHandlerFuncs{}, time.Hour)
+	if hs.HasSynced() {
+		t.Fatal("HasSynced before the informer started")
+	}
+	if len(hs.Synced()) != 2 || hs.Err() != nil {
+		t.Fatalf("Synced() has %d checks, Err() = %v; want 2 and nil", len(hs.Synced()), hs.Err())
+	}
+
+	var runCtx context.Context
+	err := Run(context.Background(), func(ctx context.Context) error {
+		runCtx = ctx
+		if !cache.WaitForCacheSync(ctx.Done(), hs.Synced()...) {
+			return errors.New("never synced")
+		}
+		if !hs.HasSynced() || seen.Load() != 3 {
+			return errors.New("synced before the handler saw every pod")
+		}
+		obj, ok, err := pods.GetStore().GetByKey("ns/a")
+		if err != nil || !ok || obj.(*v1.Pod).ManagedFields != nil {
+			return errors.New("cached pod keeps its managed fields")
+		}
+		return errors.New("done")
+	}, factory)
+	if err == nil || err.Error() != "done" {
+		t.Fatalf("Run = %v, want run's own error", err)
+	}
+	if runCtx.Err() == nil {
+		t.Error("run's context is still live after Run returned")
+	}
+	if !pods.IsStopped() {
+		t.Error("the informer still runs after Run returned")
+	}
+
+	// The informer is stopped now: a late registration fails, and the set stays unsynced.
+	hs.Add(pods, cache.ResourceEventHandlerFuncs{})
+	if hs.Err() == nil || hs.HasSynced() {
+		t.Errorf("after a failed registration: Err() = %v, HasSynced() = %v; want an error and false", hs.Err(), hs.HasSynced())
+	}
+}
+
+func TestTrack(t *testing.T) {
+	var hs Handlers
+	var ready atomic.Bool
+	hs.Track(ready.Load, nil)
+	hs.Track(nil, nil)
+	if hs.HasSynced() || len(hs.Synced()) != 1 {
+		t.Fatalf("HasSynced() = %v with %d checks, want false with 1", hs.HasSynced(), len(hs.Synced()))
+	}
+	ready.Store(true)
+	if !hs.HasSynced() {
+		t.Fatal("HasSynced() = false once every check passes")
+	}
+	boom := errors.New("index exists")
+	hs.Track(nil, boom)
+	if !errors.Is(hs.Err(), boom) || hs.HasSynced() {
+		t.Errorf("Err() = %v, HasSynced() = %v; want %v and false", hs.Err(), hs.HasSynced(), boom)
+	}
+}
+
+// Run ends run's context when the outer one ends.
+func TestRunFollowsCtx(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	factory := informers.NewSharedInformerFactory(fake.NewClientset(), 0)
+	factory.Core().V1().Nodes().Informer()
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, func(ctx context.Context) error { <-ctx.Done(); return nil }, factory) }()
+	cancel()
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		select {
+		case err := <-done:
+			return true, err
+		default:
+			return false, nil
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
