@@ -84,13 +84,7 @@ type result struct {
 }
 
 func runScenario(b *testing.B, c benchkit.Side) *result {
-	logf := benchkit.Progress(c.Name)
-	// Before the control plane starts: a missing binary skips quickly.
-	bin := c.Executable(b)
-
-	start := time.Now()
-	env := benchkit.ControlPlane(b)
-	logf("control plane up in %s", time.Since(start).Round(time.Millisecond))
+	bin, env, logf := c.Begin(b)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -105,7 +99,7 @@ func runScenario(b *testing.B, c benchkit.Side) *result {
 	logf("floor: p50 %s p99 %s", benchkit.MS(benchkit.Percentile(r.cold.Floor, 50)), benchkit.MS(benchkit.Percentile(r.cold.Floor, 99)))
 
 	// 2. Fixtures, then the controller's cold sync.
-	start = time.Now()
+	start := time.Now()
 	pods := createFixtures(ctx, b, client)
 	r.cold.Setup = time.Since(start)
 	logf("created %d Services and %d Pods in %s", numServices, numServices*podsPerService, r.cold.Setup.Round(time.Millisecond))

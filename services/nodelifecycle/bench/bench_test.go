@@ -80,18 +80,14 @@ type result struct {
 }
 
 func runScenario(b *testing.B, c benchkit.Side) *result {
-	logf := benchkit.Progress(c.Name)
-	bin := c.Executable(b)
-	start := time.Now()
-	env := benchkit.ControlPlane(b)
-	logf("control plane up in %s", time.Since(start).Round(time.Millisecond))
+	bin, env, logf := c.Begin(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	client := benchkit.Client(b, env.Config, "kcm-split-bench/kubelets")
 	r := &result{}
 
 	// 1. Nodes and their kubelets.
-	start = time.Now()
+	start := time.Now()
 	k := newKubelets(client)
 	createNodes(ctx, b, client)
 	k.start(ctx)

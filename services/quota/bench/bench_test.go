@@ -84,11 +84,7 @@ type result struct {
 func ns(i int) string { return fmt.Sprintf("%s%03d", nsPrefix, i) }
 
 func runScenario(b *testing.B, c benchkit.Side) *result {
-	logf := benchkit.Progress(c.Name)
-	bin := c.Executable(b)
-	start := time.Now()
-	env := benchkit.ControlPlane(b)
-	logf("control plane up in %s", time.Since(start).Round(time.Millisecond))
+	bin, env, logf := c.Begin(b)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -107,7 +103,7 @@ func runScenario(b *testing.B, c benchkit.Side) *result {
 
 	// 2. Fixtures: Pods first, then the quotas (so admission lets the Pods in without a
 	// controller), then the controller's cold sync computes every quota from scratch.
-	start = time.Now()
+	start := time.Now()
 	createFixtures(ctx, b, client)
 	r.cold.Setup = time.Since(start)
 	logf("created %d namespaces x %d Pods + 1 quota in %s", numNamespaces, podsPerNamespace, r.cold.Setup.Round(time.Millisecond))

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/kcm-split/kcm-split/shared/testenv"
 )
@@ -61,6 +62,19 @@ func (s Side) Executable(tb testing.TB) string {
 		tb.Skipf("%s cannot run: %v", s.Name, err)
 	}
 	return bin
+}
+
+// Begin starts one run of the side: its executable (skipping tb, before any control plane
+// starts, when it cannot run here), a fresh control plane (ControlPlane), and the side's
+// progress logger, which has logged how long the control plane took to come up.
+func (s Side) Begin(tb testing.TB) (bin string, env *testenv.Env, logf func(format string, args ...any)) {
+	tb.Helper()
+	logf = Progress(s.Name)
+	bin = s.Executable(tb)
+	start := time.Now()
+	env = ControlPlane(tb)
+	logf("control plane up in %s", time.Since(start).Round(time.Millisecond))
+	return bin, env, logf
 }
 
 // Start runs bin (from Executable) against kubeconfig, extra flags last.
