@@ -1,11 +1,8 @@
 package charttest
 
 import (
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/kcm-split/kcm-split/shared/testenv"
@@ -27,86 +24,20 @@ rules:
 - level: None
 `
 
-// TestMain starts the control plane with the audit policy above. (testenv.Main takes no
-// Options, so this does what it does with testenv.Start; binaries are built here too.)
+// TestMain starts the control plane with the audit policy above.
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
+	testenv.MainWithOptions(m, &env, testenv.Options{AuditPolicy: auditPolicy})
 }
-
-func run(m *testing.M) int {
-	defer func() {
-		if buildDir != "" {
-			_ = os.RemoveAll(buildDir)
-		}
-	}()
-	if isShort() {
-		return m.Run()
-	}
-	dir, err := os.MkdirTemp("", "kcm-split-charttest-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	policy := filepath.Join(dir, "audit-policy.yaml")
-	if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	// The last --audit-policy-file wins over testenv's own.
-	e, err := testenv.Start(testenv.Options{ExtraAPIServerArgs: []string{"--audit-policy-file=" + policy}})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "testenv: %v\n", err)
-		return 1
-	}
-	defer e.Stop()
-	env = e
-	return m.Run()
-}
-
-func isShort() bool {
-	for _, a := range os.Args[1:] {
-		if a == "-test.short" || a == "-test.short=true" || a == "--test.short" {
-			return true
-		}
-	}
-	return false
-}
-
-var (
-	buildMu  sync.Mutex
-	buildDir string
-	built    = map[string]string{}
-)
 
 // buildBinary builds services/<alias>/cmd/<binary> from inside its own module (so it works
 // with or without go.work) once per test binary, and returns its path.
 func buildBinary(t testing.TB, alias, binary string) string {
 	t.Helper()
-	buildMu.Lock()
-	defer buildMu.Unlock()
-	if p, ok := built[binary]; ok {
-		return p
-	}
-	if buildDir == "" {
-		d, err := os.MkdirTemp("", "kcm-split-charttest-bin-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		buildDir = d
-	}
 	root, err := RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := filepath.Join(buildDir, binary)
-	cmd := exec.Command("go", "build", "-o", out, "./cmd/"+binary)
-	cmd.Dir = filepath.Join(root, "services", alias)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", binary, err, b)
-	}
-	built[binary] = out
-	return out
+	return testenv.Binary{ID: binary, Dir: filepath.Join(root, "services", alias)}.Path(t)
 }
 
 // chart returns the chart and its values; it fails the test when helm is missing.

@@ -8,10 +8,8 @@ package charttest
 // that requests outside its role are forbidden.
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -34,8 +32,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	dto "github.com/prometheus/client_model/go"
 
@@ -186,7 +182,8 @@ func TestControllersUnderChartRBAC(t *testing.T) {
 					fams[name] = typ
 				}
 			}
-			checkDashboardMetrics(t, filepath.Join(c.Dir, "dashboards", alias+".json"), fams)
+			checkDashboardMetrics(t, filepath.Join(c.Dir, "dashboards", alias+".json"),
+				func(n string) bool { return Exported(n, fams) }, "which the binary does not export")
 			for name := range fams {
 				if families[name] == nil {
 					families[name] = map[string]bool{}
@@ -199,26 +196,8 @@ func TestControllersUnderChartRBAC(t *testing.T) {
 		if len(families) == 0 {
 			t.Skip("no controller ran")
 		}
-		all := map[string]bool{}
-		for name := range families {
-			all[name] = true
-		}
-		d, err := LoadDashboard(filepath.Join(c.Dir, "dashboards", "overview.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, q := range d.Queries {
-			names, err := MetricNames(q.Expr)
-			if err != nil {
-				t.Errorf("%s: %v", q.Where, err)
-				continue
-			}
-			for _, n := range names {
-				if !Synthetic[n] && !exportedByAny(n, families) {
-					t.Errorf("overview %s queries %s, which no controller binary exports", q.Where, n)
-				}
-			}
-		}
+		checkDashboardMetrics(t, filepath.Join(c.Dir, "dashboards", "overview.json"),
+			func(n string) bool { return exportedByAny(n, families) }, "which no controller binary exports")
 	})
 }
 
@@ -296,7 +275,9 @@ func runUnderChartRBAC(t *testing.T, c *Chart, v *Values, alias string, sc scena
 		t.Fatalf("TokenRequest: %v", err)
 	}
 	kubeconfig := filepath.Join(t.TempDir(), "sa.kubeconfig")
-	writeKubeconfig(t, kubeconfig, env.Host, tr.Status.Token)
+	if err := testenv.WriteKubeconfig(kubeconfig, env.Host, "controller", tr.Status.Token); err != nil {
+		t.Fatal(err)
+	}
 	user := fmt.Sprintf("system:serviceaccount:%s:%s", release, sa.Name)
 
 	// The chart's command line, serving HTTPS on a free port (the chart's port is fixed per
@@ -475,46 +456,20 @@ func usedAny(used map[string]bool, grant string) bool {
 	return false
 }
 
-type auditEvent struct {
-	Verb      string `json:"verb"`
-	UserAgent string `json:"userAgent"`
-	User      struct {
-		Username string `json:"username"`
-	} `json:"user"`
-	ObjectRef struct {
-		APIGroup    string `json:"apiGroup"`
-		Resource    string `json:"resource"`
-		Subresource string `json:"subresource"`
-		Namespace   string `json:"namespace"`
-		Name        string `json:"name"`
-	} `json:"objectRef"`
-	ResponseStatus struct {
-		Code int `json:"code"`
-	} `json:"responseStatus"`
-}
-
 // requestsOf reads the audit log: the permissions user (with the binary's user agent) used,
 // and the requests it was denied.
 func requestsOf(t *testing.T, user, binary string) (used map[string]bool, denied []string) {
 	t.Helper()
-	f, err := os.Open(filepath.Join(env.Dir, "audit.log"))
+	events, err := env.Audit(func(ev testenv.AuditEvent) bool {
+		// A non-resource URL (/api, /apis: discovery) has no resource: every authenticated
+		// user may get it through the built-in system:discovery role.
+		return ev.User.Username == user && strings.HasPrefix(ev.UserAgent, binary+"/") && ev.ObjectRef.Resource != ""
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
 	used = map[string]bool{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		var ev auditEvent
-		if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.User.Username != user || !strings.HasPrefix(ev.UserAgent, binary+"/") {
-			continue
-		}
-		if ev.ObjectRef.Resource == "" {
-			// A non-resource URL (/api, /apis: discovery), which every authenticated user
-			// may get through the built-in system:discovery role.
-			continue
-		}
+	for _, ev := range events {
 		res := ev.ObjectRef.APIGroup + "/" + ev.ObjectRef.Resource
 		if ev.ObjectRef.Subresource != "" {
 			res += "/" + ev.ObjectRef.Subresource
@@ -533,18 +488,6 @@ func requestsOf(t *testing.T, user, binary string) (used map[string]bool, denied
 	}
 	sort.Strings(denied)
 	return used, slices.Compact(denied)
-}
-
-func writeKubeconfig(t *testing.T, path, host, token string) {
-	t.Helper()
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["testenv"] = &clientcmdapi.Cluster{Server: host, InsecureSkipTLSVerify: true}
-	cfg.AuthInfos["controller"] = &clientcmdapi.AuthInfo{Token: token}
-	cfg.Contexts["testenv"] = &clientcmdapi.Context{Cluster: "testenv", AuthInfo: "controller"}
-	cfg.CurrentContext = "testenv"
-	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
-		t.Fatal(err)
-	}
 }
 
 func clientFor(t *testing.T, token string) kubernetes.Interface {

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kcm-split/kcm-split/services/endpoints"
 	"github.com/kcm-split/kcm-split/shared/testenv"
 )
 
@@ -30,30 +31,14 @@ var env *testenv.Env
 
 func TestMain(m *testing.M) { testenv.Main(m, &env) }
 
-const userAgentPrefix = "endpoints-controller/"
-
-var (
-	buildOnce sync.Once
-	binPath   string
-)
-
-// controllerBinary builds ./cmd/endpoints-controller once per test binary.
-func controllerBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() { binPath = testenv.Build(t, "./cmd/endpoints-controller") })
-	if binPath == "" {
-		t.Fatal("building the controller failed earlier")
-	}
-	return binPath
-}
-
-const lease = "endpoints-controller" // the default Lease name: the controller ID
+// controller is the shipped binary, built once per test binary.
+var controller = testenv.Binary{ID: endpoints.ControllerID}
 
 // startController runs the shipped binary against the test's apiserver; it stops when the test
 // ends.
 func startController(t *testing.T, name string, args ...string) *testenv.Controller {
 	t.Helper()
-	return env.StartController(t, controllerBinary(t), name, args...)
+	return env.Start(t, controller, name, args...)
 }
 
 // ---- object builders ----
@@ -199,7 +184,7 @@ func equal(a []string, b ...string) bool {
 // controllerWrites counts the writes the controller made to Endpoints in ns.
 func controllerWrites(t *testing.T, ns string) int {
 	t.Helper()
-	evs, err := env.Writes(testenv.ByUserAgentPrefix(userAgentPrefix, "endpoints"))
+	evs, err := env.Writes(testenv.ByUserAgentPrefix(controller.UserAgentPrefix(), "endpoints"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +204,7 @@ func withController(t *testing.T) (kubernetes.Interface, string) {
 	testenv.Require(t, env)
 	c := env.Client(t)
 	ns := env.Namespace(t)
-	startController(t, "ctrl").WaitLeadingAndSynced(lease, 30*time.Second)
+	startController(t, "ctrl").WaitLeadingAndSynced(controller.Lease(), 30*time.Second)
 	return c, ns
 }
 
@@ -391,7 +376,7 @@ func TestOrphansSweptAtStartAndUserManagedLeftAlone(t *testing.T) {
 	createService(t, c, makeService(ns, "manual", nil))
 	mk("manual", nil)
 
-	startController(t, "ctrl").WaitLeadingAndSynced(lease, 30*time.Second)
+	startController(t, "ctrl").WaitLeadingAndSynced(controller.Lease(), 30*time.Second)
 	waitEndpoints(t, c, ns, "orphan", "deleted", func(ep *corev1.Endpoints) bool { return ep == nil })
 
 	// Sentinel: once a new Service's Endpoints exist, the start-up sweep has been processed.
@@ -409,7 +394,7 @@ func TestOrphansSweptAtStartAndUserManagedLeftAlone(t *testing.T) {
 			t.Fatalf("%s was changed: %s", name, describe(ep))
 		}
 	}
-	evs, err := env.Writes(testenv.ByUserAgentPrefix(userAgentPrefix, "endpoints"))
+	evs, err := env.Writes(testenv.ByUserAgentPrefix(controller.UserAgentPrefix(), "endpoints"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -459,7 +444,7 @@ func TestTruncationAtCapacity(t *testing.T) {
 	ctx := context.Background()
 	sel := map[string]string{"app": "big"}
 	createPods(t, c, ns, 1001, sel)
-	startController(t, "ctrl").WaitLeadingAndSynced(lease, 60*time.Second)
+	startController(t, "ctrl").WaitLeadingAndSynced(controller.Lease(), 60*time.Second)
 	createService(t, c, makeService(ns, "big", sel))
 
 	ep := waitEndpoints(t, c, ns, "big", "truncated to 1000", func(ep *corev1.Endpoints) bool {
@@ -496,7 +481,7 @@ func TestRestartOverCorrectStateWritesNothing(t *testing.T) {
 		createPod(t, c, makePod(ns, name+"-1", fmt.Sprintf("10.6.%d.2", i), sel, notReady()))
 	}
 	first := startController(t, "first")
-	first.WaitLeadingAndSynced(lease, 30*time.Second)
+	first.WaitLeadingAndSynced(controller.Lease(), 30*time.Second)
 	for _, name := range []string{"a", "b", "c"} {
 		waitEndpoints(t, c, ns, name, "complete", func(ep *corev1.Endpoints) bool {
 			return ep != nil && len(readyIPs(ep)) == 1 && len(notReadyIPs(ep)) == 1
@@ -509,7 +494,7 @@ func TestRestartOverCorrectStateWritesNothing(t *testing.T) {
 	}
 
 	second := startController(t, "second")
-	second.WaitLeadingAndSynced(lease, 30*time.Second)
+	second.WaitLeadingAndSynced(controller.Lease(), 30*time.Second)
 	// Wait until the start-up backlog is worked off: the queue is empty and nothing is in
 	// flight. A sentinel Service created afterwards must also be done, so events after the
 	// restart are processed too.
@@ -536,7 +521,7 @@ func TestLeaderElectionHandover(t *testing.T) {
 
 	// Default timings (15s lease, 10s renew, 2s retry) for the graceful handover.
 	a := startController(t, "a", "--leader-elect-resource-name=endpoints-controller")
-	a.WaitLeadingAndSynced(lease, 30*time.Second)
+	a.WaitLeadingAndSynced(controller.Lease(), 30*time.Second)
 	b := startController(t, "b", "--leader-elect-resource-name=endpoints-controller")
 	// The standby is Ready too (it serves health and metrics) but does not lead or work.
 	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
@@ -551,8 +536,8 @@ func TestLeaderElectionHandover(t *testing.T) {
 	createService(t, c, makeService(ns, "le", sel))
 	createPod(t, c, makePod(ns, "p", "10.7.0.1", sel))
 	waitEndpoints(t, c, ns, "le", "ready", func(ep *corev1.Endpoints) bool { return ep != nil && len(readyIPs(ep)) == 1 })
-	if !a.IsLeader(lease) || b.IsLeader(lease) {
-		t.Fatalf("leader status: a=%v b=%v, want exactly a", a.IsLeader(lease), b.IsLeader(lease))
+	if !a.IsLeader(controller.Lease()) || b.IsLeader(controller.Lease()) {
+		t.Fatalf("leader status: a=%v b=%v, want exactly a", a.IsLeader(controller.Lease()), b.IsLeader(controller.Lease()))
 	}
 	if got := b.Metric(`kcm_split_reconcile_total{controller="endpoints-controller",result="success"}`); got > 0 {
 		t.Fatalf("standby reconciled %v times", got)
@@ -567,9 +552,9 @@ func TestLeaderElectionHandover(t *testing.T) {
 	if code := a.ExitCode(); code != 0 {
 		t.Fatalf("leader exit code after SIGTERM = %d, want 0", code)
 	}
-	b.WaitLeadingAndSynced(lease, 5*time.Second-time.Since(start))
+	b.WaitLeadingAndSynced(controller.Lease(), 5*time.Second-time.Since(start))
 	t.Logf("SIGTERM handover took %s", time.Since(start).Round(time.Millisecond))
-	lease, err := c.CoordinationV1().Leases("kube-system").Get(ctx, "endpoints-controller", metav1.GetOptions{})
+	lease, err := c.CoordinationV1().Leases("kube-system").Get(ctx, controller.Lease(), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -614,7 +599,7 @@ func TestLeaderElectionSIGKILL(t *testing.T) {
 // TestBadFlagsExit2 runs the shipped binary with bad values: each exits 2 with one line that
 // names the flag, before touching the apiserver.
 func TestBadFlagsExit2(t *testing.T) {
-	bin := controllerBinary(t)
+	bin := controller.Path(t)
 	for _, tc := range []struct {
 		args []string
 		env  string

@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kcm-split/kcm-split/services/namespace"
 	"github.com/kcm-split/kcm-split/shared/testenv"
 )
 
@@ -34,33 +35,20 @@ var env *testenv.Env
 
 func TestMain(m *testing.M) { testenv.Main(m, &env) }
 
+// controller is the shipped binary, built once per test binary.
+var controller = testenv.Binary{ID: namespace.ControllerID}
+
 const (
-	lease           = "namespace-controller"
-	userAgentPrefix = "namespace-controller/"
 	// goneTimeout bounds a namespace's deletion: 5 s grace plus the work, on a machine
 	// shared with other test suites.
 	goneTimeout = 3 * time.Minute
 )
 
-var (
-	buildOnce sync.Once
-	binPath   string
-)
-
-func controllerBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() { binPath = testenv.Build(t, "./cmd/namespace-controller") })
-	if binPath == "" {
-		t.Fatal("building the controller failed earlier")
-	}
-	return binPath
-}
-
 // startController runs the shipped binary and waits until it leads with synced caches.
 func startController(t *testing.T, name string) *testenv.Controller {
 	t.Helper()
-	c := env.StartController(t, controllerBinary(t), name)
-	c.WaitLeadingAndSynced(lease, time.Minute)
+	c := env.Start(t, controller, name)
+	c.WaitLeadingAndSynced(controller.Lease(), time.Minute)
 	return c
 }
 
@@ -353,7 +341,7 @@ func TestDeletion(t *testing.T) {
 			}
 			time.Sleep(2 * time.Second)
 		}
-		if evs, err := env.Writes(testenv.ByUserAgentPrefix(userAgentPrefix, "configmaps", "secrets")); err != nil {
+		if evs, err := env.Writes(testenv.ByUserAgentPrefix(controller.UserAgentPrefix(), "configmaps", "secrets")); err != nil {
 			t.Fatal(err)
 		} else {
 			for _, ev := range evs {
@@ -438,8 +426,8 @@ func TestRestartMidDeletion(t *testing.T) {
 	createSecrets(t, client, ns, 500)
 	createConfigMaps(t, client, bystander, 50)
 
-	first := env.StartController(t, controllerBinary(t), "first")
-	first.WaitLeadingAndSynced(lease, time.Minute)
+	first := env.Start(t, controller, "first")
+	first.WaitLeadingAndSynced(controller.Lease(), time.Minute)
 	deleteNamespace(t, client, ns)
 	// Kill it as soon as deletion visibly started: SIGKILL, no graceful drain.
 	poll(t, goneTimeout, "deletion to start", func(context.Context) (bool, error) {
@@ -450,14 +438,14 @@ func TestRestartMidDeletion(t *testing.T) {
 	t.Logf("killed the controller with %d of %d ConfigMaps left", left, n)
 
 	// A new process takes the Lease once the dead one's expires (15 s).
-	second := env.StartController(t, controllerBinary(t), "second")
-	second.WaitLeadingAndSynced(lease, 2*time.Minute)
+	second := env.Start(t, controller, "second")
+	second.WaitLeadingAndSynced(controller.Lease(), 2*time.Minute)
 	waitGone(t, client, ns)
 
 	if got := countConfigMaps(t, client, bystander); got != 50 {
 		t.Fatalf("bystander namespace has %d ConfigMaps, want 50", got)
 	}
-	evs, err := env.Writes(testenv.ByUserAgentPrefix(userAgentPrefix))
+	evs, err := env.Writes(testenv.ByUserAgentPrefix(controller.UserAgentPrefix()))
 	if err != nil {
 		t.Fatal(err)
 	}

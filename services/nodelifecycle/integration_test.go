@@ -8,10 +8,6 @@ package nodelifecycle_test
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -29,48 +25,19 @@ import (
 	"github.com/kcm-split/kcm-split/shared/testenv"
 )
 
-var (
-	env     *testenv.Env
-	binPath string
-)
+var env *testenv.Env
 
 // TestMain starts the control plane with DefaultTolerationSeconds off, so that a Pod
 // created without tolerations really has none (the plugin would give every Pod 300 s for
-// not-ready and unreachable), and builds the binary once.
-func TestMain(m *testing.M) { os.Exit(runTests(m)) }
-
-func runTests(m *testing.M) int {
-	for _, a := range os.Args[1:] {
-		if a == "-test.short" || a == "-test.short=true" {
-			return m.Run()
-		}
-	}
-	dir, err := os.MkdirTemp("", "nodelifecycle-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	binPath = filepath.Join(dir, nodelifecycle.ControllerID)
-	build := exec.Command("go", "build", "-o", binPath, "./cmd/"+nodelifecycle.ControllerID)
-	build.Stderr = os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building the controller:", err)
-		return 1
-	}
-	e, err := testenv.Start(testenv.Options{ExtraAPIServerArgs: []string{"--disable-admission-plugins=DefaultTolerationSeconds"}})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "testenv: %v\n", err)
-		return 1
-	}
-	defer e.Stop()
-	env = e
-	return m.Run()
+// not-ready and unreachable).
+func TestMain(m *testing.M) {
+	testenv.MainWithOptions(m, &env, testenv.Options{ExtraAPIServerArgs: []string{"--disable-admission-plugins=DefaultTolerationSeconds"}})
 }
 
+// controller is the shipped binary, built once per test binary.
+var controller = testenv.Binary{ID: nodelifecycle.ControllerID}
+
 const (
-	lease           = nodelifecycle.ControllerID
-	userAgentPrefix = nodelifecycle.ControllerID + "/"
 	// Short timings for tests: Nodes renew every renewEvery; the controller's grace is 4 s.
 	monitorPeriod = time.Second
 	grace         = 4 * time.Second
@@ -88,7 +55,7 @@ var shortTimings = []string{
 
 func startController(t *testing.T, name string, args ...string) *testenv.Controller {
 	t.Helper()
-	c := env.StartController(t, binPath, name, append(slices.Clone(shortTimings), args...)...)
+	c := env.Start(t, controller, name, append(slices.Clone(shortTimings), args...)...)
 	return c
 }
 
@@ -391,7 +358,7 @@ func podReady(p *corev1.Pod) corev1.ConditionStatus {
 // podDeletes counts the controller's delete requests for the Pod.
 func podDeletes(t *testing.T, ns, name string) int {
 	t.Helper()
-	evs, err := env.Writes(testenv.ByUserAgentPrefix(userAgentPrefix, "pods"))
+	evs, err := env.Writes(testenv.ByUserAgentPrefix(controller.UserAgentPrefix(), "pods"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,7 @@ func TestSilentNodeIsTaintedAndItsPodsEvicted(t *testing.T) {
 		k.addNode(n, "zone-silent")
 	}
 	ctl := startController(t, "ctl")
-	ctl.WaitLeadingAndSynced(lease, time.Minute)
+	ctl.WaitLeadingAndSynced(controller.Lease(), time.Minute)
 
 	// TaintNodesByCondition put not-ready:NoSchedule on each new Node; Ready Nodes lose it.
 	waitNodes(t, client, slack, "the admission not-ready taint lifted from Ready nodes", isReadyClean, nodes...)
@@ -136,7 +136,7 @@ func TestNeverReportedNodeGetsStartupGrace(t *testing.T) {
 	client := env.Client(t)
 	k := newKubelets(t)
 	ctl := startController(t, "ctl")
-	ctl.WaitLeadingAndSynced(lease, time.Minute)
+	ctl.WaitLeadingAndSynced(controller.Lease(), time.Minute)
 
 	k.addNode("reported", "zone-startup")
 	k.create(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "never", Labels: map[string]string{
@@ -187,7 +187,7 @@ func TestPartialDisruptionPausesTainting(t *testing.T) {
 	k.addNode("partial-other", "zone-q")
 	clearZoneEvents(t, client)
 	ctl := startController(t, "ctl")
-	ctl.WaitLeadingAndSynced(lease, time.Minute)
+	ctl.WaitLeadingAndSynced(controller.Lease(), time.Minute)
 	waitNodes(t, client, slack, "all nodes Ready and clean", isReadyClean, append(zoneNodes, "partial-other")...)
 
 	failing := zoneNodes[:6]
@@ -246,7 +246,7 @@ func TestAllZonesDownStopsTainting(t *testing.T) {
 	}
 	clearZoneEvents(t, client)
 	ctl := startController(t, "ctl")
-	ctl.WaitLeadingAndSynced(lease, time.Minute)
+	ctl.WaitLeadingAndSynced(controller.Lease(), time.Minute)
 	waitNodes(t, client, slack, "all nodes Ready and clean", isReadyClean, nodes...)
 
 	k.stop(nodes...)
@@ -290,7 +290,7 @@ func TestHandoverMidFailure(t *testing.T) {
 		k.addNode(n, "zone-ho")
 	}
 	a := startController(t, "a")
-	a.WaitLeadingAndSynced(lease, time.Minute)
+	a.WaitLeadingAndSynced(controller.Lease(), time.Minute)
 	b := startController(t, "b")
 	waitNodes(t, client, slack, "all nodes clean", isReadyClean, "ho-a", "ho-b", "ho-c")
 	createPod(t, client, makePod(ns, "none", "ho-b"))
@@ -305,7 +305,7 @@ func TestHandoverMidFailure(t *testing.T) {
 	if !a.Stop(30 * time.Second) {
 		t.Fatal("the leader did not stop on SIGTERM")
 	}
-	b.WaitLeadingAndSynced(lease, time.Minute)
+	b.WaitLeadingAndSynced(controller.Lease(), time.Minute)
 	waitFor(t, 6*time.Second+slack, "the standby evicting the pod tolerating 6 s", func() bool { return evicted(client, ns, "short") })
 	time.Sleep(2 * monitorPeriod)
 	for _, p := range []string{"none", "short"} {

@@ -32,19 +32,8 @@ var env *testenv.Env
 
 func TestMain(m *testing.M) { testenv.Main(m, &env) }
 
-var (
-	buildOnce sync.Once
-	binPath   string
-)
-
-func controllerBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() { binPath = testenv.Build(t, "./cmd/pv-binder-controller") })
-	if binPath == "" {
-		t.Fatal("building the controller failed earlier")
-	}
-	return binPath
-}
+// controller is the shipped binary, built once per test binary.
+var controller = testenv.Binary{ID: pvbinder.ControllerID}
 
 // withController starts the binder (leader-elected, default flags unless args say
 // otherwise) and returns a client and a namespace, which is also the test's class name.
@@ -53,8 +42,8 @@ func withController(t *testing.T, args ...string) (kubernetes.Interface, string,
 	testenv.Require(t, env)
 	client := env.Client(t)
 	ns := env.Namespace(t)
-	c := env.StartController(t, controllerBinary(t), "binder", args...)
-	c.WaitLeadingAndSynced(pvbinder.ControllerID, 60*time.Second)
+	c := env.Start(t, controller, "binder", args...)
+	c.WaitLeadingAndSynced(controller.Lease(), 60*time.Second)
 	return client, ns, c
 }
 
@@ -566,7 +555,7 @@ func TestSplitBrainNeverDoubleBinds(t *testing.T) {
 	c := env.Client(t)
 	ns := env.Namespace(t)
 	for _, name := range []string{"binder-1", "binder-2"} {
-		ctrl := env.StartController(t, controllerBinary(t), name, "--leader-elect=false")
+		ctrl := env.Start(t, controller, name, "--leader-elect=false")
 		err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
 			code, _ := ctrl.Get("/readyz")
 			return code == 200, nil

@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,29 +29,13 @@ var env *testenv.Env
 
 func TestMain(m *testing.M) { testenv.Main(m, &env) }
 
-const (
-	lease           = quota.ControllerID
-	userAgentPrefix = quota.ControllerID + "/"
-)
-
-var (
-	buildOnce sync.Once
-	binPath   string
-)
-
-func controllerBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() { binPath = testenv.Build(t, "./cmd/quota-controller") })
-	if binPath == "" {
-		t.Fatal("building the controller failed earlier")
-	}
-	return binPath
-}
+// controller is the shipped binary, built once per test binary.
+var controller = testenv.Binary{ID: quota.ControllerID}
 
 func startController(t *testing.T, name string, args ...string) *testenv.Controller {
 	t.Helper()
-	c := env.StartController(t, controllerBinary(t), name, args...)
-	c.WaitLeadingAndSynced(lease, 60*time.Second)
+	c := env.Start(t, controller, name, args...)
+	c.WaitLeadingAndSynced(controller.Lease(), 60*time.Second)
 	return c
 }
 
@@ -336,7 +319,7 @@ func TestUsageAdmissionAndReplenishment(t *testing.T) {
 // controllerQuotaWrites counts the controller's writes to ResourceQuotas in ns.
 func controllerQuotaWrites(t *testing.T, ns string) int {
 	t.Helper()
-	evs, err := env.Writes(testenv.ByUserAgentPrefix(userAgentPrefix, "resourcequotas"))
+	evs, err := env.Writes(testenv.ByUserAgentPrefix(controller.UserAgentPrefix(), "resourcequotas"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -467,7 +450,7 @@ func TestBrokenConversionWebhookIsolated(t *testing.T) {
 func TestBadFlagsExit2(t *testing.T) {
 	testenv.Require(t, env)
 	for _, arg := range []string{"--" + quota.FlagConcurrentSyncs + "=0", "--" + quota.FlagSyncPeriod + "=-1s"} {
-		p := env.StartController(t, controllerBinary(t), "bad", arg)
+		p := env.Start(t, controller, "bad", arg)
 		select {
 		case <-p.Done():
 		case <-time.After(30 * time.Second):

@@ -11,8 +11,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -34,57 +32,25 @@ import (
 	"github.com/kcm-split/kcm-split/shared/testenv"
 )
 
-var (
-	env     *testenv.Env
-	binPath string
-)
+var env *testenv.Env
 
+// TestMain starts a control plane serving both IP families (dual-stack Services need a
+// dual-stack service CIDR), with the IPAddressPool CRD installed.
 func TestMain(m *testing.M) {
-	os.Exit(runTests(m))
+	testenv.MainWithOptions(m, &env, testenv.Options{
+		ExtraAPIServerArgs: []string{"--service-cluster-ip-range=10.0.0.0/16,fd00:10::/108"},
+		Setup:              func(e *testenv.Env) error { return installCRDs(e.Config) },
+	})
 }
 
-func runTests(m *testing.M) int {
-	if slices.ContainsFunc(os.Args[1:], func(a string) bool { return a == "-test.short" || a == "-test.short=true" }) {
-		return m.Run()
-	}
-	// Dual-stack Services need a dual-stack service CIDR.
-	e, err := testenv.Start(testenv.Options{ExtraAPIServerArgs: []string{"--service-cluster-ip-range=10.0.0.0/16,fd00:10::/108"}})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "testenv: %v\n", err)
-		return 1
-	}
-	defer e.Stop()
-	if err := installCRDs(e.Config); err != nil {
-		fmt.Fprintf(os.Stderr, "installing CRDs: %v\n", err)
-		return 1
-	}
-	dir, err := os.MkdirTemp("", "servicelb-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	binPath = filepath.Join(dir, "service-lb-controller")
-	cmd := exec.Command("go", "build", "-o", binPath, "./cmd/service-lb-controller")
-	cmd.Stderr = os.Stderr
-	if err := cmd.Run(); err != nil {
-		fmt.Fprintf(os.Stderr, "building the controller: %v\n", err)
-		return 1
-	}
-	env = e
-	return m.Run()
-}
-
-const (
-	lease     = servicelb.ControllerID
-	userAgent = servicelb.ControllerID + "/"
-)
+// controller is the shipped binary, built once per test binary.
+var controller = testenv.Binary{ID: servicelb.ControllerID}
 
 // startController runs the binary; it stops when the test ends.
 func startController(t *testing.T, name string, args ...string) *testenv.Controller {
 	t.Helper()
-	c := env.StartController(t, binPath, name, args...)
-	c.WaitLeadingAndSynced(lease, 60*time.Second)
+	c := env.Start(t, controller, name, args...)
+	c.WaitLeadingAndSynced(controller.Lease(), 60*time.Second)
 	return c
 }
 
@@ -264,7 +230,7 @@ func (f *fixture) hasEvent(name, reason string) bool {
 // serviceWrites counts the controller's writes to Services in the test's namespace.
 func (f *fixture) serviceWrites() int {
 	f.t.Helper()
-	evs, err := env.Writes(testenv.ByUserAgentPrefix(userAgent, "services"))
+	evs, err := env.Writes(testenv.ByUserAgentPrefix(controller.UserAgentPrefix(), "services"))
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -548,11 +514,11 @@ func TestRestartKeepsAddresses(t *testing.T) {
 	writes := f.serviceWrites()
 
 	// A new leader takes over: a standby starts, the leader stops and releases the Lease.
-	standby := env.StartController(t, binPath, "ctrl2")
+	standby := env.Start(t, controller, "ctrl2")
 	if !f.ctrl.Stop(30 * time.Second) {
 		t.Fatal("the leader did not stop on SIGTERM")
 	}
-	standby.WaitLeadingAndSynced(lease, 60*time.Second)
+	standby.WaitLeadingAndSynced(controller.Lease(), 60*time.Second)
 	f.service("later", ports(9999))
 	later := ingressIPs(f.waitAddress("later"))
 	for n, ips := range before {
@@ -567,7 +533,7 @@ func TestRestartKeepsAddresses(t *testing.T) {
 		}
 	}
 	if n := f.serviceWrites() - writes; n != 2 {
-		evs, _ := env.Writes(testenv.ByUserAgentPrefix(userAgent, "services"))
+		evs, _ := env.Writes(testenv.ByUserAgentPrefix(controller.UserAgentPrefix(), "services"))
 		for _, e := range evs {
 			if e.ObjectRef.Namespace == f.ns {
 				t.Logf("%s %s %s/%s %d", e.Verb, e.UserAgent, e.ObjectRef.Name, e.ObjectRef.Subresource, e.ResponseStatus.Code)

@@ -1,6 +1,8 @@
 package testenv
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -24,16 +26,22 @@ import (
 // With -short the control plane is not started and env stays nil: integration tests should
 // call testenv.Require(t, env), which skips them.
 func Main(m *testing.M, env **Env) {
-	os.Exit(run(m, env))
+	MainWithOptions(m, env, Options{})
 }
 
-func run(m *testing.M, env **Env) int {
+// MainWithOptions is Main with a control plane tuned by opts: apiserver flags, an audit
+// policy of the package's own, a Setup step (CRDs to install) before the tests run.
+func MainWithOptions(m *testing.M, env **Env, opts Options) {
+	os.Exit(run(m, env, opts))
+}
+
+func run(m *testing.M, env **Env, opts Options) int {
 	defer removeBuilds()
 	if isShort() {
 		return m.Run()
 	}
 	start := time.Now()
-	e, err := Start(Options{})
+	e, err := Start(opts)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "testenv: %v\n", err)
 		return 1
@@ -101,32 +109,119 @@ func (env *Env) Namespace(t testing.TB) string {
 
 // Build compiles the main package at pkg (a path relative to the current package, or an
 // import path) and returns the binary's path. Integration tests use it to run a controller
-// exactly as it ships. Binaries live until the test binary exits (Main removes them), so a
-// package can build once and start the binary from many tests.
+// exactly as it ships. Binaries live until the test binary exits (Main removes them). Build
+// compiles again on every call; BuildOnce and Binary.Path do not.
 func Build(t testing.TB, pkg string) string {
 	t.Helper()
 	buildMu.Lock()
 	defer buildMu.Unlock()
-	if buildDir == "" {
-		d, err := os.MkdirTemp("", "kcm-split-build-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		buildDir = d
-	}
-	out := filepath.Join(buildDir, filepath.Base(pkg))
-	cmd := exec.Command("go", "build", "-o", out, pkg)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("go build %s: %v", pkg, err)
+	out, err := build("", pkg)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
+}
+
+// BuildOnce is Build memoized per package: the first call in a test binary compiles pkg, the
+// others return the same path. A failed build fails every test that asks for the binary.
+func BuildOnce(t testing.TB, pkg string) string {
+	t.Helper()
+	return buildOnce(t, "", pkg)
+}
+
+// Binary is a kcm-split controller under test. Its ID is, by the repository's convention, the
+// name of its main package under cmd/, its default Lease name and the first word of the user
+// agent of its requests:
+//
+//	var controller = testenv.Binary{ID: quota.ControllerID}
+//	c := env.Start(t, controller, "ctrl")
+//	c.WaitLeadingAndSynced(controller.Lease(), time.Minute)
+type Binary struct {
+	// ID is the controller ID (e.g. "endpoints-controller").
+	ID string
+	// Dir is the directory of the module holding cmd/<ID>; empty means the test's package
+	// directory (the module root, for a service's top-level tests). A test outside the
+	// module sets it so that the build uses that module's go.mod, with or without go.work.
+	Dir string
+}
+
+// Path builds ./cmd/<ID> (in Dir) the first time a test asks, and returns the binary's path.
+func (b Binary) Path(t testing.TB) string {
+	t.Helper()
+	return buildOnce(t, b.Dir, "./cmd/"+b.ID)
+}
+
+// Lease is the name of the Lease the controller holds by default.
+func (b Binary) Lease() string { return b.ID }
+
+// UserAgentPrefix starts the user agent of every request the controller makes, so that
+// env.Writes(ByUserAgentPrefix(b.UserAgentPrefix())) counts its writes.
+func (b Binary) UserAgentPrefix() string { return b.ID + "/" }
+
+// Start builds b if needed and runs it as StartController does.
+func (env *Env) Start(t testing.TB, b Binary, name string, args ...string) *Controller {
+	t.Helper()
+	return env.StartController(t, b.Path(t), name, args...)
+}
+
+type buildKey struct{ dir, pkg string }
+
+type buildResult struct {
+	path string
+	err  error
 }
 
 var (
 	buildMu  sync.Mutex
 	buildDir string
+	builds   = map[buildKey]buildResult{}
 )
+
+func buildOnce(t testing.TB, dir, pkg string) string {
+	t.Helper()
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	key := buildKey{dir, pkg}
+	r, done := builds[key]
+	switch {
+	case !done:
+		r.path, r.err = build(dir, pkg)
+		builds[key] = r
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+	case r.err != nil:
+		t.Fatalf("%v(failed earlier in this test binary)", r.err)
+	}
+	return r.path
+}
+
+// build compiles pkg, running go build in dir ("" for the current directory), into a
+// directory that lives until the test binary exits. The caller holds buildMu.
+func build(dir, pkg string) (string, error) {
+	if buildDir == "" {
+		d, err := os.MkdirTemp("", "kcm-split-build-")
+		if err != nil {
+			return "", err
+		}
+		buildDir = d
+	}
+	// Two packages may share a base name (cmd/x in two modules): each build gets a directory
+	// of its own, and the binary keeps its name.
+	sub, err := os.MkdirTemp(buildDir, "")
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(sub, filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Dir = dir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("go build %s (in %s): %v\n%s", pkg, cmp.Or(dir, "."), err, stderr.String())
+	}
+	return out, nil
+}
 
 func removeBuilds() {
 	buildMu.Lock()
@@ -135,4 +230,5 @@ func removeBuilds() {
 		_ = os.RemoveAll(buildDir)
 		buildDir = ""
 	}
+	clear(builds)
 }

@@ -6,6 +6,7 @@ package testenv
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
@@ -45,6 +46,12 @@ type Options struct {
 	ExtraAPIServerArgs []string
 	// StartTimeout bounds the wait for etcd and the apiserver; default 90s.
 	StartTimeout time.Duration
+	// AuditPolicy replaces the default audit policy (every write at Metadata level, nothing
+	// else), e.g. to record reads as well; Env.Audit reads what it records.
+	AuditPolicy string
+	// Setup runs once the control plane is ready, before Start returns (install CRDs, seed
+	// objects); its error stops the control plane and fails Start.
+	Setup func(*Env) error
 }
 
 // Env is a running control plane.
@@ -130,9 +137,11 @@ func Start(opts Options) (env *Env, err error) {
 		return nil, err
 	}
 	env = &Env{Dir: dir, keep: os.Getenv("KCM_SPLIT_KEEP_TESTENV") != ""}
+	// Error returns below set env to nil: stop what was started through a copy.
+	started := env
 	defer func() {
 		if err != nil {
-			env.Stop()
+			started.Stop()
 		}
 	}()
 
@@ -184,7 +193,7 @@ func Start(opts Options) (env *Env, err error) {
 	}
 	env.auditPath = filepath.Join(dir, "audit.log")
 	policy := filepath.Join(dir, "audit-policy.yaml")
-	if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
+	if err := os.WriteFile(policy, []byte(cmp.Or(opts.AuditPolicy, DefaultAuditPolicy)), 0o600); err != nil {
 		return nil, err
 	}
 
@@ -233,7 +242,7 @@ func Start(opts Options) (env *Env, err error) {
 		WarningHandler: rest.NoWarnings{},
 	}
 	env.Kubeconfig = filepath.Join(dir, "admin.kubeconfig")
-	if err := writeKubeconfig(env.Kubeconfig, env.Host, token); err != nil {
+	if err := WriteKubeconfig(env.Kubeconfig, env.Host, AdminUser, token); err != nil {
 		return nil, err
 	}
 	// The apiserver creates the system namespaces shortly after it is ready.
@@ -246,12 +255,17 @@ func Start(opts Options) (env *Env, err error) {
 			return nil, fmt.Errorf("namespace %s never appeared: %w", ns, err)
 		}
 	}
+	if opts.Setup != nil {
+		if err := opts.Setup(env); err != nil {
+			return nil, fmt.Errorf("setup: %w", err)
+		}
+	}
 	return env, nil
 }
 
-// auditPolicy records every write at Metadata level and nothing else, so counting a
+// DefaultAuditPolicy records every write at Metadata level and nothing else, so counting a
 // controller's writes is a matter of reading one file.
-const auditPolicy = `apiVersion: audit.k8s.io/v1
+const DefaultAuditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
 rules:
@@ -325,6 +339,7 @@ type AuditEvent struct {
 		Username string `json:"username"`
 	} `json:"user"`
 	ObjectRef struct {
+		APIGroup    string `json:"apiGroup"`
 		Resource    string `json:"resource"`
 		Namespace   string `json:"namespace"`
 		Name        string `json:"name"`
@@ -335,10 +350,27 @@ type AuditEvent struct {
 	} `json:"responseStatus"`
 }
 
+// IsWrite reports whether the event is a create, update, patch, delete or deletecollection.
+func (ev AuditEvent) IsWrite() bool {
+	switch ev.Verb {
+	case "create", "update", "patch", "delete", "deletecollection":
+		return true
+	}
+	return false
+}
+
 // Writes returns every write (create, update, patch, delete, deletecollection) the apiserver
 // has completed so far for which keep returns true. The audit log is written in blocking
 // mode, so a write a client saw answered is already in it.
 func (env *Env) Writes(keep func(AuditEvent) bool) ([]AuditEvent, error) {
+	return env.Audit(func(ev AuditEvent) bool {
+		return ev.IsWrite() && (keep == nil || keep(ev))
+	})
+}
+
+// Audit returns every event of the audit log so far for which keep (nil: all) returns true:
+// the writes with the default policy, more with Options.AuditPolicy.
+func (env *Env) Audit(keep func(AuditEvent) bool) ([]AuditEvent, error) {
 	f, err := os.Open(env.auditPath)
 	if err != nil {
 		return nil, err
@@ -394,11 +426,14 @@ func writeRSAKey(path string) error {
 	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: der}), 0o600)
 }
 
-func writeKubeconfig(path, host, token string) error {
+// WriteKubeconfig writes a kubeconfig at path for user, authenticating with token to the
+// apiserver at host (its serving certificate is not checked). Tests use it to run a binary
+// with other credentials than the admin's, e.g. a ServiceAccount token.
+func WriteKubeconfig(path, host, user, token string) error {
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["testenv"] = &clientcmdapi.Cluster{Server: host, InsecureSkipTLSVerify: true}
-	cfg.AuthInfos[AdminUser] = &clientcmdapi.AuthInfo{Token: token}
-	cfg.Contexts["testenv"] = &clientcmdapi.Context{Cluster: "testenv", AuthInfo: AdminUser}
+	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts["testenv"] = &clientcmdapi.Context{Cluster: "testenv", AuthInfo: user}
 	cfg.CurrentContext = "testenv"
 	return clientcmd.WriteToFile(*cfg, path)
 }

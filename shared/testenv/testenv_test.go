@@ -2,6 +2,8 @@ package testenv
 
 import (
 	"context"
+	"errors"
+	"os"
 	"strings"
 	"testing"
 
@@ -54,5 +56,77 @@ func TestMissingBinariesNameTheMakeTarget(t *testing.T) {
 	_, err := Start(Options{BinDir: t.TempDir()})
 	if err == nil || !strings.Contains(err.Error(), "make tools") {
 		t.Fatalf("err = %v, want a message naming `make tools`", err)
+	}
+}
+
+// A package's own audit policy (here: reads too) replaces the default one; Writes still
+// returns only writes, Audit everything recorded. Setup runs before Start returns.
+func TestAuditPolicyAndSetup(t *testing.T) {
+	Require(t, env)
+	const policy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  userGroups: ["system:masters"]
+- level: None
+`
+	var setupSaw string
+	e, err := Start(Options{AuditPolicy: policy, Setup: func(e *Env) error {
+		_, err := e.Client(t).CoreV1().ConfigMaps("default").Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "seeded"}}, metav1.CreateOptions{})
+		setupSaw = e.Host
+		return err
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Stop()
+	if setupSaw != e.Host {
+		t.Fatalf("Setup ran against %q, want the new apiserver %s", setupSaw, e.Host)
+	}
+	cfg := rest.CopyConfig(e.Config)
+	cfg.UserAgent = "testenv-policy/v0"
+	client := kubernetes.NewForConfigOrDie(cfg)
+	if _, err := client.CoreV1().ConfigMaps("default").Get(context.Background(), "seeded", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the object Setup created: %v", err)
+	}
+	if err := client.CoreV1().ConfigMaps("default").Delete(context.Background(), "seeded", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	all, err := e.Audit(ByUserAgentPrefix("testenv-policy/", "configmaps"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writes, err := e.Writes(ByUserAgentPrefix("testenv-policy/", "configmaps"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 2 || all[0].Verb != "get" || all[1].Verb != "delete" {
+		t.Fatalf("audited = %+v, want the get and the delete (the policy records reads)", all)
+	}
+	if len(writes) != 1 || writes[0].Verb != "delete" {
+		t.Fatalf("writes = %+v, want the delete alone", writes)
+	}
+}
+
+// A failing Setup fails Start and leaves nothing running or on disk.
+func TestSetupErrorStopsTheControlPlane(t *testing.T) {
+	Require(t, env)
+	var started *Env
+	_, err := Start(Options{Setup: func(e *Env) error {
+		started = e
+		return errors.New("no CRDs today")
+	}})
+	if err == nil || !strings.Contains(err.Error(), "no CRDs today") {
+		t.Fatalf("Start = %v, want Setup's error", err)
+	}
+	if started == nil {
+		t.Fatal("Setup never ran")
+	}
+	if !started.apiserver.Exited() || !started.etcd.Exited() {
+		t.Error("etcd or kube-apiserver still running")
+	}
+	if _, err := os.Stat(started.Dir); !os.IsNotExist(err) {
+		t.Errorf("%s still there: %v", started.Dir, err)
 	}
 }
