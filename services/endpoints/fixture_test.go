@@ -15,6 +15,8 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/kcm-split/kcm-split/shared/testenv/fixtures"
 )
 
 // fixture is a controller over a fake clientset whose informer caches are fed by hand, so a
@@ -87,17 +89,7 @@ func (f *fixture) uncache(o runtime.Object) {
 // what the controller wrote.
 func (f *fixture) catchUp() {
 	f.t.Helper()
-	list, err := f.client.Tracker().List(v1.SchemeGroupVersion.WithResource("endpoints"), v1.SchemeGroupVersion.WithKind("Endpoints"), "")
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	var items []any
-	for i := range list.(*v1.EndpointsList).Items {
-		items = append(items, &list.(*v1.EndpointsList).Items[i])
-	}
-	if err := f.eps.Replace(items, ""); err != nil {
-		f.t.Fatal(err)
-	}
+	fixtures.CatchUp(f.t, f.client.Tracker(), f.eps, v1.SchemeGroupVersion.WithResource("endpoints"), "Endpoints")
 }
 
 // sync runs one syncService with a clean action log.
@@ -151,26 +143,7 @@ func (f *fixture) stored(name string) *v1.Endpoints {
 }
 
 // events drains the recorded events.
-func (f *fixture) events() []string {
-	var out []string
-	for {
-		select {
-		case e := <-f.recorder.Events:
-			out = append(out, e)
-		default:
-			return out
-		}
-	}
-}
+func (f *fixture) events() []string { return fixtures.Events(f.recorder) }
 
 // queued drains the keys that are ready in the queue, sorted.
-func (f *fixture) queued() []string {
-	var out []string
-	for f.c.queue.Len() > 0 {
-		k, _ := f.c.queue.Get()
-		f.c.queue.Done(k)
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}
+func (f *fixture) queued() []string { return slices.Sorted(slices.Values(fixtures.Drain(f.c.queue))) }

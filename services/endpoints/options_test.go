@@ -33,13 +33,4 @@ func TestBadFlagsExitWithUsageCode(t *testing.T) {
 	})
 }
 
-func TestSpec(t *testing.T) {
-	s := Spec()
-	if s.ID != ControllerID || s.DefaultPort != DefaultPort || s.Run == nil || s.Validate == nil {
-		t.Errorf("Spec = %+v", s)
-	}
-	// app.Main adds environment variables to the flags in place: two Specs must not share them.
-	if Spec().Flags[0] == s.Flags[0] {
-		t.Error("Specs share flag values")
-	}
-}
+func TestSpec(t *testing.T) { apptest.CheckSpec(t, Spec, ControllerID, DefaultPort) }

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/kcm-split/kcm-split/shared/testenv/fixtures"
 	"github.com/kcm-split/kcm-split/shared/worker"
 )
 
@@ -126,8 +127,8 @@ func (f *fixture) condition(name string, ct v1.NamespaceConditionType) v1.Namesp
 // writes returns the verbs+subresources of the namespace writes made so far.
 func (f *fixture) writes() []string {
 	var out []string
-	for _, a := range f.client.Actions() {
-		if a.GetResource().Resource != "namespaces" || a.GetVerb() == "get" || a.GetVerb() == "list" || a.GetVerb() == "watch" {
+	for _, a := range fixtures.Writes(f.client.Actions()) {
+		if a.GetResource().Resource != "namespaces" {
 			continue
 		}
 		out = append(out, a.GetVerb()+"/"+a.GetSubresource())

@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/kcm-split/kcm-split/shared/testenv/fixtures"
 )
 
 // fixture is a controller over a fake clientset with a fake clock; the test feeds the
@@ -104,11 +106,7 @@ func (f *fixture) stored(name string) *v1.Node {
 // writes returns the write actions so far as "verb resource[/subresource] name".
 func (f *fixture) writes() []string {
 	var out []string
-	for _, a := range f.client.Actions() {
-		switch a.GetVerb() {
-		case "get", "list", "watch":
-			continue
-		}
+	for _, a := range fixtures.Writes(f.client.Actions()) {
 		name := ""
 		if n, ok := a.(interface{ GetName() string }); ok {
 			name = n.GetName()
@@ -122,17 +120,8 @@ func (f *fixture) writes() []string {
 	return out
 }
 
-func (f *fixture) events() []string {
-	var out []string
-	for {
-		select {
-		case e := <-f.recorder.Events:
-			out = append(out, e)
-		default:
-			return out
-		}
-	}
-}
+// events drains the recorded events.
+func (f *fixture) events() []string { return fixtures.Events(f.recorder) }
 
 func hasEvent(evs []string, substr string) bool {
 	return slices.ContainsFunc(evs, func(e string) bool { return strings.Contains(e, substr) })

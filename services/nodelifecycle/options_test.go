@@ -24,11 +24,7 @@ func TestDefaultsAreUpstreams(t *testing.T) {
 }
 
 func TestOptionsValidate(t *testing.T) {
-	with := func(f func(*Options)) Options {
-		o := DefaultOptions()
-		f(&o)
-		return o
-	}
+	with := func(f func(*Options)) Options { return apptest.With(DefaultOptions(), f) }
 	apptest.Validate(t, []apptest.ValidateCase[Options]{
 		{Name: "short test timings", Opts: with(func(o *Options) {
 			o.MonitorPeriod, o.MonitorGracePeriod, o.StartupGracePeriod = time.Second, 4*time.Second, 6*time.Second
@@ -60,12 +56,4 @@ func TestBadFlagsExitWithUsageCode(t *testing.T) {
 	})
 }
 
-func TestSpec(t *testing.T) {
-	s := Spec()
-	if s.ID != ControllerID || s.DefaultPort != DefaultPort || s.Run == nil || s.Validate == nil {
-		t.Errorf("Spec = %+v", s)
-	}
-	if Spec().Flags[0] == s.Flags[0] {
-		t.Error("Specs share flag values")
-	}
-}
+func TestSpec(t *testing.T) { apptest.CheckSpec(t, Spec, ControllerID, DefaultPort) }

@@ -21,6 +21,8 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/kcm-split/kcm-split/shared/testenv/fixtures"
 )
 
 const testNS = "ns"
@@ -278,33 +280,10 @@ func newFixture(t *testing.T, api *apiServer) *fixture {
 // catchUp replaces the caches with what the API server stores: the informers catching up.
 func (f *fixture) catchUp() {
 	f.t.Helper()
-	replace := func(idx cache.Indexer, res schema.GroupVersionResource, kind string) {
-		list, err := f.api.Tracker().List(res, res.GroupVersion().WithKind(kind), "")
-		if err != nil {
-			f.t.Fatal(err)
-		}
-		var items []any
-		switch l := list.(type) {
-		case *v1.PersistentVolumeList:
-			for i := range l.Items {
-				items = append(items, &l.Items[i])
-			}
-		case *v1.PersistentVolumeClaimList:
-			for i := range l.Items {
-				items = append(items, &l.Items[i])
-			}
-		case *storagev1.StorageClassList:
-			for i := range l.Items {
-				items = append(items, &l.Items[i])
-			}
-		}
-		if err := idx.Replace(items, ""); err != nil {
-			f.t.Fatal(err)
-		}
-	}
-	replace(f.pvs, pvResource, "PersistentVolume")
-	replace(f.claims, pvcResource, "PersistentVolumeClaim")
-	replace(f.classes, storagev1.SchemeGroupVersion.WithResource("storageclasses"), "StorageClass")
+	tracker := f.api.Tracker()
+	fixtures.CatchUp(f.t, tracker, f.pvs, pvResource, "PersistentVolume")
+	fixtures.CatchUp(f.t, tracker, f.claims, pvcResource, "PersistentVolumeClaim")
+	fixtures.CatchUp(f.t, tracker, f.classes, storagev1.SchemeGroupVersion.WithResource("storageclasses"), "StorageClass")
 }
 
 func (f *fixture) syncClaim(name string) error {
@@ -338,14 +317,4 @@ func (f *fixture) settle() {
 }
 
 // events drains the recorded events.
-func (f *fixture) events() []string {
-	var out []string
-	for {
-		select {
-		case e := <-f.recorder.Events:
-			out = append(out, e)
-		default:
-			return out
-		}
-	}
-}
+func (f *fixture) events() []string { return fixtures.Events(f.recorder) }

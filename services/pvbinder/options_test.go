@@ -33,15 +33,7 @@ func TestBadFlagsExitWithUsageCode(t *testing.T) {
 	})
 }
 
-func TestSpec(t *testing.T) {
-	s := Spec()
-	if s.ID != ControllerID || s.DefaultPort != DefaultPort || s.Run == nil || s.Validate == nil {
-		t.Errorf("Spec = %+v", s)
-	}
-	if Spec().Flags[0] == s.Flags[0] {
-		t.Error("Specs share flag values")
-	}
-}
+func TestSpec(t *testing.T) { apptest.CheckSpec(t, Spec, ControllerID, DefaultPort) }
 
 // The binder's own budget is its flags' defaults (shared/app applies them and lets the flags
 // override them; see TestOwnClientBudget there).

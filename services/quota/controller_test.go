@@ -21,6 +21,8 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/kcm-split/kcm-split/shared/testenv/fixtures"
 )
 
 var widgetsResource = schema.GroupResource{Group: "example.com", Resource: "widgets"}
@@ -100,11 +102,7 @@ func (f *fixture) sync(key string) error {
 
 func (f *fixture) writes() []string {
 	var out []string
-	for _, a := range f.client.Actions() {
-		switch a.GetVerb() {
-		case "get", "list", "watch":
-			continue
-		}
+	for _, a := range fixtures.Writes(f.client.Actions()) {
 		out = append(out, a.GetVerb()+" "+a.GetResource().Resource+"/"+a.GetSubresource())
 	}
 	return out
@@ -135,20 +133,7 @@ func (f *fixture) catchUp(ns, name string) {
 
 // drain empties both queues and returns what they held.
 func (f *fixture) drain() (priority, primary []string) {
-	take := func(q interface {
-		Len() int
-		Get() (string, bool)
-		Done(string)
-	}) []string {
-		var out []string
-		for q.Len() > 0 {
-			k, _ := q.Get()
-			q.Done(k)
-			out = append(out, k)
-		}
-		return out
-	}
-	return take(f.c.priority), take(f.c.primary)
+	return fixtures.Drain(f.c.priority), fixtures.Drain(f.c.primary)
 }
 
 func quotaObj(ns, name string, hard v1.ResourceList) *v1.ResourceQuota {

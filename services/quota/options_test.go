@@ -9,11 +9,7 @@ import (
 )
 
 func TestOptionsValidate(t *testing.T) {
-	with := func(f func(*Options)) Options {
-		o := DefaultOptions()
-		f(&o)
-		return o
-	}
+	with := func(f func(*Options)) Options { return apptest.With(DefaultOptions(), f) }
 	apptest.Validate(t, []apptest.ValidateCase[Options]{
 		{Name: "defaults", Opts: DefaultOptions()},
 		{Name: "no periodic recalculation", Opts: with(func(o *Options) { o.SyncPeriod = 0 })},
@@ -34,3 +30,5 @@ func TestBadFlagsExitWithUsageCode(t *testing.T) {
 		{Name: "from the environment", Env: map[string]string{app.EnvVar(FlagSourceSyncTimeout): "0s"}, WantFlag: FlagSourceSyncTimeout},
 	})
 }
+
+func TestSpec(t *testing.T) { apptest.CheckSpec(t, Spec, ControllerID, DefaultPort) }

@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kcm-split/kcm-split/services/servicelb/api/v1alpha1"
+	"github.com/kcm-split/kcm-split/shared/testenv/fixtures"
 )
 
 const testNS = "ns"
@@ -125,17 +126,7 @@ func (f *fixture) pool(name string, addrs []string, mut ...func(*v1alpha1.IPAddr
 // catchUp copies the clientset's Services into the cache: the informer catching up.
 func (f *fixture) catchUp() {
 	f.t.Helper()
-	list, err := f.client.CoreV1().Services("").List(context.Background(), metav1.ListOptions{})
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	var items []any
-	for i := range list.Items {
-		items = append(items, &list.Items[i])
-	}
-	if err := f.services.Replace(items, ""); err != nil {
-		f.t.Fatal(err)
-	}
+	fixtures.CatchUp(f.t, f.client.Tracker(), f.services, v1.SchemeGroupVersion.WithResource("services"), "Service")
 }
 
 func (f *fixture) sync(name string) error {
@@ -174,28 +165,11 @@ func (f *fixture) stored(name string) *v1.Service {
 	return s
 }
 
-func (f *fixture) events() []string {
-	var out []string
-	for {
-		select {
-		case e := <-f.recorder.Events:
-			out = append(out, e)
-		default:
-			return out
-		}
-	}
-}
+// events drains the recorded events.
+func (f *fixture) events() []string { return fixtures.Events(f.recorder) }
 
-func (f *fixture) queued() []string {
-	var out []string
-	for f.c.queue.Len() > 0 {
-		k, _ := f.c.queue.Get()
-		f.c.queue.Done(k)
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}
+// queued drains the keys that are ready in the Service queue, sorted.
+func (f *fixture) queued() []string { return slices.Sorted(slices.Values(fixtures.Drain(f.c.queue))) }
 
 // ---- builders ----
 

@@ -12,11 +12,7 @@ func TestOptionsValidate(t *testing.T) {
 	if d := DefaultOptions(); d.ConcurrentSyncs != 1 || d.MinRetryDelay.Seconds() != 5 || d.MaxRetryDelay.Seconds() != 300 {
 		t.Fatalf("defaults are not upstream's: %+v", d)
 	}
-	with := func(f func(*Options)) Options {
-		o := DefaultOptions()
-		f(&o)
-		return o
-	}
+	with := func(f func(*Options)) Options { return apptest.With(DefaultOptions(), f) }
 	apptest.Validate(t, []apptest.ValidateCase[Options]{
 		{Name: "defaults", Opts: DefaultOptions()},
 		{Name: "a valid class", Opts: with(func(o *Options) { o.LoadBalancerClass = "lb.kcm-split.io/pools" })},
@@ -37,3 +33,5 @@ func TestBadFlagsExitWithUsageCode(t *testing.T) {
 		{Name: "from the environment", Env: map[string]string{app.EnvVar(FlagLoadBalancerClass): "-bad-"}, WantFlag: FlagLoadBalancerClass},
 	})
 }
+
+func TestSpec(t *testing.T) { apptest.CheckSpec(t, Spec, ControllerID, DefaultPort) }

@@ -93,6 +93,35 @@ type ValidateCase[O Validator] struct {
 	WantFlag string
 }
 
+// CheckSpec checks what every service's Spec must be: its ID and DefaultPort, a Run and a
+// Validate, and new flag values on every call (app.Run adds environment variables to the
+// flags in place, so two Specs must not share them).
+func CheckSpec(t testing.TB, spec func() app.Spec, id string, port int) {
+	t.Helper()
+	s := spec()
+	if s.ID != id || s.DefaultPort != port || s.Run == nil || s.Validate == nil {
+		t.Errorf("Spec: ID %q, DefaultPort %d, Run set %v, Validate set %v; want %q, %d, both set",
+			s.ID, s.DefaultPort, s.Run != nil, s.Validate != nil, id, port)
+	}
+	again := spec()
+	if len(again.Flags) != len(s.Flags) {
+		t.Errorf("Spec: %d flags, then %d", len(s.Flags), len(again.Flags))
+		return
+	}
+	for i, f := range s.Flags {
+		if again.Flags[i] == f {
+			t.Errorf("two Specs share the value of flag %v", f.Names())
+		}
+	}
+}
+
+// With returns a copy of o changed by f, so that a table states each case as one change to
+// the defaults: With(DefaultOptions(), func(o *Options) { o.Workers = 0 }).
+func With[O any](o O, f func(*O)) O {
+	f(&o)
+	return o
+}
+
 // Validate checks every case's Validate as WantFlagError does, naming the case in failures.
 func Validate[O Validator](t testing.TB, cases []ValidateCase[O]) {
 	t.Helper()

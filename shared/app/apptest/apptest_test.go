@@ -166,6 +166,31 @@ func (o strictOptions) Validate() error {
 	return nil
 }
 
+func TestCheckSpec(t *testing.T) {
+	CheckSpec(t, right, "apptest-controller", 0)
+
+	r := &recorder{TB: t}
+	CheckSpec(r, right, "other-controller", 1)
+	r.want(t, `want "other-controller", 1`)
+
+	shared := right()
+	r = &recorder{TB: t}
+	CheckSpec(r, func() app.Spec { return shared }, "apptest-controller", 0)
+	r.want(t, "share the value of flag ["+flagWorkers+"]")
+
+	r = &recorder{TB: t}
+	CheckSpec(r, func() app.Spec { s := right(); s.Run = nil; return s }, "apptest-controller", 0)
+	r.want(t, "Run set false")
+}
+
+func TestWithChangesACopy(t *testing.T) {
+	defaults := strictOptions{workers: 5}
+	changed := With(defaults, func(o *strictOptions) { o.workers = 0 })
+	if changed.workers != 0 || defaults.workers != 5 {
+		t.Fatalf("With: changed %+v, original %+v; want 0 and 5", changed, defaults)
+	}
+}
+
 func TestValidate(t *testing.T) {
 	Validate(t, []ValidateCase[strictOptions]{
 		{Name: "fine", Opts: strictOptions{workers: 1}},
