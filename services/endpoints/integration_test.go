@@ -34,13 +34,6 @@ func TestMain(m *testing.M) { testenv.Main(m, &env) }
 // controller is the shipped binary, built once per test binary.
 var controller = testenv.Binary{ID: endpoints.ControllerID}
 
-// startController runs the shipped binary against the test's apiserver; it stops when the test
-// ends.
-func startController(t *testing.T, name string, args ...string) *testenv.Controller {
-	t.Helper()
-	return env.Start(t, controller, name, args...)
-}
-
 // ---- object builders ----
 
 type podOpt func(*corev1.Pod)
@@ -204,7 +197,7 @@ func withController(t *testing.T) (kubernetes.Interface, string) {
 	testenv.Require(t, env)
 	c := env.Client(t)
 	ns := env.Namespace(t)
-	startController(t, "ctrl").WaitLeadingAndSynced(controller.Lease(), 30*time.Second)
+	env.StartLeading(t, controller, "ctrl")
 	return c, ns
 }
 
@@ -376,7 +369,7 @@ func TestOrphansSweptAtStartAndUserManagedLeftAlone(t *testing.T) {
 	createService(t, c, makeService(ns, "manual", nil))
 	mk("manual", nil)
 
-	startController(t, "ctrl").WaitLeadingAndSynced(controller.Lease(), 30*time.Second)
+	env.StartLeading(t, controller, "ctrl")
 	waitEndpoints(t, c, ns, "orphan", "deleted", func(ep *corev1.Endpoints) bool { return ep == nil })
 
 	// Sentinel: once a new Service's Endpoints exist, the start-up sweep has been processed.
@@ -444,7 +437,7 @@ func TestTruncationAtCapacity(t *testing.T) {
 	ctx := context.Background()
 	sel := map[string]string{"app": "big"}
 	createPods(t, c, ns, 1001, sel)
-	startController(t, "ctrl").WaitLeadingAndSynced(controller.Lease(), 60*time.Second)
+	env.StartLeading(t, controller, "ctrl")
 	createService(t, c, makeService(ns, "big", sel))
 
 	ep := waitEndpoints(t, c, ns, "big", "truncated to 1000", func(ep *corev1.Endpoints) bool {
@@ -480,8 +473,7 @@ func TestRestartOverCorrectStateWritesNothing(t *testing.T) {
 		createPod(t, c, makePod(ns, name+"-0", fmt.Sprintf("10.6.%d.1", i), sel))
 		createPod(t, c, makePod(ns, name+"-1", fmt.Sprintf("10.6.%d.2", i), sel, notReady()))
 	}
-	first := startController(t, "first")
-	first.WaitLeadingAndSynced(controller.Lease(), 30*time.Second)
+	first := env.StartLeading(t, controller, "first")
 	for _, name := range []string{"a", "b", "c"} {
 		waitEndpoints(t, c, ns, name, "complete", func(ep *corev1.Endpoints) bool {
 			return ep != nil && len(readyIPs(ep)) == 1 && len(notReadyIPs(ep)) == 1
@@ -493,8 +485,7 @@ func TestRestartOverCorrectStateWritesNothing(t *testing.T) {
 		t.Fatalf("cold sync wrote %d times for 3 Services, want 3 (one create each)", before)
 	}
 
-	second := startController(t, "second")
-	second.WaitLeadingAndSynced(controller.Lease(), 30*time.Second)
+	second := env.StartLeading(t, controller, "second")
 	// Wait until the start-up backlog is worked off: the queue is empty and nothing is in
 	// flight. A sentinel Service created afterwards must also be done, so events after the
 	// restart are processed too.
@@ -520,9 +511,8 @@ func TestLeaderElectionHandover(t *testing.T) {
 	ctx := context.Background()
 
 	// Default timings (15s lease, 10s renew, 2s retry) for the graceful handover.
-	a := startController(t, "a", "--leader-elect-resource-name=endpoints-controller")
-	a.WaitLeadingAndSynced(controller.Lease(), 30*time.Second)
-	b := startController(t, "b", "--leader-elect-resource-name=endpoints-controller")
+	a := env.StartLeading(t, controller, "a", "--leader-elect-resource-name=endpoints-controller")
+	b := env.Start(t, controller, "b", "--leader-elect-resource-name=endpoints-controller")
 	// The standby is Ready too (it serves health and metrics) but does not lead or work.
 	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		code, _ := b.Get("/readyz")
@@ -572,13 +562,13 @@ func TestLeaderElectionSIGKILL(t *testing.T) {
 	const leaseDuration = 4 * time.Second
 	args := []string{"--leader-elect-resource-name=endpoints-sigkill",
 		"--leader-elect-lease-duration=" + leaseDuration.String(), "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=250ms"}
-	a := startController(t, "a", args...)
+	a := env.Start(t, controller, "a", args...)
 	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		return a.Metric(`leader_election_master_status{name="endpoints-sigkill"}`) == 1, nil
 	}); err != nil {
 		t.Fatal("a never led")
 	}
-	b := startController(t, "b", args...)
+	b := env.Start(t, controller, "b", args...)
 	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		return b.Metric(`leader_election_master_status{name="endpoints-sigkill"}`) == 0, nil
 	}); err != nil {

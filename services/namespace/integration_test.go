@@ -44,14 +44,6 @@ const (
 	goneTimeout = 3 * time.Minute
 )
 
-// startController runs the shipped binary and waits until it leads with synced caches.
-func startController(t *testing.T, name string) *testenv.Controller {
-	t.Helper()
-	c := env.Start(t, controller, name)
-	c.WaitLeadingAndSynced(controller.Lease(), time.Minute)
-	return c
-}
-
 func poll(t *testing.T, timeout time.Duration, what string, cond func(ctx context.Context) (bool, error)) {
 	t.Helper()
 	if err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, timeout, true, cond); err != nil {
@@ -272,7 +264,7 @@ func createWidget(t *testing.T, ns, name string) {
 
 func TestDeletion(t *testing.T) {
 	testenv.Require(t, env)
-	ctrl := startController(t, "namespace-controller")
+	ctrl := env.StartLeading(t, controller, "namespace-controller")
 	client := env.Client(t)
 
 	t.Run("everything goes, CRD objects too", func(t *testing.T) {
@@ -426,8 +418,7 @@ func TestRestartMidDeletion(t *testing.T) {
 	createSecrets(t, client, ns, 500)
 	createConfigMaps(t, client, bystander, 50)
 
-	first := env.Start(t, controller, "first")
-	first.WaitLeadingAndSynced(controller.Lease(), time.Minute)
+	first := env.StartLeading(t, controller, "first")
 	deleteNamespace(t, client, ns)
 	// Kill it as soon as deletion visibly started: SIGKILL, no graceful drain.
 	poll(t, goneTimeout, "deletion to start", func(context.Context) (bool, error) {
@@ -464,7 +455,7 @@ func TestDiscoveryFailure(t *testing.T) {
 	testenv.Require(t, env)
 	client := env.Client(t)
 	dyn := dynamicClient(t)
-	ctrl := startController(t, "namespace-controller")
+	ctrl := env.StartLeading(t, controller, "namespace-controller")
 
 	const (
 		group   = "broken.kcm-split.test"

@@ -8,7 +8,6 @@ package nodelifecycle_test
 
 import (
 	"context"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -51,12 +50,6 @@ var shortTimings = []string{
 	"--node-monitor-period=" + monitorPeriod.String(),
 	"--node-monitor-grace-period=" + grace.String(),
 	"--node-startup-grace-period=" + startupGrace.String(),
-}
-
-func startController(t *testing.T, name string, args ...string) *testenv.Controller {
-	t.Helper()
-	c := env.Start(t, controller, name, append(slices.Clone(shortTimings), args...)...)
-	return c
 }
 
 // ---- the fake kubelets ----

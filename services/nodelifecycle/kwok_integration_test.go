@@ -59,8 +59,7 @@ func TestKwokNodesStayHealthy(t *testing.T) {
 	t.Cleanup(func() { _ = client.CoreV1().Nodes().Delete(context.Background(), node.Name, metav1.DeleteOptions{}) })
 
 	const kwokGrace = 12 * time.Second
-	ctl := env.Start(t, controller, "ctl", "--node-monitor-period=1s", "--node-monitor-grace-period="+kwokGrace.String())
-	ctl.WaitLeadingAndSynced(controller.Lease(), time.Minute)
+	env.StartLeading(t, controller, "ctl", "--node-monitor-period=1s", "--node-monitor-grace-period="+kwokGrace.String())
 	waitNodes(t, client, slack, "the kwok node Ready without the admission taint", isReadyClean, node.Name)
 	heartbeat := readyOf(getNode(t, client, node.Name)).LastHeartbeatTime
 	time.Sleep(2 * kwokGrace)

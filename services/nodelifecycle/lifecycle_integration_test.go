@@ -23,8 +23,7 @@ func TestSilentNodeIsTaintedAndItsPodsEvicted(t *testing.T) {
 	for _, n := range nodes {
 		k.addNode(n, "zone-silent")
 	}
-	ctl := startController(t, "ctl")
-	ctl.WaitLeadingAndSynced(controller.Lease(), time.Minute)
+	ctl := env.StartLeading(t, controller, "ctl", shortTimings...)
 
 	// TaintNodesByCondition put not-ready:NoSchedule on each new Node; Ready Nodes lose it.
 	waitNodes(t, client, slack, "the admission not-ready taint lifted from Ready nodes", isReadyClean, nodes...)
@@ -135,8 +134,7 @@ func TestNeverReportedNodeGetsStartupGrace(t *testing.T) {
 	requireEnv(t)
 	client := env.Client(t)
 	k := newKubelets(t)
-	ctl := startController(t, "ctl")
-	ctl.WaitLeadingAndSynced(controller.Lease(), time.Minute)
+	env.StartLeading(t, controller, "ctl", shortTimings...)
 
 	k.addNode("reported", "zone-startup")
 	k.create(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "never", Labels: map[string]string{
@@ -186,8 +184,7 @@ func TestPartialDisruptionPausesTainting(t *testing.T) {
 	}
 	k.addNode("partial-other", "zone-q")
 	clearZoneEvents(t, client)
-	ctl := startController(t, "ctl")
-	ctl.WaitLeadingAndSynced(controller.Lease(), time.Minute)
+	ctl := env.StartLeading(t, controller, "ctl", shortTimings...)
 	waitNodes(t, client, slack, "all nodes Ready and clean", isReadyClean, append(zoneNodes, "partial-other")...)
 
 	failing := zoneNodes[:6]
@@ -245,8 +242,7 @@ func TestAllZonesDownStopsTainting(t *testing.T) {
 		k.addNode(n, "zone-"+n[5:6])
 	}
 	clearZoneEvents(t, client)
-	ctl := startController(t, "ctl")
-	ctl.WaitLeadingAndSynced(controller.Lease(), time.Minute)
+	ctl := env.StartLeading(t, controller, "ctl", shortTimings...)
 	waitNodes(t, client, slack, "all nodes Ready and clean", isReadyClean, nodes...)
 
 	k.stop(nodes...)
@@ -289,9 +285,8 @@ func TestHandoverMidFailure(t *testing.T) {
 	for _, n := range []string{"ho-a", "ho-b", "ho-c"} {
 		k.addNode(n, "zone-ho")
 	}
-	a := startController(t, "a")
-	a.WaitLeadingAndSynced(controller.Lease(), time.Minute)
-	b := startController(t, "b")
+	a := env.StartLeading(t, controller, "a", shortTimings...)
+	b := env.Start(t, controller, "b", shortTimings...)
 	waitNodes(t, client, slack, "all nodes clean", isReadyClean, "ho-a", "ho-b", "ho-c")
 	createPod(t, client, makePod(ns, "none", "ho-b"))
 	createPod(t, client, makePod(ns, "short", "ho-b", unreachableToleration(ptr[int64](6))))

@@ -42,8 +42,7 @@ func withController(t *testing.T, args ...string) (kubernetes.Interface, string,
 	testenv.Require(t, env)
 	client := env.Client(t)
 	ns := env.Namespace(t)
-	c := env.Start(t, controller, "binder", args...)
-	c.WaitLeadingAndSynced(controller.Lease(), 60*time.Second)
+	c := env.StartLeading(t, controller, "binder", args...)
 	return client, ns, c
 }
 

@@ -32,13 +32,6 @@ func TestMain(m *testing.M) { testenv.Main(m, &env) }
 // controller is the shipped binary, built once per test binary.
 var controller = testenv.Binary{ID: quota.ControllerID}
 
-func startController(t *testing.T, name string, args ...string) *testenv.Controller {
-	t.Helper()
-	c := env.Start(t, controller, name, args...)
-	c.WaitLeadingAndSynced(controller.Lease(), 60*time.Second)
-	return c
-}
-
 func poll(t *testing.T, what string, timeout time.Duration, cond func() (bool, error)) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
@@ -199,7 +192,7 @@ func TestUsageAdmissionAndReplenishment(t *testing.T) {
 		corev1.ResourceServicesLoadBalancers:                  q("1"),
 	})
 	// The default 5-minute resync: everything below that happens in seconds is replenishment.
-	startController(t, "ctrl")
+	env.StartLeading(t, controller, "ctrl")
 
 	synced := waitUsed(t, c, ns, "compute", map[corev1.ResourceName]string{"pods": "0", "requests.cpu": "0", "limits.memory": "0", "memory": "0"})
 	if synced.Labels["team"] != "a" || synced.Annotations["note"] != "kept" {
@@ -340,7 +333,7 @@ func TestUnchangedResyncWritesNothing(t *testing.T) {
 	ns := env.Namespace(t)
 	ctx := context.Background()
 	createQuota(t, c, ns, "q", corev1.ResourceList{corev1.ResourcePods: q("10"), corev1.ResourceRequestsMemory: q("10Gi"), corev1.ResourceConfigMaps: q("10")})
-	ctrl := startController(t, "ctrl", "--"+quota.FlagSyncPeriod+"=1s")
+	ctrl := env.StartLeading(t, controller, "ctrl", "--"+quota.FlagSyncPeriod+"=1s")
 	waitUsed(t, c, ns, "q", map[corev1.ResourceName]string{"pods": "0", "configmaps": "0"})
 	// Usage in units the apiserver spells differently from how the sum comes out.
 	for i := range 2 {
@@ -402,7 +395,7 @@ func TestBrokenConversionWebhookIsolated(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ctrl := startController(t, "ctrl", "--"+quota.FlagSourceSyncTimeout+"=2s")
+	ctrl := env.StartLeading(t, controller, "ctrl", "--"+quota.FlagSourceSyncTimeout+"=2s")
 	if _, err := c.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cm"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -469,7 +462,7 @@ func TestCRDCreatedLaterIsCounted(t *testing.T) {
 	c := env.Client(t)
 	ns := env.Namespace(t)
 	ctx := context.Background()
-	startController(t, "ctrl")
+	env.StartLeading(t, controller, "ctrl")
 
 	gizmos := schema.GroupVersionResource{Group: "later.kcm-split.example.com", Version: "v1", Resource: "gizmos"}
 	dyn := ensureCRD(t, crd(gizmos.Group, gizmos.Resource, "Gizmo", []any{crdVersion("v1", true)}, nil), gizmos)
@@ -512,7 +505,7 @@ func TestControllerAgreesWithAdmission(t *testing.T) {
 		"gold.storageclass.storage.k8s.io/persistentvolumeclaims": q("5"),
 		corev1.ResourceServices:                                   q("10"), corev1.ResourceServicesNodePorts: q("10"), corev1.ResourceServicesLoadBalancers: q("5"),
 	})
-	ctrl := startController(t, "ctrl", "--"+quota.FlagSyncPeriod+"=1s")
+	ctrl := env.StartLeading(t, controller, "ctrl", "--"+quota.FlagSyncPeriod+"=1s")
 	waitUsed(t, c, ns, "q", map[corev1.ResourceName]string{"pods": "0"})
 	waitUsed(t, c, ns, "storage-and-services", map[corev1.ResourceName]string{"persistentvolumeclaims": "0", "services": "0"})
 	// From here on only admission writes the quota, unless a recalculation disagrees.
@@ -628,7 +621,7 @@ func TestClaimAllocationChangeReplenishes(t *testing.T) {
 	ns := env.Namespace(t)
 	ctx := context.Background()
 	createQuota(t, c, ns, "q", corev1.ResourceList{corev1.ResourceRequestsStorage: q("100Gi"), "gold.storageclass.storage.k8s.io/requests.storage": q("100Gi")})
-	startController(t, "ctrl")
+	env.StartLeading(t, controller, "ctrl")
 	waitUsed(t, c, ns, "q", map[corev1.ResourceName]string{"requests.storage": "0"})
 	class := "gold"
 	pvc := &corev1.PersistentVolumeClaim{
@@ -677,7 +670,7 @@ func TestScopedQuotas(t *testing.T) {
 	createQuota(t, c, ns, "no-priority", corev1.ResourceList{corev1.ResourcePods: q("10")}, selector(corev1.ScopedResourceSelectorRequirement{
 		ScopeName: corev1.ResourceQuotaScopePriorityClass, Operator: corev1.ScopeSelectorOpDoesNotExist,
 	}))
-	startController(t, "ctrl")
+	env.StartLeading(t, controller, "ctrl")
 	for _, name := range []string{"besteffort", "terminating", "no-priority"} {
 		waitUsed(t, c, ns, name, map[corev1.ResourceName]string{"pods": "0"})
 	}

@@ -46,14 +46,6 @@ func TestMain(m *testing.M) {
 // controller is the shipped binary, built once per test binary.
 var controller = testenv.Binary{ID: servicelb.ControllerID}
 
-// startController runs the binary; it stops when the test ends.
-func startController(t *testing.T, name string, args ...string) *testenv.Controller {
-	t.Helper()
-	c := env.Start(t, controller, name, args...)
-	c.WaitLeadingAndSynced(controller.Lease(), 60*time.Second)
-	return c
-}
-
 type fixture struct {
 	t     *testing.T
 	c     kubernetes.Interface
@@ -74,7 +66,7 @@ func setup(t *testing.T, args ...string) *fixture {
 		t.Fatal(err)
 	}
 	f := &fixture{t: t, c: env.Client(t), pools: v1alpha1.NewClient(dyn), ns: env.Namespace(t), block: int(blocks.Add(1))}
-	f.ctrl = startController(t, "ctrl", args...)
+	f.ctrl = env.StartLeading(t, controller, "ctrl", args...)
 	return f
 }
 

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -8,6 +9,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // fatalRecorder is a testing.TB whose Fatal ends only the goroutine calling it, as the real
@@ -87,5 +90,27 @@ func TestBuildOnceFailsEveryCallerOfABrokenPackage(t *testing.T) {
 	msg = recordFatal(t, func(tb testing.TB) { BuildOnce(tb, "./testdata/cmd/broken") })
 	if !strings.Contains(msg, "failed earlier") || !strings.Contains(msg, "undefinedOnPurpose") {
 		t.Fatalf("second call: fatal %q, want the earlier failure repeated", msg)
+	}
+}
+
+// A controller started with StartLeading holds the Lease named after its ID, and its
+// requests carry the user agent prefix Binary promises.
+func TestStartLeading(t *testing.T) {
+	Require(t, env)
+	b := Binary{ID: "testenv-leader", Dir: "testdata"}
+	c := env.StartLeading(t, b, "leader")
+	if !c.IsLeader(b.Lease()) {
+		t.Fatalf("not leading %s after StartLeading", b.Lease())
+	}
+	lease, err := env.Client(t).CoordinationV1().Leases("kube-system").Get(context.Background(), b.Lease(), metav1.GetOptions{})
+	if err != nil || lease.Spec.HolderIdentity == nil {
+		t.Fatalf("Lease kube-system/%s: %v, %+v", b.Lease(), err, lease)
+	}
+	writes, err := env.Writes(ByUserAgentPrefix(b.UserAgentPrefix(), "leases"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(writes) == 0 {
+		t.Fatalf("no Lease write with user agent %s*", b.UserAgentPrefix())
 	}
 }

@@ -164,6 +164,19 @@ func (env *Env) Start(t testing.TB, b Binary, name string, args ...string) *Cont
 	return env.StartController(t, b.Path(t), name, args...)
 }
 
+// LeadTimeout bounds StartLeading's wait: leading and syncing take a second or two alone, far
+// more on a machine busy with other test suites.
+const LeadTimeout = time.Minute
+
+// StartLeading is Start, then a wait (up to LeadTimeout) until the controller holds b's
+// Lease and its caches are synced.
+func (env *Env) StartLeading(t testing.TB, b Binary, name string, args ...string) *Controller {
+	t.Helper()
+	c := env.Start(t, b, name, args...)
+	c.WaitLeadingAndSynced(b.Lease(), LeadTimeout)
+	return c
+}
+
 type buildKey struct{ dir, pkg string }
 
 type buildResult struct {
