@@ -542,7 +542,9 @@ func TestLeaderElectionHandover(t *testing.T) {
 	if code := a.ExitCode(); code != 0 {
 		t.Fatalf("leader exit code after SIGTERM = %d, want 0", code)
 	}
-	b.WaitLeadingAndSynced(controller.Lease(), 5*time.Second-time.Since(start))
+	// The handover time is reported, not asserted (a loaded CI machine stretches it; the
+	// benchmarks measure speed): the bound only keeps a broken handover from hanging the test.
+	b.WaitLeadingAndSynced(controller.Lease(), 30*time.Second)
 	t.Logf("SIGTERM handover took %s", time.Since(start).Round(time.Millisecond))
 	lease, err := c.CoordinationV1().Leases("kube-system").Get(ctx, controller.Lease(), metav1.GetOptions{})
 	if err != nil {
@@ -575,15 +577,40 @@ func TestLeaderElectionSIGKILL(t *testing.T) {
 		t.Fatal("b never became a standby")
 	}
 
+	c := env.Client(t)
+	ctx := context.Background()
 	start := time.Now()
 	a.Kill()
-	// No release happens: b must wait for the Lease to expire, and not much longer.
-	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, leaseDuration+2*time.Second, true, func(context.Context) (bool, error) {
+	<-a.Done()
+	// a is dead, so the Lease now holds its last renewal for good.
+	last, err := c.CoordinationV1().Leases("kube-system").Get(ctx, "endpoints-sigkill", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last.Spec.RenewTime == nil || last.Spec.HolderIdentity == nil {
+		t.Fatalf("lease after the kill has no holder or renew time: %+v", last.Spec)
+	}
+	// No release happens: b must take over, and only once the Lease has expired. The time
+	// it took is reported, not asserted; the 60 s bound only keeps a broken takeover from
+	// hanging the test.
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
 		return b.Metric(`leader_election_master_status{name="endpoints-sigkill"}`) == 1, nil
 	}); err != nil {
-		t.Fatalf("b did not take over within lease duration + 2s (%s)", leaseDuration+2*time.Second)
+		t.Fatal("b never took over after the leader was killed")
 	}
 	t.Logf("SIGKILL handover took %s (lease %s)", time.Since(start).Round(time.Millisecond), leaseDuration)
+	now, err := c.CoordinationV1().Leases("kube-system").Get(ctx, "endpoints-sigkill", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if now.Spec.HolderIdentity == nil || *now.Spec.HolderIdentity == *last.Spec.HolderIdentity || now.Spec.AcquireTime == nil {
+		t.Fatalf("lease after takeover: holder %v (killed leader %q), acquire time %v", now.Spec.HolderIdentity, *last.Spec.HolderIdentity, now.Spec.AcquireTime)
+	}
+	// Safety: two leaders at once is the failure that matters. b may acquire only after the
+	// killed leader's last renewal has expired (both processes share this machine's clock).
+	if gap := now.Spec.AcquireTime.Sub(last.Spec.RenewTime.Time); gap < leaseDuration {
+		t.Fatalf("b acquired %s after the last renewal, before the %s lease expired", gap, leaseDuration)
+	}
 }
 
 // TestBadFlagsExit2 runs the shipped binary with bad values: each exits 2 with one line that
