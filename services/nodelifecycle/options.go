@@ -6,6 +6,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/kcm-split/kcm-split/services/nodelifecycle/ipam"
 	"github.com/kcm-split/kcm-split/shared/app"
 )
 
@@ -70,6 +71,8 @@ type Options struct {
 	UnhealthyZoneThreshold float64
 	// TaintEviction turns on the deletion of Pods that do not tolerate a NoExecute taint.
 	TaintEviction bool
+	// IPAM is node Pod range allocation (upstream's node-ipam-controller), off by default.
+	IPAM ipam.Options
 }
 
 // DefaultOptions returns upstream's defaults.
@@ -109,7 +112,8 @@ func (o Options) Validate() error {
 	case !(o.UnhealthyZoneThreshold >= 0 && o.UnhealthyZoneThreshold <= 1):
 		return bad(FlagUnhealthyZoneThreshold, "%g is outside 0..1", o.UnhealthyZoneThreshold)
 	}
-	return nil
+	_, err := o.IPAM.Config()
+	return err
 }
 
 // flags returns new flag values on every call: app.Main adds environment variables to them
@@ -149,6 +153,30 @@ func flags() []cli.Flag {
 			Name: FlagEnableTaintEviction, Category: "Controller", Value: d.TaintEviction,
 			Usage: "delete Pods that do not tolerate a NoExecute taint of their Node (upstream's taint-eviction-controller)",
 		},
+		&cli.BoolFlag{
+			Name: ipam.FlagAllocateNodeCIDRs, Category: "Node IPAM",
+			Usage: "give every Node without one a Pod range (spec.podCIDRs) from --" + ipam.FlagClusterCIDR + " (upstream's node-ipam-controller)",
+		},
+		&cli.StringFlag{
+			Name: ipam.FlagClusterCIDR, Category: "Node IPAM",
+			Usage: "CIDR the Nodes' Pod ranges are cut from: one, or an IPv4,IPv6 pair for dual-stack Nodes",
+		},
+		&cli.IntFlag{
+			Name: ipam.FlagNodeCIDRMaskSize, Category: "Node IPAM",
+			Usage: "prefix length of each Node's range in a single-stack cluster; 0 means 24 for IPv4, 64 for IPv6",
+		},
+		&cli.IntFlag{
+			Name: ipam.FlagNodeCIDRMaskSizeIPv4, Category: "Node IPAM",
+			Usage: "prefix length of each Node's IPv4 range; 0 means --node-cidr-mask-size, else 24",
+		},
+		&cli.IntFlag{
+			Name: ipam.FlagNodeCIDRMaskSizeIPv6, Category: "Node IPAM",
+			Usage: "prefix length of each Node's IPv6 range; 0 means --node-cidr-mask-size, else 64",
+		},
+		&cli.StringFlag{
+			Name: ipam.FlagServiceClusterIPRange, Category: "Node IPAM",
+			Usage: "the Service CIDR (or an IPv4,IPv6 pair): no Node gets a range overlapping it",
+		},
 	}
 }
 
@@ -163,5 +191,13 @@ func optionsFrom(c *cli.Context) Options {
 		LargeClusterThreshold:  c.Int(FlagLargeClusterThreshold),
 		UnhealthyZoneThreshold: c.Float64(FlagUnhealthyZoneThreshold),
 		TaintEviction:          c.Bool(FlagEnableTaintEviction),
+		IPAM: ipam.Options{
+			Allocate:     c.Bool(ipam.FlagAllocateNodeCIDRs),
+			ClusterCIDR:  c.String(ipam.FlagClusterCIDR),
+			MaskSize:     c.Int(ipam.FlagNodeCIDRMaskSize),
+			MaskSizeIPv4: c.Int(ipam.FlagNodeCIDRMaskSizeIPv4),
+			MaskSizeIPv6: c.Int(ipam.FlagNodeCIDRMaskSizeIPv6),
+			ServiceCIDR:  c.String(ipam.FlagServiceClusterIPRange),
+		},
 	}
 }

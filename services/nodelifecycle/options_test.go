@@ -1,9 +1,15 @@
 package nodelifecycle
 
 import (
+	"context"
+	"errors"
+	"io"
 	"testing"
 	"time"
 
+	"github.com/urfave/cli/v2"
+
+	"github.com/kcm-split/kcm-split/services/nodelifecycle/ipam"
 	"github.com/kcm-split/kcm-split/shared/app"
 	"github.com/kcm-split/kcm-split/shared/app/apptest"
 )
@@ -53,7 +59,39 @@ func TestBadFlagsExitWithUsageCode(t *testing.T) {
 		{Name: "threshold outside 0..1", Args: []string{"--unhealthy-zone-threshold=2"}, WantFlag: FlagUnhealthyZoneThreshold},
 		{Name: "grace below period", Args: []string{"--node-monitor-period=10s", "--node-monitor-grace-period=5s"}, WantFlag: FlagMonitorGracePeriod},
 		{Name: "from the environment", Env: map[string]string{app.EnvVar(FlagStartupGracePeriod): "1s"}, WantFlag: FlagStartupGracePeriod},
+		// Node IPAM: the combinations upstream refuses, and ours.
+		{Name: "allocation without a cluster CIDR", Args: []string{"--allocate-node-cidrs"}, WantFlag: ipam.FlagClusterCIDR},
+		{Name: "mask shorter than the cluster prefix", Args: []string{"--allocate-node-cidrs", "--cluster-cidr=10.0.0.0/16", "--node-cidr-mask-size=12"}, WantFlag: ipam.FlagNodeCIDRMaskSize},
+		{Name: "IPv6 mask shorter than the cluster prefix", Args: []string{"--allocate-node-cidrs", "--cluster-cidr=10.0.0.0/16,fd00::/56", "--node-cidr-mask-size-ipv6=48"}, WantFlag: ipam.FlagNodeCIDRMaskSizeIPv6},
+		{Name: "three cluster CIDRs", Args: []string{"--allocate-node-cidrs", "--cluster-cidr=10.0.0.0/16,fd00::/48,10.1.0.0/16"}, WantFlag: ipam.FlagClusterCIDR},
+		{Name: "two IPv4 cluster CIDRs", Args: []string{"--allocate-node-cidrs", "--cluster-cidr=10.0.0.0/16,10.1.0.0/16"}, WantFlag: ipam.FlagClusterCIDR},
+		{Name: "family-less mask on dual-stack", Args: []string{"--allocate-node-cidrs", "--cluster-cidr=10.0.0.0/16,fd00::/48", "--node-cidr-mask-size=24"}, WantFlag: ipam.FlagNodeCIDRMaskSize},
+		{Name: "service range covering the cluster", Args: []string{"--allocate-node-cidrs", "--cluster-cidr=10.0.0.0/16", "--service-cluster-ip-range=10.0.0.0/8"}, WantFlag: ipam.FlagServiceClusterIPRange},
+		{Name: "cluster CIDR from the environment", Env: map[string]string{app.EnvVar(ipam.FlagAllocateNodeCIDRs): "true", app.EnvVar(ipam.FlagClusterCIDR): "10.0.0.0"}, WantFlag: ipam.FlagClusterCIDR},
 	})
+}
+
+func TestIPAMFlagsReachTheOptions(t *testing.T) {
+	// Parsed through the binary's own flag set: names, values and defaults.
+	// Validate sees them and stops the run before it connects anywhere.
+	spec := Spec()
+	var got ipam.Options
+	spec.Validate = func(c *cli.Context) error {
+		got = optionsFrom(c).IPAM
+		return &app.FlagError{Flag: "stop", Err: errors.New("captured")}
+	}
+	args := []string{spec.ID, "--allocate-node-cidrs", "--cluster-cidr=10.0.0.0/16,fd00::/48",
+		"--node-cidr-mask-size-ipv4=26", "--node-cidr-mask-size-ipv6=60", "--service-cluster-ip-range=10.96.0.0/12"}
+	if code := app.Run(context.Background(), spec, args, io.Discard); code != app.ExitUsage {
+		t.Fatalf("exit %d", code)
+	}
+	want := ipam.Options{Allocate: true, ClusterCIDR: "10.0.0.0/16,fd00::/48", MaskSizeIPv4: 26, MaskSizeIPv6: 60, ServiceCIDR: "10.96.0.0/12"}
+	if got != want {
+		t.Errorf("IPAM options %+v, want %+v", got, want)
+	}
+	if _, err := want.Config(); err != nil {
+		t.Errorf("valid flags refused: %v", err)
+	}
 }
 
 func TestSpec(t *testing.T) { apptest.CheckSpec(t, Spec, ControllerID, DefaultPort) }

@@ -48,7 +48,7 @@ func projectPod(pod *v1.Pod) *v1.Pod {
 }
 
 // projectNode drops what a kubelet reports but this controller never reads; the image
-// list alone is often most of a Node's size.
+// list alone is often most of a Node's size. The Pod ranges stay for node IPAM.
 func projectNode(node *v1.Node) *v1.Node {
 	return &v1.Node{
 		TypeMeta: node.TypeMeta,
@@ -60,7 +60,8 @@ func projectNode(node *v1.Node) *v1.Node {
 			DeletionTimestamp: node.DeletionTimestamp,
 			Labels:            node.Labels,
 		},
-		Spec:   v1.NodeSpec{Unschedulable: node.Spec.Unschedulable, Taints: node.Spec.Taints},
+		Spec: v1.NodeSpec{Unschedulable: node.Spec.Unschedulable, Taints: node.Spec.Taints,
+			PodCIDR: node.Spec.PodCIDR, PodCIDRs: node.Spec.PodCIDRs},
 		Status: v1.NodeStatus{Conditions: node.Status.Conditions},
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
 
+	"github.com/kcm-split/kcm-split/services/nodelifecycle/ipam"
 	"github.com/kcm-split/kcm-split/shared/app"
 	"github.com/kcm-split/kcm-split/shared/informer"
 )
@@ -17,7 +18,7 @@ import (
 func Spec() app.Spec {
 	return app.Spec{
 		ID:          ControllerID,
-		Usage:       "marks silent Nodes Unknown, taints Nodes from their conditions, taints unreachable Nodes NoExecute at a zone-aware rate, and evicts the Pods that do not tolerate it",
+		Usage:       "marks silent Nodes Unknown, taints Nodes from their conditions, taints unreachable Nodes NoExecute at a zone-aware rate, evicts the Pods that do not tolerate it, and (with --allocate-node-cidrs) gives Nodes their Pod ranges",
 		DefaultPort: DefaultPort,
 		Flags:       flags(),
 		Validate: func(c *cli.Context) error {
@@ -52,6 +53,38 @@ func run(ctx context.Context, rt *app.Runtime) error {
 		opts,
 		rt.Registry,
 	)
-	rt.SetSynced(c.HasSynced)
-	return informer.Run(ctx, c.Run, factory, leaseFactory, podFactory)
+	if !opts.IPAM.Allocate {
+		rt.SetSynced(c.HasSynced)
+		return informer.Run(ctx, c.Run, factory, leaseFactory, podFactory)
+	}
+	cfg, err := opts.IPAM.Config()
+	if err != nil {
+		return err // Validate has passed it already
+	}
+	// Node IPAM shares the Node informer; upstream gives it its own client and Events.
+	allocator, err := ipam.New(factory.Core().V1().Nodes(), client, rt.EventRecorder(ctx, ipam.ComponentName), cfg, rt.Registry, ControllerID)
+	if err != nil {
+		return err
+	}
+	rt.SetSynced(func() bool { return c.HasSynced() && allocator.HasSynced() })
+	return informer.Run(ctx, func(ctx context.Context) error { return runAll(ctx, c.Run, allocator.Run) }, factory, leaseFactory, podFactory)
+}
+
+// runAll runs each function until ctx ends or one of them fails, which stops the others.
+// It returns the first failure.
+func runAll(ctx context.Context, runs ...func(context.Context) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, len(runs))
+	for _, run := range runs {
+		go func() { errs <- run(ctx) }()
+	}
+	var first error
+	for range runs {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+			cancel()
+		}
+	}
+	return first
 }

@@ -1,0 +1,492 @@
+// Package ipam gives every Node its Pod ranges (spec.podCIDR and spec.podCIDRs): one range
+// per configured cluster CIDR, cut to the node mask size, never one in use by another Node
+// or inside the Service range. It is kube-controller-manager's node-ipam-controller with the
+// range allocator, run inside the nodelifecycle-controller binary.
+//
+// What it does better than upstream: a Node that finds the cluster out of ranges waits,
+// without backoff, until a range is freed, and is then tried at once; a Node whose range
+// lies outside the cluster CIDR, or overlaps another Node's, gets an Event and keeps its
+// range (upstream fails to start, or retries it forever); a write that fails keeps its
+// range reserved for that Node (upstream may free a range a Node got after all); a range
+// two Nodes claim stays taken until both are gone.
+package ipam
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/kcm-split/kcm-split/services/nodelifecycle/cidrset"
+	"github.com/kcm-split/kcm-split/shared/informer"
+	"github.com/kcm-split/kcm-split/shared/worker"
+)
+
+const (
+	// QueueName is upstream's name of the range allocator's queue.
+	QueueName = "cidrallocator_node"
+	// ComponentName is the source component of the Events, upstream's.
+	ComponentName = "cidrAllocator"
+	// workers bound the parallel Node writes while many Nodes register at once.
+	workers = 10
+)
+
+// Event reasons. CIDRNotAvailable and CIDRAssignmentFailed are upstream's.
+const (
+	// ReasonCIDRNotAvailable: no free range; the Node waits until one is freed.
+	ReasonCIDRNotAvailable = "CIDRNotAvailable"
+	// ReasonCIDRAssignmentFailed: writing the Node's ranges failed; it is retried.
+	ReasonCIDRAssignmentFailed = "CIDRAssignmentFailed"
+	// ReasonCIDROutOfRange: a range the Node has lies (partly) outside every cluster CIDR of
+	// its family; it is kept, and what overlaps a cluster CIDR is never handed out.
+	ReasonCIDROutOfRange = "CIDROutOfRange"
+	// ReasonCIDRConflict: a range the Node has overlaps another Node's range or the Service
+	// range. It is kept; it stays taken until every Node holding it is gone.
+	ReasonCIDRConflict = "CIDRConflict"
+)
+
+// family is one cluster CIDR's allocation state.
+type family struct {
+	set   *cidrset.Set
+	label string // the clusterCIDR metrics label
+}
+
+// Controller assigns Pod ranges to Nodes.
+type Controller struct {
+	client   kubernetes.Interface
+	recorder record.EventRecorder
+	nodes    corelisters.NodeLister
+	handlers informer.Handlers
+	queue    *worker.Queue[string]
+	families []*family
+	metrics  *ipamMetrics
+	rebuilt  atomic.Bool
+
+	// mu guards held and waiting, and keeps them in step with the sets.
+	mu sync.Mutex
+	// held is what each Node holds in the sets: its ranges, or ranges reserved for it whose
+	// write has not been seen yet. A Node is in held once its ranges are accounted for.
+	held map[string][]netip.Prefix
+	// waiting are the Nodes that found no free range; a release tries them again.
+	waiting map[string]bool
+}
+
+// New builds the controller over cfg (at least one Range) and registers its handlers; it
+// starts nothing. controller is the "controller" label of the reconcile metrics.
+func New(nodes coreinformers.NodeInformer, client kubernetes.Interface, recorder record.EventRecorder, cfg Config, reg prometheus.Registerer, controller string) (*Controller, error) {
+	if len(cfg.Ranges) == 0 {
+		return nil, errors.New("no cluster CIDR to allocate from")
+	}
+	c := &Controller{
+		client:   client,
+		recorder: recorder,
+		nodes:    nodes.Lister(),
+		queue:    worker.New(worker.Options[string]{Name: QueueName, Controller: controller, Registerer: reg}),
+		metrics:  newMetrics(reg),
+		held:     map[string][]netip.Prefix{},
+		waiting:  map[string]bool{},
+	}
+	for _, r := range cfg.Ranges {
+		set, err := cidrset.New(r.Cluster, r.MaskSize)
+		if err != nil {
+			return nil, err
+		}
+		f := &family{set: set, label: set.Cluster().String()}
+		c.metrics.max.WithLabelValues(f.label).Set(float64(set.Size()))
+		// The Service range is held for good: no Node gets a range overlapping it.
+		for _, svc := range cfg.Service {
+			taken, _ := set.Occupy(svc)
+			c.metrics.allocations.WithLabelValues(f.label).Add(float64(taken))
+		}
+		c.families = append(c.families, f)
+	}
+	c.observeLocked()
+	c.handlers.Add(nodes.Informer(), cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueue,
+		UpdateFunc: c.onUpdate,
+		DeleteFunc: c.enqueue,
+	})
+	return c, nil
+}
+
+// HasSynced reports whether the Node cache is filled and the ranges of every Node in it are
+// accounted for.
+func (c *Controller) HasSynced() bool { return c.handlers.HasSynced() && c.rebuilt.Load() }
+
+func (c *Controller) enqueue(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if node, ok := obj.(*v1.Node); ok {
+		c.queue.Add(node.Name)
+	}
+}
+
+// onUpdate enqueues a Node whose ranges changed, or that has none and is not waiting for a
+// free one: a waiting Node's heartbeats do not make it try again, a release does.
+func (c *Controller) onUpdate(old, cur any) {
+	o, ok1 := old.(*v1.Node)
+	n, ok2 := cur.(*v1.Node)
+	if !ok1 || !ok2 {
+		return
+	}
+	if !slices.Equal(podCIDRs(o), podCIDRs(n)) || (o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil) {
+		c.queue.Add(n.Name)
+		return
+	}
+	if len(podCIDRs(n)) == 0 {
+		c.mu.Lock()
+		waiting := c.waiting[n.Name]
+		c.mu.Unlock()
+		if !waiting {
+			c.queue.Add(n.Name)
+		}
+	}
+}
+
+// Run waits for the Node cache, accounts for the ranges every Node already has (so that a
+// restart or a new leader never hands one out again), then assigns ranges until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	defer c.queue.ShutDown()
+	if err := c.handlers.Err(); err != nil {
+		return fmt.Errorf("registering event handlers: %w", err)
+	}
+	logger := klog.FromContext(ctx)
+	ranges := make([]string, len(c.families))
+	for i, f := range c.families {
+		ranges[i] = fmt.Sprintf("%s (/%d, %d ranges)", f.label, f.set.MaskSize(), f.set.Size())
+	}
+	logger.Info("Starting range CIDR allocator", "clusterCIDRs", ranges)
+	defer logger.Info("Shutting down range CIDR allocator")
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.handlers.Synced()...) {
+		return nil
+	}
+	if err := c.rebuild(ctx); err != nil {
+		return err
+	}
+	c.queue.Run(ctx, workers, c.sync)
+	return nil
+}
+
+// rebuild marks the ranges of every cached Node used, before any range is handed out.
+func (c *Controller) rebuild(ctx context.Context) error {
+	nodes, err := c.nodes.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	for _, node := range nodes {
+		if len(podCIDRs(node)) > 0 {
+			c.adopt(ctx, node)
+		}
+	}
+	c.rebuilt.Store(true)
+	klog.FromContext(ctx).Info("Accounted for existing Pod ranges", "nodes", len(nodes), "used", c.usage())
+	return nil
+}
+
+// sync gives the Node its ranges, accounts for ranges it got elsewhere, or releases the
+// ranges of a Node that is gone.
+func (c *Controller) sync(ctx context.Context, name string) error {
+	node, err := c.nodes.Get(name)
+	if apierrors.IsNotFound(err) {
+		c.release(ctx, name)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if len(podCIDRs(node)) > 0 {
+		c.adopt(ctx, node)
+		return nil
+	}
+	if node.DeletionTimestamp != nil {
+		return nil // going away: it needs no range
+	}
+	ranges, err := c.reserve(node)
+	if err != nil {
+		var full *fullError
+		if errors.As(err, &full) {
+			return nil // waiting; a release tries again
+		}
+		return err
+	}
+	return c.write(ctx, node, ranges)
+}
+
+// fullError: a cluster CIDR has no free range. first: the Node was not waiting before.
+type fullError struct {
+	cluster string
+	size    int
+	first   bool
+}
+
+func (e *fullError) Error() string { return fmt.Sprintf("no free range in %s", e.cluster) }
+
+// reserve returns the ranges held for node, taking one per family if it holds none. When a
+// family is full it takes nothing, marks the Node waiting and, the first time, records an
+// Event.
+func (c *Controller) reserve(node *v1.Node) ([]netip.Prefix, error) {
+	ranges, full := c.reserveLocked(node.Name)
+	if full == nil {
+		return ranges, nil
+	}
+	if full.first {
+		c.recorder.Eventf(nodeRef(node), v1.EventTypeWarning, ReasonCIDRNotAvailable,
+			"Node %s gets no Pod range: all %d ranges of %s are in use; it gets one as soon as one is freed", node.Name, full.size, full.cluster)
+	}
+	return nil, full
+}
+
+func (c *Controller) reserveLocked(name string) ([]netip.Prefix, *fullError) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if held := c.held[name]; len(held) > 0 {
+		return held, nil // reserved before; the write did not land or is not seen yet
+	}
+	ranges := make([]netip.Prefix, 0, len(c.families))
+	for _, f := range c.families {
+		r, tries, err := f.set.Allocate()
+		if err != nil {
+			for i, taken := range ranges { // all families or none
+				c.metrics.releases.WithLabelValues(c.families[i].label).Add(float64(c.families[i].set.Release(taken)))
+			}
+			c.observeLocked()
+			first := !c.waiting[name]
+			c.setWaitingLocked(name, true)
+			return nil, &fullError{cluster: f.label, size: f.set.Size(), first: first}
+		}
+		c.metrics.allocations.WithLabelValues(f.label).Inc()
+		c.metrics.tries.WithLabelValues(f.label).Observe(float64(tries))
+		ranges = append(ranges, r)
+	}
+	c.held[name] = ranges
+	c.setWaitingLocked(name, false)
+	c.observeLocked()
+	return ranges, nil
+}
+
+func (c *Controller) setWaitingLocked(name string, waiting bool) {
+	if c.waiting[name] == waiting {
+		return
+	}
+	if waiting {
+		c.waiting[name] = true
+	} else {
+		delete(c.waiting, name)
+	}
+	c.metrics.waiting.Set(float64(len(c.waiting)))
+}
+
+// write sets the Node's ranges. The patch carries no resourceVersion: the apiserver lets
+// spec.podCIDRs go from empty to set and never change after, so the write either sets these
+// ranges, finds them set already, or is refused because the Node got others meanwhile.
+func (c *Controller) write(ctx context.Context, node *v1.Node, ranges []netip.Prefix) error {
+	logger := klog.FromContext(ctx)
+	strs := make([]string, len(ranges))
+	for i, r := range ranges {
+		strs[i] = r.String()
+	}
+	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"podCIDR": strs[0], "podCIDRs": strs}})
+	if err != nil {
+		return err
+	}
+	_, err = c.client.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	switch {
+	case err == nil:
+		logger.Info("Set Node Pod ranges", "node", klog.KObj(node), "podCIDRs", strs)
+		return nil
+	case apierrors.IsNotFound(err):
+		c.release(ctx, node.Name)
+		return nil
+	case apierrors.IsInvalid(err) || apierrors.IsConflict(err):
+		// Someone else set the Node's ranges first: take theirs, free ours.
+		live, getErr := c.client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(getErr):
+			c.release(ctx, node.Name)
+			return nil
+		case getErr != nil:
+			return fmt.Errorf("reading Node %s after its Pod ranges were refused: %w", node.Name, getErr)
+		case len(podCIDRs(live)) > 0:
+			c.adopt(ctx, live)
+			return nil
+		}
+	}
+	// Keep the reservation: the write may have landed, and the next try writes the same.
+	c.recorder.Eventf(nodeRef(node), v1.EventTypeWarning, ReasonCIDRAssignmentFailed, "Setting Pod ranges %v: %v", strs, err)
+	return fmt.Errorf("setting Pod ranges %v of Node %s: %w", strs, node.Name, err)
+}
+
+// adopt accounts for the ranges a Node has: it frees what was reserved for it if that is not
+// what it has, and holds what it has. A range outside the cluster CIDRs or shared with
+// another holder gets an Event; it is never rewritten.
+func (c *Controller) adopt(ctx context.Context, node *v1.Node) {
+	logger := klog.FromContext(ctx)
+	ranges := parseRanges(logger, node)
+	c.mu.Lock()
+	prev, known := c.held[node.Name]
+	if known && slices.Equal(prev, ranges) {
+		c.mu.Unlock()
+		return
+	}
+	freed := c.releaseLocked(prev)
+	var outside, shared []string
+	for _, r := range ranges {
+		f := c.familyOf(r)
+		if f == nil {
+			outside = append(outside, r.String())
+			continue
+		}
+		if !f.set.Contains(r) {
+			outside = append(outside, r.String())
+		}
+		taken, sharedSlots := f.set.Occupy(r)
+		c.metrics.allocations.WithLabelValues(f.label).Add(float64(taken))
+		if sharedSlots > 0 {
+			shared = append(shared, r.String())
+		}
+	}
+	c.held[node.Name] = ranges
+	c.setWaitingLocked(node.Name, false)
+	c.observeLocked()
+	wake := c.wakeLocked(freed)
+	c.mu.Unlock()
+
+	if len(outside) > 0 {
+		c.recorder.Eventf(nodeRef(node), v1.EventTypeWarning, ReasonCIDROutOfRange,
+			"Node %s has Pod range(s) %v outside the cluster CIDR(s) %v; kept as they are, and never handed to another Node", node.Name, outside, c.clusterLabels())
+	}
+	if len(shared) > 0 {
+		c.recorder.Eventf(nodeRef(node), v1.EventTypeWarning, ReasonCIDRConflict,
+			"Node %s has Pod range(s) %v overlapping another Node's range or the Service range; kept, and held until every Node using them is gone", node.Name, shared)
+	}
+	c.requeue(wake)
+}
+
+// release frees the ranges of a Node that is gone, and tries the waiting Nodes again.
+func (c *Controller) release(ctx context.Context, name string) {
+	c.mu.Lock()
+	ranges, ok := c.held[name]
+	c.setWaitingLocked(name, false)
+	if !ok {
+		c.mu.Unlock()
+		return
+	}
+	freed := c.releaseLocked(ranges)
+	delete(c.held, name)
+	c.observeLocked()
+	wake := c.wakeLocked(freed)
+	c.mu.Unlock()
+	if len(ranges) > 0 {
+		klog.FromContext(ctx).Info("Released the Pod ranges of a deleted Node", "node", name, "podCIDRs", ranges, "waitingNodes", len(wake))
+	}
+	c.requeue(wake)
+}
+
+func (c *Controller) releaseLocked(ranges []netip.Prefix) (freed int) {
+	for _, r := range ranges {
+		if f := c.familyOf(r); f != nil {
+			n := f.set.Release(r)
+			c.metrics.releases.WithLabelValues(f.label).Add(float64(n))
+			freed += n
+		}
+	}
+	return freed
+}
+
+// wakeLocked lists the waiting Nodes when ranges were freed.
+func (c *Controller) wakeLocked(freed int) []string {
+	if freed == 0 || len(c.waiting) == 0 {
+		return nil
+	}
+	out := make([]string, 0, len(c.waiting))
+	for name := range c.waiting {
+		out = append(out, name)
+	}
+	return out
+}
+
+func (c *Controller) requeue(names []string) {
+	for _, n := range names {
+		c.queue.Add(n)
+	}
+}
+
+func (c *Controller) familyOf(r netip.Prefix) *family {
+	for _, f := range c.families {
+		if f.set.Cluster().Addr().BitLen() == r.Addr().BitLen() {
+			return f
+		}
+	}
+	return nil
+}
+
+func (c *Controller) clusterLabels() []string {
+	out := make([]string, len(c.families))
+	for i, f := range c.families {
+		out[i] = f.label
+	}
+	return out
+}
+
+// usage is "used/size" per cluster CIDR, for logs.
+func (c *Controller) usage() []string {
+	out := make([]string, len(c.families))
+	for i, f := range c.families {
+		out[i] = fmt.Sprintf("%s %d/%d", f.label, f.set.Used(), f.set.Size())
+	}
+	return out
+}
+
+func (c *Controller) observeLocked() {
+	for _, f := range c.families {
+		c.metrics.usage.WithLabelValues(f.label).Set(float64(f.set.Used()) / float64(f.set.Size()))
+	}
+}
+
+// podCIDRs is the Node's ranges as written: spec.podCIDRs, or the legacy single field.
+func podCIDRs(node *v1.Node) []string {
+	if len(node.Spec.PodCIDRs) > 0 {
+		return node.Spec.PodCIDRs
+	}
+	if node.Spec.PodCIDR != "" {
+		return []string{node.Spec.PodCIDR}
+	}
+	return nil
+}
+
+// parseRanges parses the Node's ranges. The apiserver validates them, so a bad one is only
+// logged and skipped.
+func parseRanges(logger klog.Logger, node *v1.Node) []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range podCIDRs(node) {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			logger.Error(err, "Skipping a Pod range that does not parse", "node", klog.KObj(node), "podCIDR", s)
+			continue
+		}
+		out = append(out, p.Masked())
+	}
+	return out
+}
+
+func nodeRef(node *v1.Node) *v1.ObjectReference {
+	return &v1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}
+}
