@@ -167,11 +167,11 @@ func flags() []cli.Flag {
 		},
 		&cli.IntFlag{
 			Name: ipam.FlagNodeCIDRMaskSizeIPv4, Category: "Node IPAM",
-			Usage: "prefix length of each Node's IPv4 range; 0 means --node-cidr-mask-size, else 24",
+			Usage: "prefix length of each Node's IPv4 range; 0 means 24",
 		},
 		&cli.IntFlag{
 			Name: ipam.FlagNodeCIDRMaskSizeIPv6, Category: "Node IPAM",
-			Usage: "prefix length of each Node's IPv6 range; 0 means --node-cidr-mask-size, else 64",
+			Usage: "prefix length of each Node's IPv6 range; 0 means 64",
 		},
 		&cli.StringFlag{
 			Name: ipam.FlagServiceClusterIPRange, Category: "Node IPAM",
