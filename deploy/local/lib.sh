@@ -142,6 +142,7 @@ hints() {
 Try:
   export KUBECONFIG=$KUBECONFIG_FILE
   bin/kubectl get nodes
+  bin/kubectl get nodes -o custom-columns=NAME:.metadata.name,POD-RANGES:.spec.podCIDRs   # node IPAM
   bin/kubectl create deployment web --image=nginx --replicas=3
   bin/kubectl expose deployment web --port=80
   bin/kubectl get endpoints web

@@ -37,10 +37,25 @@ done
 k -n "$ns" get endpoints web
 say "smoke: ok (Deployment web: 3 Pods, 3 ready addresses in its Endpoints)"
 
-# Every controller serves its metrics over HTTPS to authorized tokens only (the hint up.sh
-# prints): none gets 401, the namespace's default ServiceAccount bound to system:monitoring 200.
 # shellcheck source=/dev/null
 source "$RUN/ports.env"
+# nodelifecycle-controller's node IPAM gave every kwok node an IPv4 and an IPv6 Pod range from
+# the documentation ranges, and kwok took the Pods' IPs from them.
+if [[ " $CONTROLLER_PORTS" == *" nodelifecycle-controller="* ]]; then
+  ranges=$(k get nodes -l type=kwok -o jsonpath='{range .items[*]}{.metadata.name} {.spec.podCIDRs[*]}{"\n"}{end}')
+  echo "$ranges"
+  while read -r node v4 v6 extra; do
+    [[ "$v4" == 198.51.100.*/26 && "$v6" == 2001:db8:100:*/64 && -z "$extra" ]] ||
+      die "smoke: node $node has Pod ranges '$v4 $v6 $extra', want a /26 of 198.51.100.0/24 and a /64 of 2001:db8:100::/56"
+  done <<<"$ranges"
+  [ "$(sort -u <<<"$(cut -d' ' -f2 <<<"$ranges")" | wc -l)" = 3 ] || die "smoke: kwok nodes share a Pod range"
+  ips=$(k -n "$ns" get endpoints web -o jsonpath='{range .subsets[*].addresses[*]}{.ip}{"\n"}{end}')
+  if grep -qv '^198\.51\.100\.' <<<"$ips"; then die "smoke: Pod IPs $ips are not from the nodes' ranges"; fi
+  say "smoke: ok (node IPAM: each kwok node has its own /26 and /64; Pod IPs come from them)"
+fi
+
+# Every controller serves its metrics over HTTPS to authorized tokens only (the hint up.sh
+# prints): none gets 401, the namespace's default ServiceAccount bound to system:monitoring 200.
 k -n "$ns" create serviceaccount scraper >/dev/null
 k create clusterrolebinding "$ns-scrape" --clusterrole=system:monitoring --serviceaccount="$ns:scraper" >/dev/null
 token=$(k -n "$ns" create token scraper)

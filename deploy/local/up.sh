@@ -23,7 +23,12 @@ KCM_DISABLED=(
 )
 SERVICE_CIDR=10.96.0.0/16
 SERVICE_IP=10.96.0.1 # the first address: the "kubernetes" Service
-POD_CIDR=10.244.0.0/16
+# Pod ranges, documentation addresses (RFC 5737 TEST-NET-2, RFC 3849): nodelifecycle-controller
+# cuts them into one /26 and one /64 per node (deploy/local/flags/nodelifecycle-controller), so
+# the 3 kwok nodes use 3 of the 4 IPv4 ranges. kwok takes Pod IPs from a node's podCIDR, and
+# from POD_CIDR for a node without one (when nodelifecycle-controller is not running).
+POD_CIDR=198.51.100.0/24
+POD_CIDR_IPV6=2001:db8:100::/56
 
 # Readiness budgets, seconds.
 T_ETCD=30 T_APISERVER=90 T_COMPONENT=60 T_NODES=60
@@ -352,7 +357,13 @@ for entry in $CONTROLLER_PORTS; do
   name=${entry%=*}
   extra=()
   # Optional local-only flags, one per line: deploy/local/flags/<controller-id>.
+  # ${SERVICE_CIDR}, ${POD_CIDR} and ${POD_CIDR_IPV6} in them stand for this script's values.
   if [ -f "$HERE/flags/$name" ]; then mapfile -t extra < <(grep -v '^[[:space:]]*\(#\|$\)' "$HERE/flags/$name"); fi
+  for i in "${!extra[@]}"; do
+    extra[i]=${extra[i]//'${SERVICE_CIDR}'/$SERVICE_CIDR}
+    extra[i]=${extra[i]//'${POD_CIDR}'/$POD_CIDR}
+    extra[i]=${extra[i]//'${POD_CIDR_IPV6}'/$POD_CIDR_IPV6}
+  done
   say "starting $name (https://127.0.0.1:${entry#*=}/metrics, bearer token needed)"
   launch "$name" --kubeconfig="$KUBECONFIG_FILE" --secure-port="${entry#*=}" --bind-address=127.0.0.1 "${extra[@]}"
 done
