@@ -118,7 +118,8 @@ var scenarios = map[string]scenario{
 		unused: with(eventsOnFailure, map[string]string{
 			"get /nodes": "a Node is read again only after a write conflict",
 		}),
-		args: []string{"--node-monitor-period=1s", "--node-monitor-grace-period=4s", "--node-startup-grace-period=4s", "--node-eviction-rate=10"},
+		args: []string{"--node-monitor-period=1s", "--node-monitor-grace-period=4s", "--node-startup-grace-period=4s", "--node-eviction-rate=10",
+			"--allocate-node-cidrs", "--cluster-cidr=" + ipamClusterCIDR, "--node-cidr-mask-size=24"},
 	},
 	"pvbinder": {
 		run: pvbinderScenario,

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/yaml"
 )
 
@@ -319,9 +320,13 @@ func installCRDs(t *testing.T, dir string) {
 	}
 }
 
+// ipamClusterCIDR is the space the nodelifecycle scenario's Nodes get Pod ranges from.
+const ipamClusterCIDR = "10.252.0.0/16"
+
 // nodelifecycleScenario: of two Nodes in one zone, the one whose kubelet stops renewing its
 // Lease is marked Unknown and tainted unreachable:NoExecute; its Pod is marked not ready and,
-// tolerating the taint for no time, deleted. The test plays both kubelets.
+// tolerating the taint for no time, deleted. With node IPAM on, both Nodes get distinct Pod
+// ranges first. The test plays both kubelets.
 func nodelifecycleScenario(t *testing.T, admin kubernetes.Interface, ns string, snapshot func() string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -334,9 +339,22 @@ func nodelifecycleScenario(t *testing.T, admin kubernetes.Interface, ns string, 
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = admin.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
-		now := metav1.Now()
-		created.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: now, LastTransitionTime: now, Reason: "KubeletReady"}}
-		if _, err := admin.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		// The controller writes the new Node too (taints, Pod ranges): post the status as a
+		// kubelet does, on the latest version.
+		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			now := metav1.Now()
+			created.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: now, LastTransitionTime: now, Reason: "KubeletReady"}}
+			_, err := admin.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
+			if apierrors.IsConflict(err) {
+				latest, getErr := admin.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+				if getErr != nil {
+					return getErr
+				}
+				created = latest
+			}
+			return err
+		})
+		if err != nil {
 			t.Fatal(err)
 		}
 		lease := &coordinationv1.Lease{
@@ -350,6 +368,17 @@ func nodelifecycleScenario(t *testing.T, admin kubernetes.Interface, ns string, 
 			_ = admin.CoordinationV1().Leases(corev1.NamespaceNodeLease).Delete(context.Background(), name, metav1.DeleteOptions{})
 		})
 	}
+	eventually(t, "distinct Pod ranges from "+ipamClusterCIDR+" on both Nodes", func(ctx context.Context) (bool, error) {
+		var got []string
+		for _, name := range []string{alive, dead} {
+			n, err := admin.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil || len(n.Spec.PodCIDRs) != 1 || !strings.HasPrefix(n.Spec.PodCIDRs[0], "10.252.") {
+				return false, nil
+			}
+			got = append(got, n.Spec.PodCIDRs[0])
+		}
+		return got[0] != got[1], nil
+	})
 	// The live kubelet renews its Lease every second until it is stopped.
 	kubeletCtx, stopKubelet := context.WithCancel(ctx)
 	go func() {

@@ -154,27 +154,27 @@ func flags() []cli.Flag {
 			Usage: "delete Pods that do not tolerate a NoExecute taint of their Node (upstream's taint-eviction-controller)",
 		},
 		&cli.BoolFlag{
-			Name: ipam.FlagAllocateNodeCIDRs, Category: "Node IPAM",
+			Name: ipam.FlagAllocateNodeCIDRs, Category: "Controller: node IPAM",
 			Usage: "give every Node without one a Pod range (spec.podCIDRs) from --" + ipam.FlagClusterCIDR + " (upstream's node-ipam-controller)",
 		},
 		&cli.StringFlag{
-			Name: ipam.FlagClusterCIDR, Category: "Node IPAM",
+			Name: ipam.FlagClusterCIDR, Category: "Controller: node IPAM",
 			Usage: "CIDR the Nodes' Pod ranges are cut from: one, or an IPv4,IPv6 pair for dual-stack Nodes",
 		},
 		&cli.IntFlag{
-			Name: ipam.FlagNodeCIDRMaskSize, Category: "Node IPAM",
+			Name: ipam.FlagNodeCIDRMaskSize, Category: "Controller: node IPAM",
 			Usage: "prefix length of each Node's range in a single-stack cluster; 0 means 24 for IPv4, 64 for IPv6",
 		},
 		&cli.IntFlag{
-			Name: ipam.FlagNodeCIDRMaskSizeIPv4, Category: "Node IPAM",
+			Name: ipam.FlagNodeCIDRMaskSizeIPv4, Category: "Controller: node IPAM",
 			Usage: "prefix length of each Node's IPv4 range; 0 means 24",
 		},
 		&cli.IntFlag{
-			Name: ipam.FlagNodeCIDRMaskSizeIPv6, Category: "Node IPAM",
+			Name: ipam.FlagNodeCIDRMaskSizeIPv6, Category: "Controller: node IPAM",
 			Usage: "prefix length of each Node's IPv6 range; 0 means 64",
 		},
 		&cli.StringFlag{
-			Name: ipam.FlagServiceClusterIPRange, Category: "Node IPAM",
+			Name: ipam.FlagServiceClusterIPRange, Category: "Controller: node IPAM",
 			Usage: "the Service CIDR (or an IPv4,IPv6 pair): no Node gets a range overlapping it",
 		},
 	}

@@ -60,6 +60,12 @@ CONTROLLERS = {
             ("Pods deleted by taint eviction", "ops", [
                 ('sum(rate(taint_eviction_controller_pod_deletions_total{$JOB}[$__rate_interval]))', "deletions"),
                 ('histogram_quantile(0.99, sum by (le) (rate(taint_eviction_controller_pod_deletion_duration_seconds_bucket{$JOB}[$__rate_interval])))', "p99 taint to deletion (s)")]),
+            ("Node IPAM: Pod ranges in use (fraction) and Nodes waiting for one", "short", [
+                ('max by (clusterCIDR) (node_ipam_controller_cidrset_usage_cidrs{$JOB})', "in use {{clusterCIDR}}"),
+                ('max(kcm_split_nodelifecycle_nodes_waiting_for_cidr{$JOB})', "Nodes waiting")]),
+            ("Node IPAM: ranges taken and freed", "ops", [
+                ('sum by (clusterCIDR) (rate(node_ipam_controller_cidrset_cidrs_allocations_total{$JOB}[$__rate_interval]))', "taken {{clusterCIDR}}"),
+                ('sum by (clusterCIDR) (rate(node_ipam_controller_cidrset_cidrs_releases_total{$JOB}[$__rate_interval]))', "freed {{clusterCIDR}}")]),
         ],
     },
     "pvbinder": {

@@ -110,6 +110,10 @@ func New(nodes coreinformers.NodeInformer, client kubernetes.Interface, recorder
 		}
 		f := &family{set: set, label: set.Cluster().String()}
 		c.metrics.max.WithLabelValues(f.label).Set(float64(set.Size()))
+		// Every series exists from the start, at 0: rate() and alerts see a first release.
+		c.metrics.releases.WithLabelValues(f.label)
+		c.metrics.allocations.WithLabelValues(f.label)
+		c.metrics.tries.WithLabelValues(f.label)
 		// The Service range is held for good: no Node gets a range overlapping it.
 		for _, svc := range cfg.Service {
 			taken, _ := set.Occupy(svc)
