@@ -26,6 +26,7 @@ type ipamNodes struct {
 
 func newIPAMNodes(t *testing.T) *ipamNodes {
 	t.Helper()
+	requireEnv(t)
 	n := &ipamNodes{t: t, client: env.Client(t)}
 	ctx := context.Background()
 	if err := n.client.CoreV1().Nodes().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {

@@ -46,6 +46,18 @@ const (
 	FlagEnableTaintEviction    = "enable-taint-eviction"
 )
 
+// Default client budget of this binary: the defaults of --kube-api-qps and --kube-api-burst.
+const (
+	// DefaultQPS is what upstream gives the three controllers this binary replaces together:
+	// node-lifecycle-controller, taint-eviction-controller and node-ipam-controller each get
+	// a client of 20 QPS / 30 burst there. Sharing one budget of 20 would let 255 Nodes
+	// registering at once wait twice as long for their Pod ranges as upstream, behind the
+	// taint writes of the same Nodes. At rest the controller spends almost nothing.
+	DefaultQPS = 60
+	// DefaultBurst is the three controllers' bursts together.
+	DefaultBurst = 90
+)
+
 // Options are the controller's own settings.
 type Options struct {
 	// MonitorPeriod is how often every Node is checked even when no deadline or event asks

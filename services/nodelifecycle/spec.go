@@ -20,7 +20,10 @@ func Spec() app.Spec {
 		ID:          ControllerID,
 		Usage:       "marks silent Nodes Unknown, taints Nodes from their conditions, taints unreachable Nodes NoExecute at a zone-aware rate, evicts the Pods that do not tolerate it, and (with --allocate-node-cidrs) gives Nodes their Pod ranges",
 		DefaultPort: DefaultPort,
-		Flags:       flags(),
+		// Three upstream controllers' budgets in one: see DefaultQPS.
+		DefaultQPS:   DefaultQPS,
+		DefaultBurst: DefaultBurst,
+		Flags:        flags(),
 		Validate: func(c *cli.Context) error {
 			return optionsFrom(c).Validate()
 		},

@@ -82,10 +82,10 @@ func (s *Set) Used() int {
 	return s.used
 }
 
-// Allocate takes a free range. Ranges are handed out round-robin from just after the last
-// one taken, so a range just released is the last to be handed out again (routes and
-// firewall rules of a deleted Node have time to go). tries is how many taken ranges were
-// passed over to find it.
+// Allocate takes a free range. Ranges are handed out round-robin, searching from just after
+// the last one taken, so a range just released is handed out again only once the search has
+// come round to it (routes and firewall rules of a deleted Node have time to go); a new Set
+// searches from the first range. tries is how many taken ranges were passed over.
 func (s *Set) Allocate() (r netip.Prefix, tries int, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -186,6 +186,22 @@ func (s *Set) Held(r netip.Prefix) bool {
 	defer s.mu.Unlock()
 	for i := first; i <= last; i++ {
 		if s.isSet(i) {
+			return true
+		}
+	}
+	return false
+}
+
+// Shared reports whether any range overlapping r has more than one holder.
+func (s *Set) Shared(r netip.Prefix) bool {
+	first, last, ok := s.overlap(r)
+	if !ok {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := first; i <= last; i++ {
+		if s.extra[i] > 0 {
 			return true
 		}
 	}

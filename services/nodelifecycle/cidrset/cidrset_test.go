@@ -227,8 +227,11 @@ func TestSharedRangeNeedsEveryHolderToRelease(t *testing.T) {
 	if _, shared := s.Occupy(r); shared != 1 {
 		t.Fatal("second holder not counted as shared")
 	}
-	if s.Release(r) != 0 || !s.Held(r) {
-		t.Fatal("one release of two freed the range")
+	if !s.Shared(r) || !s.Shared(netip.MustParsePrefix("10.0.0.0/16")) || s.Shared(netip.MustParsePrefix("10.0.8.0/24")) {
+		t.Fatal("Shared does not see the second holder of 10.0.7.0/24 alone")
+	}
+	if s.Release(r) != 0 || !s.Held(r) || s.Shared(r) {
+		t.Fatal("one release of two freed the range, or left it shared")
 	}
 	if s.Release(r) != 1 || s.Held(r) || s.Used() != 0 {
 		t.Fatal("second release did not free it")

@@ -49,9 +49,9 @@ type Config struct {
 }
 
 // Config checks the options as upstream's kube-controller-manager does, and more: values it
-// ignores or only logs (an unparsable Service range, a Service range covering the whole
-// cluster CIDR) are errors here. Every error is an *app.FlagError naming the flag. With
-// allocation off, values given are still checked, and the Config is empty.
+// ignores or only logs (an unparsable Service range, Service ranges leaving no Pod range) are
+// errors here. Every error is an *app.FlagError naming the flag. Values given are checked
+// even with allocation off (upstream ignores them then); the Config is used only with it on.
 func (o Options) Config() (Config, error) {
 	bad := func(flag, format string, args ...any) error {
 		return &app.FlagError{Flag: flag, Err: fmt.Errorf(format, args...)}
@@ -113,11 +113,14 @@ func (o Options) Config() (Config, error) {
 		}
 		cfg.Ranges = append(cfg.Ranges, Range{Cluster: cluster, MaskSize: mask})
 	}
-	for _, svc := range services {
-		for _, r := range cfg.Ranges {
-			if svc.Addr().BitLen() == r.Cluster.Addr().BitLen() && svc.Bits() <= r.Cluster.Bits() && svc.Contains(r.Cluster.Addr()) {
-				return Config{}, bad(FlagServiceClusterIPRange, "%s covers all of --%s %s: no Pod range would be left", svc, FlagClusterCIDR, r.Cluster)
-			}
+	// The Service ranges must leave some range free in every cluster CIDR.
+	for _, r := range cfg.Ranges {
+		set, _ := cidrset.New(r.Cluster, r.MaskSize)
+		for _, svc := range services {
+			set.Occupy(svc)
+		}
+		if set.Used() == set.Size() {
+			return Config{}, bad(FlagServiceClusterIPRange, "%v leaves no /%d range of --%s %s for Pods", services, r.MaskSize, FlagClusterCIDR, r.Cluster)
 		}
 	}
 	cfg.Service = services

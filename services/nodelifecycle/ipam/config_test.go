@@ -77,7 +77,9 @@ func TestConfigRefuses(t *testing.T) {
 		{"service range not a CIDR", Options{Allocate: true, ClusterCIDR: "10.0.0.0/16", ServiceCIDR: "10.96.0.0"}, FlagServiceClusterIPRange, "is not a CIDR"},
 		{"three service ranges", Options{Allocate: true, ClusterCIDR: "10.0.0.0/16", ServiceCIDR: "10.96.0.0/12,fd00::/108,10.97.0.0/16"}, FlagServiceClusterIPRange, "at most two"},
 		{"two IPv4 service ranges", Options{Allocate: true, ClusterCIDR: "10.0.0.0/16", ServiceCIDR: "10.96.0.0/16,10.97.0.0/16"}, FlagServiceClusterIPRange, "of one family"},
-		{"service range covering the cluster", Options{Allocate: true, ClusterCIDR: "10.0.0.0/16", ServiceCIDR: "10.0.0.0/12"}, FlagServiceClusterIPRange, "no Pod range would be left"},
+		{"service range covering the cluster", Options{Allocate: true, ClusterCIDR: "10.0.0.0/16", ServiceCIDR: "10.0.0.0/12"}, FlagServiceClusterIPRange, "leaves no /24 range"},
+		{"service range inside the only range", Options{Allocate: true, ClusterCIDR: "192.0.2.0/24", MaskSize: 24, ServiceCIDR: "192.0.2.0/25"}, FlagServiceClusterIPRange, "leaves no /24 range"},
+		{"service ranges filling every IPv6 range", Options{Allocate: true, ClusterCIDR: "10.0.0.0/16,fd00::/63", MaskSizeIPv6: 64, ServiceCIDR: "10.96.0.0/12,fd00::/63"}, FlagServiceClusterIPRange, "fd00::/63"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := tc.opts.Config()

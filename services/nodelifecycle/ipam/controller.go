@@ -62,6 +62,17 @@ const (
 	ReasonCIDRConflict = "CIDRConflict"
 )
 
+// holding is what one Node object holds.
+type holding struct {
+	// uid tells a Node from a later one of the same name: what a deleted Node held is
+	// never carried over to its successor.
+	uid    types.UID
+	ranges []netip.Prefix
+	// reserved: taken by Allocate for the Node and not yet seen on it (the write failed, or
+	// its watch event has not arrived). Otherwise the ranges are the Node's own.
+	reserved bool
+}
+
 // family is one cluster CIDR's allocation state.
 type family struct {
 	set   *cidrset.Set
@@ -79,11 +90,12 @@ type Controller struct {
 	metrics  *ipamMetrics
 	rebuilt  atomic.Bool
 
-	// mu guards held and waiting, and keeps them in step with the sets.
+	// mu guards held and waiting, and keeps them in step with the sets: every change of a
+	// set happens under it.
 	mu sync.Mutex
-	// held is what each Node holds in the sets: its ranges, or ranges reserved for it whose
-	// write has not been seen yet. A Node is in held once its ranges are accounted for.
-	held map[string][]netip.Prefix
+	// held is what each Node holds in the sets, by name. A Node is in held once its ranges
+	// are accounted for.
+	held map[string]holding
 	// waiting are the Nodes that found no free range; a release tries them again.
 	waiting map[string]bool
 }
@@ -98,9 +110,11 @@ func New(nodes coreinformers.NodeInformer, client kubernetes.Interface, recorder
 		client:   client,
 		recorder: recorder,
 		nodes:    nodes.Lister(),
-		queue:    worker.New(worker.Options[string]{Name: QueueName, Controller: controller, Registerer: reg}),
+		// A Node never stops needing a range: its retries back off (to 1000 s) but never end,
+		// so that updates of a Node with a pending write need not retry it (onUpdate).
+		queue:    worker.New(worker.Options[string]{Name: QueueName, Controller: controller, Registerer: reg, MaxRetries: -1}),
 		metrics:  newMetrics(reg),
-		held:     map[string][]netip.Prefix{},
+		held:     map[string]holding{},
 		waiting:  map[string]bool{},
 	}
 	for _, r := range cfg.Ranges {
@@ -143,8 +157,9 @@ func (c *Controller) enqueue(obj any) {
 	}
 }
 
-// onUpdate enqueues a Node whose ranges changed, or that has none and is not waiting for a
-// free one: a waiting Node's heartbeats do not make it try again, a release does.
+// onUpdate enqueues a Node whose ranges changed, or that has none and neither waits for a
+// free one (a release tries it again) nor has a write pending (its retry is scheduled, with
+// backoff): heartbeats never cause an attempt.
 func (c *Controller) onUpdate(old, cur any) {
 	o, ok1 := old.(*v1.Node)
 	n, ok2 := cur.(*v1.Node)
@@ -157,9 +172,10 @@ func (c *Controller) onUpdate(old, cur any) {
 	}
 	if len(podCIDRs(n)) == 0 {
 		c.mu.Lock()
-		waiting := c.waiting[n.Name]
+		h, held := c.held[n.Name]
+		busy := c.waiting[n.Name] || (held && h.uid == n.UID && h.reserved)
 		c.mu.Unlock()
-		if !waiting {
+		if !busy {
 			c.queue.Add(n.Name)
 		}
 	}
@@ -216,11 +232,15 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
+	c.forgetPredecessor(ctx, node)
 	if len(podCIDRs(node)) > 0 {
 		c.adopt(ctx, node)
 		return nil
 	}
 	if node.DeletionTimestamp != nil {
+		c.mu.Lock()
+		c.setWaitingLocked(node.Name, false)
+		c.mu.Unlock()
 		return nil // going away: it needs no range
 	}
 	ranges, err := c.reserve(node)
@@ -232,6 +252,17 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		return err
 	}
 	return c.write(ctx, node, ranges)
+}
+
+// forgetPredecessor releases what an earlier Node of the same name held (deleted and
+// registered again before its delete was processed).
+func (c *Controller) forgetPredecessor(ctx context.Context, node *v1.Node) {
+	c.mu.Lock()
+	h, ok := c.held[node.Name]
+	c.mu.Unlock()
+	if ok && h.uid != node.UID {
+		c.release(ctx, node.Name)
+	}
 }
 
 // fullError: a cluster CIDR has no free range. first: the Node was not waiting before.
@@ -247,7 +278,7 @@ func (e *fullError) Error() string { return fmt.Sprintf("no free range in %s", e
 // family is full it takes nothing, marks the Node waiting and, the first time, records an
 // Event.
 func (c *Controller) reserve(node *v1.Node) ([]netip.Prefix, error) {
-	ranges, full := c.reserveLocked(node.Name)
+	ranges, full := c.reserveLocked(node)
 	if full == nil {
 		return ranges, nil
 	}
@@ -258,32 +289,52 @@ func (c *Controller) reserve(node *v1.Node) ([]netip.Prefix, error) {
 	return nil, full
 }
 
-func (c *Controller) reserveLocked(name string) ([]netip.Prefix, *fullError) {
+func (c *Controller) reserveLocked(node *v1.Node) ([]netip.Prefix, *fullError) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if held := c.held[name]; len(held) > 0 {
-		return held, nil // reserved before; the write did not land or is not seen yet
+	name := node.Name
+	if h := c.held[name]; h.reserved {
+		if !c.sharedLocked(h.ranges) {
+			return h.ranges, nil // reserved before; the write did not land or is not seen yet
+		}
+		// Another Node registered with a range overlapping this unwritten reservation: take
+		// others. Should the earlier write have landed after all, the apiserver refuses the
+		// new one and the Node's real ranges are adopted.
+		c.releaseLocked(h.ranges)
+		delete(c.held, name)
+	}
+	// All families or none: check before taking anything.
+	for _, f := range c.families {
+		if f.set.Used() == f.set.Size() {
+			first := !c.waiting[name]
+			c.setWaitingLocked(name, true)
+			return nil, &fullError{cluster: f.label, size: f.set.Size(), first: first}
+		}
 	}
 	ranges := make([]netip.Prefix, 0, len(c.families))
 	for _, f := range c.families {
 		r, tries, err := f.set.Allocate()
-		if err != nil {
-			for i, taken := range ranges { // all families or none
-				c.metrics.releases.WithLabelValues(c.families[i].label).Add(float64(c.families[i].set.Release(taken)))
-			}
-			c.observeLocked()
-			first := !c.waiting[name]
-			c.setWaitingLocked(name, true)
-			return nil, &fullError{cluster: f.label, size: f.set.Size(), first: first}
+		if err != nil { // cannot happen: checked above, under the same lock
+			panic(fmt.Sprintf("allocating from %s with %d of %d used: %v", f.label, f.set.Used(), f.set.Size(), err))
 		}
 		c.metrics.allocations.WithLabelValues(f.label).Inc()
 		c.metrics.tries.WithLabelValues(f.label).Observe(float64(tries))
 		ranges = append(ranges, r)
 	}
-	c.held[name] = ranges
+	c.held[name] = holding{uid: node.UID, ranges: ranges, reserved: true}
 	c.setWaitingLocked(name, false)
 	c.observeLocked()
 	return ranges, nil
+}
+
+// sharedLocked reports whether another holder shares any of ranges.
+func (c *Controller) sharedLocked(ranges []netip.Prefix) bool {
+	for _, r := range ranges {
+		if f := c.familyOf(r); f != nil && f.set.Shared(r) {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *Controller) setWaitingLocked(name string, waiting bool) {
@@ -346,11 +397,17 @@ func (c *Controller) adopt(ctx context.Context, node *v1.Node) {
 	ranges := parseRanges(logger, node)
 	c.mu.Lock()
 	prev, known := c.held[node.Name]
-	if known && slices.Equal(prev, ranges) {
+	if known && prev.uid == node.UID && !prev.reserved && slices.Equal(prev.ranges, ranges) {
 		c.mu.Unlock()
 		return
 	}
-	freed := c.releaseLocked(prev)
+	if known && prev.uid == node.UID && prev.reserved && slices.Equal(prev.ranges, ranges) {
+		// Our write, now seen on the Node: the reservation becomes its own.
+		c.held[node.Name] = holding{uid: node.UID, ranges: ranges}
+		c.mu.Unlock()
+		return
+	}
+	freed := c.releaseLocked(prev.ranges)
 	var outside, shared []string
 	for _, r := range ranges {
 		f := c.familyOf(r)
@@ -367,7 +424,7 @@ func (c *Controller) adopt(ctx context.Context, node *v1.Node) {
 			shared = append(shared, r.String())
 		}
 	}
-	c.held[node.Name] = ranges
+	c.held[node.Name] = holding{uid: node.UID, ranges: ranges}
 	c.setWaitingLocked(node.Name, false)
 	c.observeLocked()
 	wake := c.wakeLocked(freed)
@@ -387,12 +444,13 @@ func (c *Controller) adopt(ctx context.Context, node *v1.Node) {
 // release frees the ranges of a Node that is gone, and tries the waiting Nodes again.
 func (c *Controller) release(ctx context.Context, name string) {
 	c.mu.Lock()
-	ranges, ok := c.held[name]
+	h, ok := c.held[name]
 	c.setWaitingLocked(name, false)
 	if !ok {
 		c.mu.Unlock()
 		return
 	}
+	ranges := h.ranges
 	freed := c.releaseLocked(ranges)
 	delete(c.held, name)
 	c.observeLocked()

@@ -403,3 +403,112 @@ func TestNewNeedsARange(t *testing.T) {
 		t.Fatalf("New without ranges: %v", err)
 	}
 }
+
+func TestRecreatedNodeDoesNotInheritItsPredecessorsRanges(t *testing.T) {
+	// a and b were both registered with 192.0.2.0/31. a is deleted and registered again (a
+	// new UID, no range) before the delete is processed: the new a gets the other range,
+	// not the one b still uses.
+	f := newFixture(t, Options{ClusterCIDR: "192.0.2.0/30", MaskSize: 31},
+		node("a", "192.0.2.0/31"), node("b", "192.0.2.0/31"))
+	f.events()
+	f.remove("a")
+	again := node("a")
+	again.UID = "uid-a-again"
+	f.add(again)
+	f.mustSync("a")
+	if got := f.cidrs("a"); !slices.Equal(got, []string{"192.0.2.2/31"}) {
+		t.Fatalf("re-registered a got %v, want the free 192.0.2.2/31", got)
+	}
+	if !f.c.families[0].set.Held(mustPrefix("192.0.2.0/31")) {
+		t.Fatal("b's range was freed with a's")
+	}
+	// Once b is gone too, nothing holds 192.0.2.0/31 any more: the first a's hold is gone.
+	f.remove("b")
+	f.mustSync("b")
+	if f.c.families[0].set.Held(mustPrefix("192.0.2.0/31")) {
+		t.Fatal("192.0.2.0/31 is still held after both Nodes that had it are gone")
+	}
+}
+
+func TestReservationClaimedByAPresetIsNotWritten(t *testing.T) {
+	// a's write fails, keeping 10.0.0.0/24 reserved; then b registers with that range preset.
+	// a's retry must not write a range b has.
+	f := newFixture(t, Options{ClusterCIDR: "10.0.0.0/16"})
+	f.add(node("a"))
+	fail := true
+	f.client.PrependReactor("patch", "nodes", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if fail {
+			fail = false
+			return true, nil, apierrors.NewServiceUnavailable("etcd is down")
+		}
+		return false, nil, nil
+	})
+	if err := f.sync("a"); err == nil {
+		t.Fatal("no retry asked for")
+	}
+	f.add(node("b", "10.0.0.0/24"))
+	f.mustSync("b")
+	f.mustSync("a")
+	if got := f.cidrs("a"); len(got) != 1 || got[0] == "10.0.0.0/24" {
+		t.Fatalf("a got %v", got)
+	}
+}
+
+func TestPendingWriteIsRetriedWithBackoffNotOnUpdates(t *testing.T) {
+	f := newFixture(t, Options{ClusterCIDR: "10.0.0.0/16"})
+	f.add(node("a"))
+	f.client.PrependReactor("patch", "nodes", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewServiceUnavailable("etcd is down")
+	})
+	if err := f.sync("a"); err == nil {
+		t.Fatal("no retry asked for")
+	}
+	fixtures.Drain[string](f.c.queue)
+	f.c.onUpdate(node("a"), node("a")) // a heartbeat
+	if got := fixtures.Drain[string](f.c.queue); len(got) != 0 {
+		t.Fatalf("a heartbeat of a Node with a pending write queued %v at once", got)
+	}
+	// A Node without a reservation is queued by an update (it may have been missed).
+	f.c.onUpdate(node("other"), node("other"))
+	if got := fixtures.Drain[string](f.c.queue); !slices.Equal(got, []string{"other"}) {
+		t.Fatalf("queued %v", got)
+	}
+}
+
+func TestTerminatingNodeStopsWaiting(t *testing.T) {
+	f := newFixture(t, Options{ClusterCIDR: "192.0.2.0/31", MaskSize: 31})
+	f.add(node("a"))
+	f.mustSync("a")
+	f.add(node("b"))
+	f.mustSync("b")
+	if f.c.waiting["b"] != true {
+		t.Fatal("b is not waiting")
+	}
+	b := node("b")
+	now := metav1.Now()
+	b.DeletionTimestamp = &now
+	if err := f.nodes.Update(b); err != nil {
+		t.Fatal(err)
+	}
+	f.mustSync("b")
+	if len(f.c.waiting) != 0 || testutil.ToFloat64(f.c.metrics.waiting) != 0 {
+		t.Fatalf("a terminating Node still counts as waiting: %v", f.c.waiting)
+	}
+}
+
+func TestFullFamilyTakesNothingFromTheOther(t *testing.T) {
+	// Waking a Node that waits on a full IPv6 family takes and frees no IPv4 range.
+	f := newFixture(t, Options{ClusterCIDR: "10.0.0.0/24,fd00::/64", MaskSizeIPv4: 28, MaskSizeIPv6: 64})
+	f.add(node("a"))
+	f.mustSync("a")
+	f.add(node("b"))
+	for range 3 {
+		f.mustSync("b")
+	}
+	if v := testutil.ToFloat64(f.c.metrics.allocations.WithLabelValues("10.0.0.0/24")); v != 1 {
+		t.Errorf("IPv4 allocations %v, want 1 (a's)", v)
+	}
+	if v := testutil.ToFloat64(f.c.metrics.releases.WithLabelValues("10.0.0.0/24")); v != 0 {
+		t.Errorf("IPv4 releases %v, want 0", v)
+	}
+}
