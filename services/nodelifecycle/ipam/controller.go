@@ -112,10 +112,10 @@ func New(nodes coreinformers.NodeInformer, client kubernetes.Interface, recorder
 		nodes:    nodes.Lister(),
 		// A Node never stops needing a range: its retries back off (to 1000 s) but never end,
 		// so that updates of a Node with a pending write need not retry it (onUpdate).
-		queue:    worker.New(worker.Options[string]{Name: QueueName, Controller: controller, Registerer: reg, MaxRetries: -1}),
-		metrics:  newMetrics(reg),
-		held:     map[string]holding{},
-		waiting:  map[string]bool{},
+		queue:   worker.New(worker.Options[string]{Name: QueueName, Controller: controller, Registerer: reg, MaxRetries: -1}),
+		metrics: newMetrics(reg),
+		held:    map[string]holding{},
+		waiting: map[string]bool{},
 	}
 	for _, r := range cfg.Ranges {
 		set, err := cidrset.New(r.Cluster, r.MaskSize)
