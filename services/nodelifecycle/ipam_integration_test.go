@@ -175,8 +175,10 @@ func checkDistinct(t *testing.T, ranges map[string][]string, cluster4, cluster6,
 func TestIPAMExhaustedNodeWaitsWithAnEventUntilARangeIsFreed(t *testing.T) {
 	nodes := newIPAMNodes(t)
 	c := env.Client(t)
-	// A /30 cut into /31s: two ranges. One is preset on a Node before the controller starts.
+	// A /30 cut into /31s: two ranges. One is preset on a Node before the controller starts;
+	// another Node has a range outside the cluster CIDR.
 	nodes.create("ipam-held", "192.0.2.2/31")
+	nodes.create("ipam-stray", "198.51.100.0/31")
 	ctl := env.StartLeading(t, controller, "ipam", "--allocate-node-cidrs", "--cluster-cidr=192.0.2.0/30", "--node-cidr-mask-size=31")
 
 	nodes.create("ipam-first")
@@ -195,6 +197,13 @@ func TestIPAMExhaustedNodeWaitsWithAnEventUntilARangeIsFreed(t *testing.T) {
 	}
 	if got := nodes.ranges()["ipam-held"]; !slices.Equal(got, []string{"192.0.2.2/31"}) {
 		t.Fatalf("preset Node's range became %v", got)
+	}
+	// The stray range: an Event, no rewrite.
+	waitFor(t, slack, "a CIDROutOfRange Event on the Node with a range outside the cluster CIDR", func() bool {
+		return countPrefix(events(t, c, "default", "ipam-stray"), "CIDROutOfRange: ") > 0
+	})
+	if got := nodes.ranges()["ipam-stray"]; !slices.Equal(got, []string{"198.51.100.0/31"}) {
+		t.Fatalf("the stray Node's range became %v", got)
 	}
 
 	// Deleting the preset Node frees its range: the waiting Node gets it, with no further
