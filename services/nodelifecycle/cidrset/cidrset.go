@@ -177,23 +177,15 @@ func (s *Set) Release(r netip.Prefix) (freed int) {
 }
 
 // Held reports whether any range overlapping r is held.
-func (s *Set) Held(r netip.Prefix) bool {
-	first, last, ok := s.overlap(r)
-	if !ok {
-		return false
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i := first; i <= last; i++ {
-		if s.isSet(i) {
-			return true
-		}
-	}
-	return false
-}
+func (s *Set) Held(r netip.Prefix) bool { return s.anyOverlapping(r, s.isSet) }
 
 // Shared reports whether any range overlapping r has more than one holder.
 func (s *Set) Shared(r netip.Prefix) bool {
+	return s.anyOverlapping(r, func(i int) bool { return s.extra[i] > 0 })
+}
+
+// anyOverlapping reports whether test holds for any range overlapping r; test runs under mu.
+func (s *Set) anyOverlapping(r netip.Prefix, test func(i int) bool) bool {
 	first, last, ok := s.overlap(r)
 	if !ok {
 		return false
@@ -201,7 +193,7 @@ func (s *Set) Shared(r netip.Prefix) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := first; i <= last; i++ {
-		if s.extra[i] > 0 {
+		if test(i) {
 			return true
 		}
 	}

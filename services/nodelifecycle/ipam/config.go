@@ -108,20 +108,18 @@ func (o Options) Config() (Config, error) {
 			}
 		}
 		// cidrset.New is the single judge of what sizes work.
-		if _, err := cidrset.New(cluster, mask); err != nil {
+		set, err := cidrset.New(cluster, mask)
+		if err != nil {
 			return Config{}, bad(flag, "%v", err)
 		}
-		cfg.Ranges = append(cfg.Ranges, Range{Cluster: cluster, MaskSize: mask})
-	}
-	// The Service ranges must leave some range free in every cluster CIDR.
-	for _, r := range cfg.Ranges {
-		set, _ := cidrset.New(r.Cluster, r.MaskSize)
+		// The Service ranges must leave some range free.
 		for _, svc := range services {
 			set.Occupy(svc)
 		}
 		if set.Used() == set.Size() {
-			return Config{}, bad(FlagServiceClusterIPRange, "%v leaves no /%d range of --%s %s for Pods", services, r.MaskSize, FlagClusterCIDR, r.Cluster)
+			return Config{}, bad(FlagServiceClusterIPRange, "%v leaves no /%d range of --%s %s for Pods", services, mask, FlagClusterCIDR, set.Cluster())
 		}
+		cfg.Ranges = append(cfg.Ranges, Range{Cluster: cluster, MaskSize: mask})
 	}
 	cfg.Service = services
 	return cfg, nil

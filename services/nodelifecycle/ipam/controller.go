@@ -278,7 +278,7 @@ func (e *fullError) Error() string { return fmt.Sprintf("no free range in %s", e
 // family is full it takes nothing, marks the Node waiting and, the first time, records an
 // Event.
 func (c *Controller) reserve(node *v1.Node) ([]netip.Prefix, error) {
-	ranges, full := c.reserveLocked(node)
+	ranges, full := c.take(node)
 	if full == nil {
 		return ranges, nil
 	}
@@ -289,7 +289,8 @@ func (c *Controller) reserve(node *v1.Node) ([]netip.Prefix, error) {
 	return nil, full
 }
 
-func (c *Controller) reserveLocked(node *v1.Node) ([]netip.Prefix, *fullError) {
+// take is reserve's bookkeeping, under mu.
+func (c *Controller) take(node *v1.Node) ([]netip.Prefix, *fullError) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	name := node.Name
@@ -397,12 +398,8 @@ func (c *Controller) adopt(ctx context.Context, node *v1.Node) {
 	ranges := parseRanges(logger, node)
 	c.mu.Lock()
 	prev, known := c.held[node.Name]
-	if known && prev.uid == node.UID && !prev.reserved && slices.Equal(prev.ranges, ranges) {
-		c.mu.Unlock()
-		return
-	}
-	if known && prev.uid == node.UID && prev.reserved && slices.Equal(prev.ranges, ranges) {
-		// Our write, now seen on the Node: the reservation becomes its own.
+	if known && prev.uid == node.UID && slices.Equal(prev.ranges, ranges) {
+		// Accounted for already; a reservation now seen on the Node becomes its own.
 		c.held[node.Name] = holding{uid: node.UID, ranges: ranges}
 		c.mu.Unlock()
 		return

@@ -132,6 +132,17 @@ func (f *fixture) patches() []string {
 	return out
 }
 
+// failPatches makes the next n Node patches fail as an apiserver outage would (n < 0: all).
+func (f *fixture) failPatches(n int) {
+	f.client.PrependReactor("patch", "nodes", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if n == 0 {
+			return false, nil, nil
+		}
+		n--
+		return true, nil, apierrors.NewServiceUnavailable("etcd is down")
+	})
+}
+
 func (f *fixture) events() []string { return fixtures.Events(f.recorder) }
 
 func hasEvent(evs []string, substr string) bool {
@@ -346,14 +357,7 @@ func TestRefusedWriteTakesTheRangeTheNodeGotElsewhere(t *testing.T) {
 func TestFailedWriteKeepsTheReservationForTheRetry(t *testing.T) {
 	f := newFixture(t, Options{ClusterCIDR: "10.0.0.0/16"})
 	f.add(node("a"))
-	fail := true
-	f.client.PrependReactor("patch", "nodes", func(clienttesting.Action) (bool, runtime.Object, error) {
-		if fail {
-			fail = false
-			return true, nil, apierrors.NewServiceUnavailable("etcd is down")
-		}
-		return false, nil, nil
-	})
+	f.failPatches(1)
 	if err := f.sync("a"); err == nil {
 		t.Fatal("a failed write was not returned for a retry")
 	}
@@ -435,14 +439,7 @@ func TestReservationClaimedByAPresetIsNotWritten(t *testing.T) {
 	// a's retry must not write a range b has.
 	f := newFixture(t, Options{ClusterCIDR: "10.0.0.0/16"})
 	f.add(node("a"))
-	fail := true
-	f.client.PrependReactor("patch", "nodes", func(clienttesting.Action) (bool, runtime.Object, error) {
-		if fail {
-			fail = false
-			return true, nil, apierrors.NewServiceUnavailable("etcd is down")
-		}
-		return false, nil, nil
-	})
+	f.failPatches(1)
 	if err := f.sync("a"); err == nil {
 		t.Fatal("no retry asked for")
 	}
@@ -457,9 +454,7 @@ func TestReservationClaimedByAPresetIsNotWritten(t *testing.T) {
 func TestPendingWriteIsRetriedWithBackoffNotOnUpdates(t *testing.T) {
 	f := newFixture(t, Options{ClusterCIDR: "10.0.0.0/16"})
 	f.add(node("a"))
-	f.client.PrependReactor("patch", "nodes", func(clienttesting.Action) (bool, runtime.Object, error) {
-		return true, nil, apierrors.NewServiceUnavailable("etcd is down")
-	})
+	f.failPatches(-1)
 	if err := f.sync("a"); err == nil {
 		t.Fatal("no retry asked for")
 	}
