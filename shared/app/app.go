@@ -42,10 +42,18 @@ import (
 // -ldflags "-X github.com/kcm-split/kcm-split/shared/app.Version=v0.1.0".
 var Version = "dev"
 
+// How /readyz learns that the apiserver is unreachable: when nothing else has answered for a
+// probe period, /livez of the apiserver is asked; no answer for apiserverUnreachableAfter
+// fails the "apiserver" readiness check. /livez does not depend on it: a restart cannot help.
+const (
+	apiserverProbePeriod      = 3 * time.Second
+	apiserverUnreachableAfter = 10 * time.Second
+)
+
 // Exit codes.
 const (
 	ExitOK      = 0
-	ExitFailure = 1 // runtime failure, including a lost Lease
+	ExitFailure = 1 // runtime failure, or a controller that did not stop after a lost Lease
 	ExitUsage   = 2 // bad flags or environment
 )
 
@@ -83,8 +91,8 @@ type Runtime struct {
 	Logger   logr.Logger
 
 	synced atomic.Pointer[func() bool]
-	events *record.EventBroadcaster
 	mu     sync.Mutex
+	events record.EventBroadcaster
 }
 
 // ResyncPeriod returns a random duration in [--min-resync-period, 2 x --min-resync-period),
@@ -100,18 +108,37 @@ func (rt *Runtime) ResyncPeriod() time.Duration {
 func (rt *Runtime) SetSynced(fn func() bool) { rt.synced.Store(&fn) }
 
 // EventRecorder returns a recorder that writes core/v1 Events as component. The broadcaster
-// is shared by every recorder of the process and stops when the controller stops.
+// is shared by every recorder of the term and stops only once Spec.Run has returned, so the
+// Events of a drain after SIGTERM are still sent (a term that lost its Lease has them refused
+// by the fence instead).
 func (rt *Runtime) EventRecorder(ctx context.Context, component string) record.EventRecorder {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if rt.events == nil {
-		b := record.NewBroadcaster(record.WithContext(ctx))
+		b := record.NewBroadcaster(record.WithContext(context.WithoutCancel(ctx)))
 		b.StartStructuredLogging(3)
 		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: rt.Client.CoreV1().Events("")})
-		context.AfterFunc(ctx, b.Shutdown)
-		rt.events = &b
+		rt.events = b
 	}
-	return (*rt.events).NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})
+	return rt.events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})
+}
+
+// runTerm runs spec.Run for one term of leadership with fresh per-term state: not Ready
+// until this term's caches have synced, and an event broadcaster of its own, stopped after
+// Run returns.
+func (rt *Runtime) runTerm(ctx context.Context, run func(context.Context, *Runtime) error) error {
+	rt.synced.Store(nil)
+	defer func() {
+		rt.mu.Lock()
+		b := rt.events
+		rt.events = nil
+		rt.mu.Unlock()
+		if b != nil {
+			b.Shutdown()
+		}
+		rt.synced.Store(nil)
+	}()
+	return run(ctx, rt)
 }
 
 // FlagError reports a bad flag value; Main prints it on one line and exits with ExitUsage.
@@ -178,7 +205,6 @@ func parseOptions(spec Spec, c *cli.Context) (options, error) {
 			QPS:         float32(c.Float64(FlagQPS)),
 			Burst:       c.Int(FlagBurst),
 			ContentType: c.String(FlagContentType),
-			UserAgent:   kube.UserAgent(spec.ID, Version),
 		},
 		leader: leader.Config{
 			Enabled:       c.Bool(FlagLeaderElect),
@@ -272,24 +298,45 @@ func run(parent context.Context, spec Spec, c *cli.Context, stderr io.Writer) er
 	defer stop()
 	ctx = klog.NewContext(ctx, logger)
 
+	if o.leader.Identity == "" {
+		if o.leader.Identity, err = leader.DefaultIdentity(); err != nil {
+			return err
+		}
+	}
+	// The identity in the user agent tells replicas apart in the audit log.
+	o.kube.UserAgent = kube.UserAgent(spec.ID, Version, o.leader.Identity)
 	cfg, err := kube.RESTConfig(o.kube)
 	if err != nil {
 		return usageError{err}
 	}
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("building client: %w", err)
-	}
+	contact := kube.NewContact()
+	cfg.Wrap(contact.Wrap)
 
 	reg := metrics.NewRegistry()
 	checks := health.New()
-	rt := &Runtime{CLI: c, Config: cfg, Client: client, Registry: reg, Health: checks, Logger: logger}
-
 	elector, err := leader.New(o.leader, leaderClient(cfg), reg)
 	if err != nil {
 		return err
 	}
+	// The controller's clients are fenced: no mutating request leaves the process unless
+	// its Lease is fresh. The election's and the secure port's review clients are not.
+	ctrlCfg := rest.CopyConfig(cfg)
+	if o.leader.Enabled {
+		ctrlCfg.Wrap(elector.Fence)
+	}
+	client, err := kubernetes.NewForConfig(ctrlCfg)
+	if err != nil {
+		return fmt.Errorf("building client: %w", err)
+	}
+	rt := &Runtime{CLI: c, Config: ctrlCfg, Client: client, Registry: reg, Health: checks, Logger: logger}
+
 	checks.Add("leaderElection", elector.Check, health.Healthz, health.Livez)
+	checks.Add("apiserver", contact.Check(apiserverUnreachableAfter), health.Readyz)
+	probe, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("building client: %w", err)
+	}
+	go contact.Probe(ctx, probe.Discovery().RESTClient(), apiserverProbePeriod)
 	checks.Add("controller", func(*http.Request) error {
 		if !elector.IsLeader() {
 			return nil // a standby is Ready: it serves metrics and health
@@ -308,11 +355,11 @@ func run(parent context.Context, spec Spec, c *cli.Context, stderr io.Writer) er
 
 	logger.Info("Starting", "version", Version, "leaderElect", o.leader.Enabled, "lease", o.leader.Namespace+"/"+o.leader.Name, "identity", elector.Identity())
 	err = elector.Run(ctx, func(ctx context.Context) error {
-		return spec.Run(ctx, rt)
+		return rt.runTerm(ctx, spec.Run)
 	})
 	if errors.Is(err, leader.ErrLeaseLost) {
-		// Exit at once, as upstream does: another replica may be leading already, and
-		// nothing here may write any more. No graceful server shutdown.
+		// The Lease was lost and the controller did not stop: exit at once. Its writes are
+		// fenced already; no graceful server shutdown.
 		logger.Error(err, "Exiting")
 		return err
 	}

@@ -106,7 +106,13 @@ func Tune(cfg *rest.Config, o Options) {
 	}
 }
 
-// UserAgent returns "<id>/<version> (<os>/<arch>) kcm-split", the user agent of a controller.
-func UserAgent(id, version string) string {
-	return fmt.Sprintf("%s/%s (%s/%s) kcm-split", id, version, runtime.GOOS, runtime.GOARCH)
+// UserAgent returns "<id>/<version> (<os>/<arch>) kcm-split/<identity>", the user agent of a
+// controller: the identity (the process's leader election identity) tells replicas apart in
+// apiserver logs and audit events. An empty identity leaves "kcm-split" alone.
+func UserAgent(id, version, identity string) string {
+	ua := fmt.Sprintf("%s/%s (%s/%s) kcm-split", id, version, runtime.GOOS, runtime.GOARCH)
+	if identity != "" {
+		ua += "/" + identity
+	}
+	return ua
 }

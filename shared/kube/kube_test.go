@@ -58,7 +58,7 @@ current-context: x
 }
 
 func TestRESTConfigAppliesTuning(t *testing.T) {
-	cfg, err := RESTConfig(Options{Master: "https://127.0.0.1:1", QPS: 7, Burst: 9, ContentType: ContentTypeProtobuf, UserAgent: UserAgent("x-controller", "v1")})
+	cfg, err := RESTConfig(Options{Master: "https://127.0.0.1:1", QPS: 7, Burst: 9, ContentType: ContentTypeProtobuf, UserAgent: UserAgent("x-controller", "v1", "")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -154,15 +154,36 @@ func TestReleaseIsNoticedAtOnce(t *testing.T) {
 	}
 }
 
-func TestLostLeaseEndsRunWithError(t *testing.T) {
+// TestStolenLeaseEndsTheTermAndIsNotReleased: another process takes the Lease (as after a
+// partition). The leader must stop its controller and fence its writes at once (the watch
+// shows the new holder), stand by without exiting, and never clear the new holder's Lease.
+func TestStolenLeaseEndsTheTermAndIsNotReleased(t *testing.T) {
 	testenv.Require(t, env)
-	a := startCandidate(t, fastConfig("stolen", "a"))
-	waitLeading(t, a, 10*time.Second)
+	cfg := fastConfig("stolen", "a")
+	e, err := New(cfg, env.Client(t), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	leading, stopped := make(chan struct{}, 2), make(chan struct{}, 2)
+	result := make(chan error, 1)
+	go func() {
+		result <- e.Run(ctx, func(ctx context.Context) error {
+			leading <- struct{}{}
+			<-ctx.Done()
+			stopped <- struct{}{}
+			return nil
+		})
+	}()
+	select {
+	case <-leading:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a never led")
+	}
 
-	// Someone else takes the Lease (as after a partition): a must notice and stop.
-	ctx := context.Background()
 	client := env.Client(t)
-	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
 		lease, err := client.CoordinationV1().Leases("kube-system").Get(ctx, "stolen", metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -171,22 +192,55 @@ func TestLostLeaseEndsRunWithError(t *testing.T) {
 		lease.Spec.HolderIdentity = &thief
 		now := metav1.NewMicroTime(time.Now())
 		lease.Spec.RenewTime = &now
+		lease.Spec.AcquireTime = &now
+		transitions := *lease.Spec.LeaseTransitions + 1
+		lease.Spec.LeaseTransitions = &transitions
 		_, err = client.CoordinationV1().Leases("kube-system").Update(ctx, lease, metav1.UpdateOptions{})
 		return err == nil, nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-a.result:
-		if !errors.Is(err, ErrLeaseLost) {
-			t.Fatalf("Run = %v, want ErrLeaseLost", err)
+	// The thief renews for 2 lease durations; a must stay a standby throughout.
+	renewThief := func() {
+		lease, err := client.CoordinationV1().Leases("kube-system").Get(ctx, "stolen", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
 		}
+		if h := *lease.Spec.HolderIdentity; h != "thief" {
+			t.Fatalf("Lease holder = %q, want the thief's holding left alone", h)
+		}
+		now := metav1.NewMicroTime(time.Now())
+		lease.Spec.RenewTime = &now
+		if _, err := client.CoordinationV1().Leases("kube-system").Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-stopped:
+	case err := <-result:
+		t.Fatalf("Run returned %v: losing the Lease must not end the process", err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("leader kept running after its Lease was taken")
 	}
-	if a.e.IsLeader() {
+	if err := e.AllowWrite(); !IsFenced(err) {
+		t.Fatalf("AllowWrite after the Lease was taken = %v, want a FencedError", err)
+	}
+	for range 2 * int(cfg.LeaseDuration/cfg.RetryPeriod) {
+		renewThief()
+		select {
+		case <-leading:
+			t.Fatal("a led again while the thief held a valid Lease")
+		case err := <-result:
+			t.Fatalf("Run returned %v", err)
+		case <-time.After(cfg.RetryPeriod):
+		}
+	}
+	if e.IsLeader() {
 		t.Fatal("IsLeader still true after loss")
+	}
+	if got := testutil.ToFloat64(e.fenced.WithLabelValues(reasonNotLeading)); got < 1 {
+		t.Fatalf("fenced writes (not_leading) = %v, want at least the refused one", got)
 	}
 }
 

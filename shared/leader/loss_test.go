@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
@@ -88,8 +90,10 @@ func holder(t *testing.T, client *fake.Clientset) string {
 	return *lease.Spec.HolderIdentity
 }
 
-func TestLossReturnsAtOnceAndNeverReleases(t *testing.T) {
-	e, client, lead, _, result, cut := startStubborn(t, lossConfig())
+func TestLossWithAWedgedControllerExitsWithoutReleasing(t *testing.T) {
+	cfg := lossConfig()
+	cfg.ShutdownGrace = 500 * time.Millisecond
+	e, client, lead, _, result, cut := startStubborn(t, cfg)
 	cut.Store(true)
 	select {
 	case err := <-result:
@@ -97,21 +101,106 @@ func TestLossReturnsAtOnceAndNeverReleases(t *testing.T) {
 			t.Fatalf("Run = %v, want ErrLeaseLost", err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return after renewals failed")
+		t.Fatal("Run did not return after renewals failed and the controller ignored its cancellation")
 	}
-	// The controller is still running (it ignores cancellation): Run must not have waited for
-	// it, and must not have released the Lease to a standby while it runs.
+	// The controller is still running (it ignores cancellation): Run must not stand by
+	// again beside it, and must not have released the Lease to a standby while it runs.
 	if !lead.running.Load() {
 		t.Fatal("test is broken: the stubborn controller stopped")
 	}
 	if h := holder(t, client); h != "a" {
 		t.Fatalf("Lease holder after loss = %q, want it left as %q to expire", h, "a")
 	}
+	if err := e.AllowWrite(); !IsFenced(err) {
+		t.Fatalf("AllowWrite after loss = %v, want a FencedError", err)
+	}
 	// The watchdog is wired to the election: past lease duration + its timeout without a
 	// renewal, /healthz fails.
 	time.Sleep(e.cfg.LeaseDuration + 500*time.Millisecond)
 	if err := e.Check(nil); err == nil {
 		t.Fatal("watchdog passes although the Lease has not been renewed for longer than its duration")
+	}
+}
+
+// TestLossStandsByAgainAndLeadsAnew is the apiserver outage without a crash loop: renewals
+// fail, the controller is stopped and its writes fenced, the process keeps running, and when
+// the apiserver answers again the controller starts afresh in a second term.
+func TestLossStandsByAgainAndLeadsAnew(t *testing.T) {
+	client := fake.NewClientset()
+	cut := &cutOff{}
+	client.PrependReactor("*", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if cut.Load() && a.GetVerb() != "watch" && a.GetVerb() != "list" {
+			return true, nil, errors.New("apiserver unreachable")
+		}
+		return false, nil, nil
+	})
+	reg := prometheus.NewRegistry()
+	e, err := New(lossConfig(), client, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var terms atomic.Int32
+	leading := make(chan int32, 4)
+	stopped := make(chan int32, 4)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	result := make(chan error, 1)
+	go func() {
+		result <- e.Run(ctx, func(ctx context.Context) error {
+			n := terms.Add(1)
+			leading <- n
+			<-ctx.Done()
+			stopped <- n
+			return nil
+		})
+	}()
+	recv := func(ch chan int32, what string) int32 {
+		t.Helper()
+		select {
+		case n := <-ch:
+			return n
+		case err := <-result:
+			t.Fatalf("Run returned %v while waiting for %s", err, what)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		return 0
+	}
+	recv(leading, "the first term")
+	if err := e.AllowWrite(); err != nil {
+		t.Fatalf("leader with a fresh Lease fenced: %v", err)
+	}
+	cut.Store(true)
+	if n := recv(stopped, "the controller to stop after losing the Lease"); n != 1 {
+		t.Fatalf("term %d stopped, want 1", n)
+	}
+	if err := e.AllowWrite(); !IsFenced(err) {
+		t.Fatalf("AllowWrite after the loss = %v, want a FencedError", err)
+	}
+	if e.IsLeader() {
+		t.Fatal("IsLeader after the loss")
+	}
+	cut.Store(false)
+	if n := recv(leading, "a second term once the apiserver answers"); n != 2 {
+		t.Fatalf("term %d started, want 2", n)
+	}
+	if err := e.AllowWrite(); err != nil {
+		t.Fatalf("second term fenced: %v", err)
+	}
+	if got := testutil.ToFloat64(e.terms); got != 2 {
+		t.Fatalf("kcm_split_leader_terms_total = %v, want 2", got)
+	}
+	if got := testutil.ToFloat64(e.losses); got != 1 {
+		t.Fatalf("kcm_split_leader_losses_total = %v, want 1", got)
+	}
+	cancel()
+	select {
+	case err := <-result:
+		if err != nil {
+			t.Fatalf("graceful stop after a second term returned %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after ctx ended")
 	}
 }
 
