@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -9,8 +10,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -23,8 +26,9 @@ type Process struct {
 	Name string
 	Cmd  *exec.Cmd
 	// Log holds the process's stdout and stderr.
-	Log  string
-	done chan struct{}
+	Log    string
+	done   chan struct{}
+	frozen atomic.Bool
 }
 
 // StartProcess starts bin with args, logging to logPath. The process dies with the test
@@ -59,13 +63,76 @@ func (p *Process) Exited() bool {
 	}
 }
 
+// PID is the process's ID (and, as StartProcess puts each process in a group of its own,
+// its process group's ID).
+func (p *Process) PID() int { return p.Cmd.Process.Pid }
+
+// Freeze stops the process and everything it started with SIGSTOP, as a stalled node, a
+// long GC pause or a paused VM would: it keeps its sockets, Lease and caches but makes no
+// progress at all (no renewals, no writes, no reads of its watches) until Thaw. Freeze
+// returns once every thread of the process is stopped.
+func (p *Process) Freeze() error {
+	if p.Exited() {
+		return fmt.Errorf("freezing %s: it has exited", p.Name)
+	}
+	p.frozen.Store(true)
+	if err := syscall.Kill(-p.PID(), syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("freezing %s: %w", p.Name, err)
+	}
+	// SIGSTOP is delivered asynchronously; a thread still running could write once more.
+	return wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		if p.Exited() {
+			return false, fmt.Errorf("freezing %s: it exited", p.Name)
+		}
+		return allThreadsStopped(p.PID()), nil
+	})
+}
+
+// Thaw resumes a process Freeze stopped (SIGCONT). Timers that fired meanwhile fire at once:
+// a frozen leader finds its Lease renewal overdue, exactly as after a real stall.
+func (p *Process) Thaw() error {
+	p.frozen.Store(false)
+	if p.Exited() {
+		return nil
+	}
+	if err := syscall.Kill(-p.PID(), syscall.SIGCONT); err != nil {
+		return fmt.Errorf("thawing %s: %w", p.Name, err)
+	}
+	return nil
+}
+
+// allThreadsStopped reports whether every thread of pid is in state T (stopped by a signal)
+// or t (stopped by a tracer), per /proc/<pid>/task/*/stat.
+func allThreadsStopped(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, task := range tasks {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if err != nil {
+			return false
+		}
+		// The state follows the command name, which is in parentheses and may hold any byte.
+		end := strings.LastIndexByte(string(stat), ')')
+		if end < 0 || end+2 >= len(stat) || (stat[end+2] != 'T' && stat[end+2] != 't') {
+			return false
+		}
+	}
+	return true
+}
+
 // Stop sends SIGTERM and waits up to timeout for the exit, then kills. It reports whether the
-// process exited on SIGTERM alone.
+// process exited on SIGTERM alone. A frozen process is thawed after the SIGTERM, so that it
+// handles the signal as a running one would.
 func (p *Process) Stop(timeout time.Duration) bool {
 	if p == nil || p.Cmd.Process == nil || p.Exited() {
 		return true
 	}
 	_ = p.Cmd.Process.Signal(syscall.SIGTERM)
+	if p.frozen.Load() {
+		_ = p.Thaw()
+	}
 	select {
 	case <-p.done:
 		return true
@@ -198,4 +265,43 @@ func (c *Controller) WaitLeadingAndSynced(lease string, timeout time.Duration) {
 	if err != nil {
 		c.t.Fatalf("%s not leading %s and synced: %v", c.Name, lease, err)
 	}
+}
+
+// identityRE finds the leader-election identity in the "Starting" line every kcm-split binary
+// logs (shared/app), in the json log format ("identity":"x") and the console one
+// ("identity": "x").
+var identityRE = regexp.MustCompile(`"identity":\s*"([^"]+)"`)
+
+// logIdentity returns the identity in the first line of log that says Starting, or "".
+func logIdentity(log []byte) string {
+	for line := range bytes.Lines(log) {
+		if !bytes.Contains(line, []byte("Starting")) {
+			continue
+		}
+		if m := identityRE.FindSubmatch(line); m != nil {
+			return string(m[1])
+		}
+	}
+	return ""
+}
+
+// Identity is the holder identity ("<hostname>_<uuid>") the controller writes into its Lease
+// and, at the end of its user agent, into every audit event: what tells two replicas of one
+// controller apart. It reads the "Starting" line of the controller's log, waiting up to 10s
+// for it, and fails the test without one.
+func (c *Controller) Identity() string {
+	c.t.Helper()
+	var id string
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		b, err := os.ReadFile(c.Log)
+		if err != nil {
+			return false, err
+		}
+		id = logIdentity(b)
+		return id != "" || c.Exited(), nil
+	})
+	if err != nil || id == "" {
+		c.t.Fatalf("no leader-election identity in the log of %s (%v); last lines:\n%s", c.Name, err, c.Tail(10))
+	}
+	return id
 }

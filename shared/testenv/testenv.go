@@ -2,6 +2,12 @@
 // integration tests: free loopback ports, RBAC authorization on, an admin token for the test,
 // an audit log of every write so tests can count exactly what a controller wrote, and a clean
 // stop. Start it once per test package from TestMain.
+//
+// For drills it injects faults: an apiserver outage on the same etcd (Env.StopAPIServer,
+// Env.StartAPIServer, Env.APIServerOutage), a frozen process (Process.Freeze, Process.Thaw),
+// expired watches (Env.CompactEtcd, Env.ExpireWatches), and it tells replicas apart: each
+// kcm-split process's identity (Controller.Identity), the Lease's holder (Env.LeaseHolder) and
+// its writes in the audit log (ByIdentity, ReceivedAfter, AuditEvent.Succeeded, WritesByAgent).
 package testenv
 
 import (
@@ -23,6 +29,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -66,10 +73,23 @@ type Env struct {
 	Host string
 	// ServiceAccountKey signs ServiceAccount tokens (TokenRequest works).
 	ServiceAccountKey string
+	// EtcdURL is etcd's client URL (plain HTTP, no authentication): its v3 JSON gateway
+	// serves /v3/kv/range, /v3/kv/compaction and the rest of the KV API.
+	EtcdURL string
 
-	etcd, apiserver *Process
-	auditPath       string
-	keep            bool
+	etcd      *Process
+	auditPath string
+	keep      bool
+
+	// The apiserver's command line and admin token, to start it again after StopAPIServer.
+	apiBin   string
+	apiArgs  []string
+	apiToken string
+	// mu guards apiserver and apiStarts: a fault-injection helper may replace the process
+	// while Stop runs from another goroutine.
+	mu        sync.Mutex
+	apiserver *Process
+	apiStarts int
 }
 
 // FindBinDir returns the directory holding the control plane binaries: $KCM_SPLIT_BIN_DIR, or
@@ -158,6 +178,7 @@ func Start(opts Options) (env *Env, err error) {
 		return nil, err
 	}
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", clientPort)
+	env.EtcdURL = etcdURL
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
 	env.etcd, err = StartProcess("etcd", filepath.Join(dir, "etcd.log"), etcdBin,
 		"--name=testenv",
@@ -223,12 +244,8 @@ func Start(opts Options) (env *Env, err error) {
 		"--audit-log-mode=blocking",
 		"--v=0",
 	}
-	args = append(args, opts.ExtraAPIServerArgs...)
-	env.apiserver, err = StartProcess("kube-apiserver", filepath.Join(dir, "kube-apiserver.log"), apiBin, args...)
-	if err != nil {
-		return nil, err
-	}
-	if err := waitHTTP(ctx, env.apiserver, env.Host+"/readyz", &token); err != nil {
+	env.apiBin, env.apiArgs, env.apiToken = apiBin, append(args, opts.ExtraAPIServerArgs...), token
+	if err := env.startAPIServer(ctx); err != nil {
 		return nil, err
 	}
 
@@ -273,6 +290,28 @@ rules:
   verbs: ["create", "update", "patch", "delete", "deletecollection"]
 - level: None
 `
+
+// startAPIServer starts kube-apiserver with the command line Start built and waits until it
+// is ready. The first start logs to kube-apiserver.log, the next ones to
+// kube-apiserver.<n>.log.
+func (env *Env) startAPIServer(ctx context.Context) error {
+	env.mu.Lock()
+	defer env.mu.Unlock()
+	if env.apiserver != nil && !env.apiserver.Exited() {
+		return errors.New("kube-apiserver is already running")
+	}
+	env.apiStarts++
+	log := "kube-apiserver.log"
+	if env.apiStarts > 1 {
+		log = fmt.Sprintf("kube-apiserver.%d.log", env.apiStarts)
+	}
+	p, err := StartProcess("kube-apiserver", filepath.Join(env.Dir, log), env.apiBin, env.apiArgs...)
+	if err != nil {
+		return err
+	}
+	env.apiserver = p
+	return waitHTTP(ctx, p, env.Host+"/readyz", &env.apiToken)
+}
 
 func waitHTTP(ctx context.Context, p *Process, url string, token *string) error {
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
@@ -322,7 +361,9 @@ func (env *Env) Stop() {
 	if env == nil {
 		return
 	}
+	env.mu.Lock()
 	env.apiserver.Stop(10 * time.Second)
+	env.mu.Unlock()
 	env.etcd.Stop(10 * time.Second)
 	if env.keep {
 		fmt.Fprintf(os.Stderr, "testenv: kept %s\n", env.Dir)
@@ -333,7 +374,13 @@ func (env *Env) Stop() {
 
 // AuditEvent is the part of an audit event tests look at.
 type AuditEvent struct {
-	Verb      string `json:"verb"`
+	// AuditID is unique per request.
+	AuditID string `json:"auditID"`
+	Verb    string `json:"verb"`
+	// RequestURI is the path and query, e.g. /api/v1/namespaces/x/configmaps?fieldManager=y.
+	RequestURI string `json:"requestURI"`
+	// UserAgent is the client's; a kcm-split binary's ends with its leader-election identity
+	// (see Identity).
 	UserAgent string `json:"userAgent"`
 	User      struct {
 		Username string `json:"username"`
@@ -348,6 +395,11 @@ type AuditEvent struct {
 	ResponseStatus struct {
 		Code int `json:"code"`
 	} `json:"responseStatus"`
+	// RequestReceivedTimestamp is when the apiserver received the request (microseconds), the
+	// time to compare with a fault's: a request sent just before it may be received after.
+	RequestReceivedTimestamp time.Time `json:"requestReceivedTimestamp"`
+	// StageTimestamp is when the apiserver answered (ResponseComplete stage).
+	StageTimestamp time.Time `json:"stageTimestamp"`
 }
 
 // IsWrite reports whether the event is a create, update, patch, delete or deletecollection.
@@ -360,17 +412,16 @@ func (ev AuditEvent) IsWrite() bool {
 }
 
 // Writes returns every write (create, update, patch, delete, deletecollection) the apiserver
-// has completed so far for which keep returns true. The audit log is written in blocking
-// mode, so a write a client saw answered is already in it.
-func (env *Env) Writes(keep func(AuditEvent) bool) ([]AuditEvent, error) {
-	return env.Audit(func(ev AuditEvent) bool {
-		return ev.IsWrite() && (keep == nil || keep(ev))
-	})
+// has completed so far that every filter keeps (a nil filter keeps all). The audit log is
+// written in blocking mode, so a write a client saw answered is already in it.
+func (env *Env) Writes(keep ...func(AuditEvent) bool) ([]AuditEvent, error) {
+	return env.Audit(append([]func(AuditEvent) bool{AuditEvent.IsWrite}, keep...)...)
 }
 
-// Audit returns every event of the audit log so far for which keep (nil: all) returns true:
-// the writes with the default policy, more with Options.AuditPolicy.
-func (env *Env) Audit(keep func(AuditEvent) bool) ([]AuditEvent, error) {
+// Audit returns every event of the audit log so far that every filter keeps (a nil filter
+// keeps all): the writes with the default policy, more with Options.AuditPolicy. The log
+// spans apiserver restarts (StopAPIServer, StartAPIServer).
+func (env *Env) Audit(keep ...func(AuditEvent) bool) ([]AuditEvent, error) {
 	f, err := os.Open(env.auditPath)
 	if err != nil {
 		return nil, err
@@ -384,7 +435,7 @@ func (env *Env) Audit(keep func(AuditEvent) bool) ([]AuditEvent, error) {
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			continue
 		}
-		if keep == nil || keep(ev) {
+		if all(ev, keep) {
 			out = append(out, ev)
 		}
 	}

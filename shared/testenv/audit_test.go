@@ -1,0 +1,119 @@
+package testenv
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+func TestAuditEventIdentity(t *testing.T) {
+	for _, tc := range []struct{ ua, want string }{
+		{"endpoints-controller/v0.1.0 (linux/amd64) kcm-split/node-1_6f1c2a", "node-1_6f1c2a"},
+		// A version or binary holding the marker's words does not confuse it: the last one counts.
+		{"kcm-split/v1 (linux/amd64) kcm-split/a kcm-split/h_1", "h_1"},
+		{"endpoints-controller/v0.1.0 (linux/amd64) kcm-split", ""},
+		{"kubectl/v1.36.3 (linux/amd64) kubernetes/abcdef", ""},
+		{"", ""},
+	} {
+		if got := (AuditEvent{UserAgent: tc.ua}).Identity(); got != tc.want {
+			t.Errorf("Identity(%q) = %q, want %q", tc.ua, got, tc.want)
+		}
+	}
+	if ByIdentity("")(AuditEvent{UserAgent: "x/v1 (linux/amd64) kcm-split"}) {
+		t.Error(`ByIdentity("") kept an event without an identity`)
+	}
+}
+
+func TestAuditEventSucceeded(t *testing.T) {
+	for code, want := range map[int]bool{200: true, 201: true, 299: true, 0: false, 199: false, 300: false, 403: false, 409: false, 500: false} {
+		var ev AuditEvent
+		ev.ResponseStatus.Code = code
+		if ev.Succeeded() != want {
+			t.Errorf("Succeeded() with code %d = %v, want %v", code, !want, want)
+		}
+	}
+}
+
+// Two replicas of one binary differ only in the identity at the end of their user agents: the
+// audit log tells their writes apart, with when each was received and how it ended.
+func TestAuditTellsReplicasApart(t *testing.T) {
+	Require(t, env)
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	client := func(ua string) kubernetes.Interface {
+		cfg := rest.CopyConfig(env.Config)
+		cfg.UserAgent = ua
+		return kubernetes.NewForConfigOrDie(cfg)
+	}
+	const (
+		uaA = "testenv-replica/v0 (linux/amd64) kcm-split/host_aaaa"
+		uaB = "testenv-replica/v0 (linux/amd64) kcm-split/host_bbbb"
+	)
+	a, b := client(uaA), client(uaB)
+	cm := func(name string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	}
+
+	beforeA := time.Now()
+	if _, err := a.CoreV1().ConfigMaps(ns).Create(ctx, cm("a"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The apiserver timestamps in microseconds; keep the two sides of T apart.
+	time.Sleep(10 * time.Millisecond)
+	t0 := time.Now()
+	if _, err := b.CoreV1().ConfigMaps(ns).Create(ctx, cm("b"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.CoreV1().ConfigMaps(ns).Create(ctx, cm("a"), metav1.CreateOptions{}); !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("second create of a: %v, want AlreadyExists", err)
+	}
+	if err := a.CoreV1().ConfigMaps(ns).Delete(ctx, "b", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	inNS := func(ev AuditEvent) bool { return ev.ObjectRef.Namespace == ns }
+	byAgent, err := env.WritesByAgent(inNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(byAgent) != 2 || len(byAgent[uaA]) != 2 || len(byAgent[uaB]) != 2 {
+		t.Fatalf("writes by agent = %v, want 2 of %s and 2 of %s", byAgent, uaA, uaB)
+	}
+	for _, ev := range byAgent[uaA] {
+		if ev.Identity() != "host_aaaa" || ev.AuditID == "" || ev.RequestURI == "" {
+			t.Errorf("event %+v: want identity host_aaaa, an audit ID and a request URI", ev)
+		}
+		if ev.RequestReceivedTimestamp.Before(beforeA.Add(-time.Second)) || ev.StageTimestamp.Before(ev.RequestReceivedTimestamp) {
+			t.Errorf("event %s %s: received %s, answered %s, want after %s and in order", ev.Verb, ev.ObjectRef.Name, ev.RequestReceivedTimestamp, ev.StageTimestamp, beforeA)
+		}
+	}
+	if d := byAgent[uaA][1]; d.Verb != "delete" || d.ObjectRef.Resource != "configmaps" || d.ObjectRef.Name != "b" || d.ResponseStatus.Code != 200 {
+		t.Errorf("A's second write = %s %s/%s %d, want the delete of configmaps b, 200", d.Verb, d.ObjectRef.Resource, d.ObjectRef.Name, d.ResponseStatus.Code)
+	}
+
+	// "B wrote successfully after T": the create of b; the refused create of a is not counted.
+	got, err := env.Writes(ByIdentity("host_bbbb"), ReceivedAfter(t0), AuditEvent.Succeeded, inNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Verb != "create" || got[0].ObjectRef.Name != "b" || got[0].ResponseStatus.Code != 201 {
+		t.Fatalf("B's successful writes after T = %+v, want the create of b alone", got)
+	}
+	// "A wrote nothing after T but its delete", and ByUserAgent matches the whole agent only.
+	got, err = env.Writes(ByUserAgent(uaA), ReceivedAfter(t0), inNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Verb != "delete" {
+		t.Fatalf("A's writes after T = %+v, want the delete alone", got)
+	}
+	if got, _ := env.Writes(ByUserAgent("testenv-replica/v0"), inNS); len(got) != 0 {
+		t.Fatalf("ByUserAgent matched a prefix: %+v", got)
+	}
+}
