@@ -669,25 +669,40 @@ func TestHelmInstallScaleUpgradeOne(t *testing.T) {
 	if _, err := admin.CoreV1().Pods(restricted).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err == nil || !strings.Contains(err.Error(), "violates PodSecurity") {
 		t.Errorf("a Pod without runAsNonRoot and allowPrivilegeEscalation=false: got %v, want a PodSecurity violation (else the check above proves nothing)", err)
 	}
+	// The defaults survive a node loss: 2 replicas spread over nodes, a PodDisruptionBudget,
+	// system-cluster-critical (which the Priority admission plugin accepted for the Pods above,
+	// outside kube-system).
+	if d := deployment(ep); *d.Spec.Replicas != 2 || len(d.Spec.Template.Spec.TopologySpreadConstraints) != 1 || d.Spec.Template.Spec.PriorityClassName != "system-cluster-critical" {
+		t.Fatalf("installed with %d replicas, spread %+v, priority class %q; want 2, spread over nodes, system-cluster-critical",
+			*d.Spec.Replicas, d.Spec.Template.Spec.TopologySpreadConstraints, d.Spec.Template.Spec.PriorityClassName)
+	}
+	if _, err := admin.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, ep, metav1.GetOptions{}); err != nil {
+		t.Errorf("installed with 2 replicas, no PodDisruptionBudget: %v", err)
+	}
+
+	// Scaled to one replica, its budget goes (it would block every drain); scaled up, it is back.
+	helm("upgrade", "kcm-split", c.Dir, "--reuse-values", "--set", "controllers.endpoints.replicas=1")
 	if d := deployment(ep); *d.Spec.Replicas != 1 {
-		t.Fatalf("installed with %d replicas, want 1", *d.Spec.Replicas)
+		t.Errorf("scaled down: %d replicas, want 1", *d.Spec.Replicas)
 	}
 	if _, err := admin.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, ep, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("a PodDisruptionBudget for one replica: %v", err)
 	}
-
-	helm("upgrade", "kcm-split", c.Dir, "--reuse-values", "--set", "controllers.endpoints.replicas=2")
-	if d := deployment(ep); *d.Spec.Replicas != 2 {
-		t.Errorf("scaled: %d replicas, want 2", *d.Spec.Replicas)
+	if _, err := admin.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, nsc, metav1.GetOptions{}); err != nil {
+		t.Errorf("scaling the endpoints controller down removed the namespace controller's PodDisruptionBudget: %v", err)
+	}
+	helm("upgrade", "kcm-split", c.Dir, "--reuse-values", "--set", "controllers.endpoints.replicas=3")
+	if d := deployment(ep); *d.Spec.Replicas != 3 {
+		t.Errorf("scaled up: %d replicas, want 3", *d.Spec.Replicas)
 	}
 	if _, err := admin.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, ep, metav1.GetOptions{}); err != nil {
-		t.Errorf("scaled to 2, no PodDisruptionBudget: %v", err)
+		t.Errorf("scaled to 3, no PodDisruptionBudget: %v", err)
 	}
 
 	before := deployment(ep).Generation
 	helm("upgrade", "kcm-split", c.Dir, "--reuse-values", "--set", "controllers.endpoints.image.tag=v9.9.9")
 	d := deployment(ep)
-	if !strings.HasSuffix(d.Spec.Template.Spec.Containers[0].Image, ":v9.9.9") || d.Generation == before || *d.Spec.Replicas != 2 {
+	if !strings.HasSuffix(d.Spec.Template.Spec.Containers[0].Image, ":v9.9.9") || d.Generation == before || *d.Spec.Replicas != 3 {
 		t.Errorf("upgraded: image %s, generation %d (was %d), replicas %d", d.Spec.Template.Spec.Containers[0].Image, d.Generation, before, *d.Spec.Replicas)
 	}
 	if got := deployment(nsc).Generation; got != other {
