@@ -73,27 +73,122 @@ func TestEachControllerAlone(t *testing.T) {
 			if got := kinds["ConfigMap"]; !slices.Equal(got, []string{name + "-dashboard", "kcm-split-overview-dashboard"}) {
 				t.Errorf("dashboard ConfigMaps: got %v", got)
 			}
-			for _, kind := range []string{"PodDisruptionBudget", "ServiceMonitor"} {
-				if len(kinds[kind]) > 0 {
-					t.Errorf("%s rendered by default: %v", kind, kinds[kind])
-				}
+			if len(kinds["ServiceMonitor"]) > 0 {
+				t.Errorf("ServiceMonitor rendered by default: %v", kinds["ServiceMonitor"])
 			}
 			d := byKind(objs, "Deployment")[0].Typed.(*appsv1.Deployment)
 			checkDeployment(t, d, cv, ns)
 
-			// More than one replica: a PodDisruptionBudget selecting exactly this controller.
-			objs = render(t, c, "kcm-split", ns, append(v.Only(alias), "--set", fmt.Sprintf("controllers.%s.replicas=2", alias))...)
+			// By default two replicas survive a node: spread over nodes, evicted one at a
+			// time (a PodDisruptionBudget selecting exactly this controller), and scheduled
+			// with kube-controller-manager's priority.
 			pdbs := byKind(objs, "PodDisruptionBudget")
 			if len(pdbs) != 1 {
-				t.Fatalf("replicas=2: %d PodDisruptionBudgets, want 1", len(pdbs))
+				t.Fatalf("defaults: %d PodDisruptionBudgets, want 1", len(pdbs))
 			}
 			pdb := pdbs[0].Typed.(*policyv1.PodDisruptionBudget)
-			d = byKind(objs, "Deployment")[0].Typed.(*appsv1.Deployment)
 			if *d.Spec.Replicas != 2 || !equalMaps(pdb.Spec.Selector.MatchLabels, d.Spec.Selector.MatchLabels) || pdb.Spec.MaxUnavailable.IntValue() != 1 {
-				t.Errorf("replicas=2: deployment replicas %d, PDB selector %v (deployment's %v), maxUnavailable %v", *d.Spec.Replicas, pdb.Spec.Selector.MatchLabels, d.Spec.Selector.MatchLabels, pdb.Spec.MaxUnavailable)
+				t.Errorf("defaults: deployment replicas %d, PDB selector %v (deployment's %v), maxUnavailable %v", *d.Spec.Replicas, pdb.Spec.Selector.MatchLabels, d.Spec.Selector.MatchLabels, pdb.Spec.MaxUnavailable)
+			}
+			pod := d.Spec.Template.Spec
+			checkSpread(t, pod, d, corev1.ScheduleAnyway)
+			if pod.PriorityClassName != "system-cluster-critical" {
+				t.Errorf("defaults: priorityClassName %q, want system-cluster-critical", pod.PriorityClassName)
+			}
+			// Off by default: no placement on control-plane nodes, no anti-affinity on top of
+			// the spread.
+			if len(pod.NodeSelector) > 0 || len(pod.Tolerations) > 0 || pod.Affinity != nil {
+				t.Errorf("defaults: nodeSelector %v, tolerations %v, affinity %+v; want none", pod.NodeSelector, pod.Tolerations, pod.Affinity)
+			}
+
+			// One replica: no PodDisruptionBudget (it would block every drain).
+			objs = render(t, c, "kcm-split", ns, append(v.Only(alias), "--set", fmt.Sprintf("controllers.%s.replicas=1", alias))...)
+			if pdbs := byKind(objs, "PodDisruptionBudget"); len(pdbs) != 0 {
+				t.Errorf("replicas=1: %d PodDisruptionBudgets, want none", len(pdbs))
+			}
+			if d := byKind(objs, "Deployment")[0].Typed.(*appsv1.Deployment); *d.Spec.Replicas != 1 {
+				t.Errorf("replicas=1: deployment replicas %d", *d.Spec.Replicas)
 			}
 		})
 	}
+}
+
+// checkSpread asserts the one topology spread constraint: replicas of d's controller, one
+// rollout at a time, over nodes, with the given whenUnsatisfiable.
+func checkSpread(t *testing.T, pod corev1.PodSpec, d *appsv1.Deployment, want corev1.UnsatisfiableConstraintAction) {
+	t.Helper()
+	if len(pod.TopologySpreadConstraints) != 1 {
+		t.Fatalf("topologySpreadConstraints %+v, want one", pod.TopologySpreadConstraints)
+	}
+	tsc := pod.TopologySpreadConstraints[0]
+	if tsc.TopologyKey != "kubernetes.io/hostname" || tsc.MaxSkew != 1 || tsc.WhenUnsatisfiable != want ||
+		tsc.LabelSelector == nil || !equalMaps(tsc.LabelSelector.MatchLabels, d.Spec.Selector.MatchLabels) ||
+		!slices.Equal(tsc.MatchLabelKeys, []string{"pod-template-hash"}) {
+		t.Errorf("topology spread %+v: want maxSkew 1 over kubernetes.io/hostname, %s, selecting %v per pod-template-hash", tsc, want, d.Spec.Selector.MatchLabels)
+	}
+}
+
+// Placement options: control-plane nodes (opt-in), hard or no spreading, anti-affinity, and
+// the priority class overridden or turned off.
+func TestPlacement(t *testing.T) {
+	c, v := chart(t)
+	alias := v.Aliases()[0]
+	deployment := func(t *testing.T, set ...string) (*appsv1.Deployment, corev1.PodSpec) {
+		t.Helper()
+		args := v.Only(alias)
+		for _, s := range set {
+			args = append(args, "--set", s)
+		}
+		d := byKind(render(t, c, "kcm-split", ns, args...), "Deployment")[0].Typed.(*appsv1.Deployment)
+		return d, d.Spec.Template.Spec
+	}
+	controlPlane := corev1.Toleration{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}
+	mine := corev1.Toleration{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "controllers", Effect: corev1.TaintEffectNoSchedule}
+
+	t.Run("controlPlane", func(t *testing.T) {
+		d, pod := deployment(t, "defaults.controlPlane=true")
+		if !equalMaps(pod.NodeSelector, map[string]string{"node-role.kubernetes.io/control-plane": ""}) || !slices.Equal(pod.Tolerations, []corev1.Toleration{controlPlane}) {
+			t.Errorf("nodeSelector %v, tolerations %+v; want the control-plane role and its taint tolerated", pod.NodeSelector, pod.Tolerations)
+		}
+		checkSpread(t, pod, d, corev1.ScheduleAnyway)
+	})
+	t.Run("controlPlane adds to the user's selector and tolerations", func(t *testing.T) {
+		_, pod := deployment(t, "defaults.controlPlane=true", "defaults.nodeSelector.zone=a",
+			"defaults.tolerations[0].key=dedicated", "defaults.tolerations[0].operator=Equal",
+			"defaults.tolerations[0].value=controllers", "defaults.tolerations[0].effect=NoSchedule")
+		if !equalMaps(pod.NodeSelector, map[string]string{"node-role.kubernetes.io/control-plane": "", "zone": "a"}) || !slices.Equal(pod.Tolerations, []corev1.Toleration{mine, controlPlane}) {
+			t.Errorf("nodeSelector %v, tolerations %+v; want both selectors and both tolerations", pod.NodeSelector, pod.Tolerations)
+		}
+	})
+	t.Run("controlPlane per controller", func(t *testing.T) {
+		if _, pod := deployment(t, "controllers."+alias+".controlPlane=true"); pod.NodeSelector["node-role.kubernetes.io/control-plane"] != "" || len(pod.Tolerations) != 1 {
+			t.Errorf("controllers.%s.controlPlane=true: nodeSelector %v, tolerations %+v", alias, pod.NodeSelector, pod.Tolerations)
+		}
+		if _, pod := deployment(t, "defaults.controlPlane=true", "controllers."+alias+".controlPlane=false"); len(pod.NodeSelector) > 0 || len(pod.Tolerations) > 0 {
+			t.Errorf("controllers.%s.controlPlane=false overriding the defaults: nodeSelector %v, tolerations %+v", alias, pod.NodeSelector, pod.Tolerations)
+		}
+	})
+	t.Run("topologySpread", func(t *testing.T) {
+		d, pod := deployment(t, "defaults.topologySpread=hard")
+		checkSpread(t, pod, d, corev1.DoNotSchedule)
+		if _, pod := deployment(t, "defaults.topologySpread=none"); len(pod.TopologySpreadConstraints) > 0 {
+			t.Errorf("topologySpread=none: %+v", pod.TopologySpreadConstraints)
+		}
+	})
+	t.Run("podAntiAffinity", func(t *testing.T) {
+		_, pod := deployment(t, "defaults.podAntiAffinity=soft")
+		if pod.Affinity == nil || pod.Affinity.PodAntiAffinity == nil || len(pod.Affinity.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution) != 1 {
+			t.Errorf("podAntiAffinity=soft: affinity %+v", pod.Affinity)
+		}
+	})
+	t.Run("priorityClassName", func(t *testing.T) {
+		if _, pod := deployment(t, "defaults.priorityClassName="); pod.PriorityClassName != "" {
+			t.Errorf("defaults.priorityClassName empty: %q, want none", pod.PriorityClassName)
+		}
+		if _, pod := deployment(t, "controllers."+alias+".priorityClassName=controllers"); pod.PriorityClassName != "controllers" {
+			t.Errorf("controllers.%s.priorityClassName=controllers: %q", alias, pod.PriorityClassName)
+		}
+	})
 }
 
 func equalMaps(a, b map[string]string) bool {
@@ -271,6 +366,13 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{"defaults.image.pullPolicy=Sometimes", "/defaults/image/pullPolicy"},
 		{"serviceMonitor.enabled=yes please", "/serviceMonitor/enabled"},
 		{"dashboards.lable=x", "'lable' not allowed"},
+		{"defaults.topologySpread=always", "/defaults/topologySpread"},
+		{"defaults.controlPlane=yes", "/defaults/controlPlane"},
+		{"controllers." + alias + ".controlPlane=maybe", "/controllers/" + alias + "/controlPlane"},
+		{"defaults.priorityClassName=System_Cluster_Critical", "/defaults/priorityClassName"},
+		{"controllers." + alias + ".priorityClassName=Not A Class", "/controllers/" + alias + "/priorityClassName"},
+		{"defaults.replicas=-1", "/defaults/replicas"},
+		{"podDisruptionBudget.maxUnavailable=0", "/podDisruptionBudget/maxUnavailable"},
 	} {
 		_, err := c.Template("r", ns, "--set", tc.set)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make helm-lint`: helm lint (strict), helm template with each controller alone and with all
-# of them (plus the ServiceMonitor and PodDisruptionBudget paths), and the values schema
-# rejecting bad values. deploy/charttest's Go tests check the rendered objects in depth.
+# of them (the defaults that survive a node loss, one replica without a PodDisruptionBudget, the
+# ServiceMonitor and control-plane placement paths), and the values schema rejecting bad values. deploy/charttest's Go tests check the rendered objects in depth.
 # Usage: deploy/charttest/helm-lint.sh [BIN_DIR]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -18,6 +18,7 @@ only() { # alias -> --set flags enabling it alone
 }
 all() { for a in "${aliases[@]}"; do printf -- '--set\ncontrollers.%s.enabled=true\n' "$a"; done; }
 count() { grep -c "^kind: $1\$" || true; }
+lines() { grep -cF -- "$1" || true; } # how many lines hold the fixed string $1
 
 echo "helm-lint: helm lint --strict"
 "$helm" lint --strict "$chart" >/dev/null
@@ -28,16 +29,31 @@ for alias in "${aliases[@]}"; do
   mapfile -t a < <(only "$alias")
   out=$("$helm" template kcm-split "$chart" -n kcm-system "${a[@]}")
   [ "$(count Deployment <<<"$out")" = 1 ] || { echo "helm-lint: $alias alone does not render exactly one Deployment" >&2; exit 1; }
-  out=$("$helm" template kcm-split "$chart" -n kcm-system "${a[@]}" --set "controllers.$alias.replicas=2" \
+  # The defaults survive a node loss: 2 replicas spread over nodes, a PodDisruptionBudget,
+  # kube-controller-manager's priority class.
+  [ "$(lines "replicas: 2" <<<"$out")" = 1 ] && [ "$(count PodDisruptionBudget <<<"$out")" = 1 ] &&
+    [ "$(lines "topologyKey: kubernetes.io/hostname" <<<"$out")" = 1 ] &&
+    [ "$(lines "whenUnsatisfiable: ScheduleAnyway" <<<"$out")" = 1 ] &&
+    [ "$(lines "priorityClassName: system-cluster-critical" <<<"$out")" = 1 ] ||
+    { echo "helm-lint: $alias alone: not 2 replicas spread over nodes with a PodDisruptionBudget and system-cluster-critical" >&2; exit 1; }
+  out=$("$helm" template kcm-split "$chart" -n kcm-system "${a[@]}" --set "controllers.$alias.replicas=1" \
         --set serviceMonitor.enabled=true --api-versions monitoring.coreos.com/v1/ServiceMonitor)
-  [ "$(count PodDisruptionBudget <<<"$out")" = 1 ] && [ "$(count ServiceMonitor <<<"$out")" = 1 ] ||
-    { echo "helm-lint: $alias with 2 replicas and a ServiceMonitor: wrong objects" >&2; exit 1; }
+  [ "$(count PodDisruptionBudget <<<"$out")" = 0 ] && [ "$(count ServiceMonitor <<<"$out")" = 1 ] ||
+    { echo "helm-lint: $alias with 1 replica and a ServiceMonitor: wrong objects (a PodDisruptionBudget?)" >&2; exit 1; }
   echo "helm-lint: template $alias alone: ok"
 done
 mapfile -t a < <(all)
 out=$("$helm" template kcm-split "$chart" -n kcm-system "${a[@]}")
 [ "$(count Deployment <<<"$out")" = ${#aliases[@]} ] || { echo "helm-lint: all enabled: wrong number of Deployments" >&2; exit 1; }
 echo "helm-lint: template all ${#aliases[@]} controllers: ok"
+# Control-plane placement is off by default and, turned on, selects and tolerates the role.
+[ "$(lines "node-role.kubernetes.io/control-plane" <<<"$out")" = 0 ] ||
+  { echo "helm-lint: control-plane placement rendered by default" >&2; exit 1; }
+out=$("$helm" template kcm-split "$chart" -n kcm-system "${a[@]}" --set defaults.controlPlane=true)
+[ "$(lines 'node-role.kubernetes.io/control-plane: ""' <<<"$out")" = ${#aliases[@]} ] &&
+  [ "$(lines "key: node-role.kubernetes.io/control-plane" <<<"$out")" = ${#aliases[@]} ] ||
+  { echo "helm-lint: defaults.controlPlane=true: not every Deployment has the control-plane selector and toleration" >&2; exit 1; }
+echo "helm-lint: control-plane placement: ok"
 
 # The schema: typos and wrong types fail, naming the key.
 bad() { # --set value, expected message part
@@ -51,4 +67,7 @@ bad "controllers.${aliases[0]}.flags.no-such-flag=1" "'no-such-flag' not allowed
 bad "controllers.no-such-controller.enabled=true" "'no-such-controller' not allowed"
 bad "defaults.leaderElection.leaseDuration=15" "/defaults/leaderElection/leaseDuration"
 bad "defaults.logFormat=xml" "/defaults/logFormat"
+bad "defaults.topologySpread=always" "/defaults/topologySpread"
+bad "defaults.controlPlane=yes" "/defaults/controlPlane"
+bad "defaults.priorityClassName=Not_A_Class" "/defaults/priorityClassName"
 echo "helm-lint: schema rejects typos and wrong types: ok"

@@ -49,6 +49,10 @@ type scenario struct {
 	// unused are permissions (verb group/resource) the role grants that the scenario cannot
 	// make the controller use, with the reason.
 	unused map[string]string
+	// pending are permissions granted ahead of the code that will use them, with the reason.
+	// Unlike unused, a pending permission the controller uses fails the test: once the code
+	// lands, the entry goes (or moves to unused if only a failure path needs it).
+	pending map[string]string
 	// args are test-only flags, appended to the chart's command line.
 	args []string
 }
@@ -60,6 +64,16 @@ var (
 		"patch /events":  "only a repeated Event is patched",
 	}
 )
+
+// ipAddressClaims are the IPAddress permissions of the address allocators (servicelb) and
+// node IPAM (nodelifecycle), granted before either claims addresses with IPAddress objects.
+var ipAddressClaims = map[string]string{
+	"create networking.k8s.io/ipaddresses": "issue 17: the allocator will claim with IPAddress objects",
+	"get networking.k8s.io/ipaddresses":    "issue 17: the allocator will claim with IPAddress objects",
+	"list networking.k8s.io/ipaddresses":   "issue 17: the allocator will claim with IPAddress objects",
+	"watch networking.k8s.io/ipaddresses":  "issue 17: the allocator will claim with IPAddress objects",
+	"delete networking.k8s.io/ipaddresses": "issue 17: the allocator will claim with IPAddress objects",
+}
 
 func with(m map[string]string, more map[string]string) map[string]string {
 	out := map[string]string{}
@@ -118,6 +132,7 @@ var scenarios = map[string]scenario{
 		unused: with(eventsOnFailure, map[string]string{
 			"get /nodes": "a Node is read again only after a write conflict",
 		}),
+		pending: ipAddressClaims,
 		args: []string{"--node-monitor-period=1s", "--node-monitor-grace-period=4s", "--node-startup-grace-period=4s", "--node-eviction-rate=10",
 			"--allocate-node-cidrs", "--cluster-cidr=" + ipamClusterCIDR, "--node-cidr-mask-size=24"},
 	},
@@ -157,7 +172,8 @@ var scenarios = map[string]scenario{
 			{Verb: "update", Group: "lb.kcm-split.io", Resource: "ipaddresspools"},
 			{Verb: "list", Resource: "secrets"},
 		},
-		unused: eventsOnFailure,
+		unused:  eventsOnFailure,
+		pending: ipAddressClaims,
 	},
 }
 
@@ -357,25 +373,36 @@ func runUnderChartRBAC(t *testing.T, c *Chart, v *Values, alias string, sc scena
 
 	// Every permission granted is used, unless the scenario cannot trigger it.
 	granted := grantSet(grants)
-	for perm := range sc.unused {
-		if !granted[perm] {
-			t.Errorf("scenario lists %q as unused, but the role does not grant it", perm)
+	for _, list := range []struct {
+		name  string
+		perms map[string]string
+	}{{"unused", sc.unused}, {"pending", sc.pending}} {
+		for perm := range list.perms {
+			if !granted[perm] {
+				t.Errorf("scenario lists %q as %s, but the role does not grant it", perm, list.name)
+			}
 		}
 	}
+	excused := func(perm string) bool { return sc.unused[perm] != "" || sc.pending[perm] != "" }
 	var used map[string]bool
 	var denied []string
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
 		used, denied = requestsOf(t, user, cv.Binary)
 		for perm := range granted {
-			if !usedAny(used, perm) && sc.unused[perm] == "" {
+			if !usedAny(used, perm) && !excused(perm) {
 				return false, nil
 			}
 		}
 		return true, nil
 	})
 	for perm := range granted {
-		if !usedAny(used, perm) && sc.unused[perm] == "" {
+		if !usedAny(used, perm) && !excused(perm) {
 			t.Errorf("the role grants %q but %s never used it: drop it, or list it in the scenario's unused with the reason", perm, alias)
+		}
+	}
+	for perm, why := range sc.pending {
+		if usedAny(used, perm) {
+			t.Errorf("%s now uses %q, listed as pending (%s): remove it from the scenario's pending", alias, perm, why)
 		}
 	}
 	for perm := range used {
@@ -642,25 +669,40 @@ func TestHelmInstallScaleUpgradeOne(t *testing.T) {
 	if _, err := admin.CoreV1().Pods(restricted).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err == nil || !strings.Contains(err.Error(), "violates PodSecurity") {
 		t.Errorf("a Pod without runAsNonRoot and allowPrivilegeEscalation=false: got %v, want a PodSecurity violation (else the check above proves nothing)", err)
 	}
+	// The defaults survive a node loss: 2 replicas spread over nodes, a PodDisruptionBudget,
+	// system-cluster-critical (which the Priority admission plugin accepted for the Pods above,
+	// outside kube-system).
+	if d := deployment(ep); *d.Spec.Replicas != 2 || len(d.Spec.Template.Spec.TopologySpreadConstraints) != 1 || d.Spec.Template.Spec.PriorityClassName != "system-cluster-critical" {
+		t.Fatalf("installed with %d replicas, spread %+v, priority class %q; want 2, spread over nodes, system-cluster-critical",
+			*d.Spec.Replicas, d.Spec.Template.Spec.TopologySpreadConstraints, d.Spec.Template.Spec.PriorityClassName)
+	}
+	if _, err := admin.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, ep, metav1.GetOptions{}); err != nil {
+		t.Errorf("installed with 2 replicas, no PodDisruptionBudget: %v", err)
+	}
+
+	// Scaled to one replica, its budget goes (it would block every drain); scaled up, it is back.
+	helm("upgrade", "kcm-split", c.Dir, "--reuse-values", "--set", "controllers.endpoints.replicas=1")
 	if d := deployment(ep); *d.Spec.Replicas != 1 {
-		t.Fatalf("installed with %d replicas, want 1", *d.Spec.Replicas)
+		t.Errorf("scaled down: %d replicas, want 1", *d.Spec.Replicas)
 	}
 	if _, err := admin.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, ep, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("a PodDisruptionBudget for one replica: %v", err)
 	}
-
-	helm("upgrade", "kcm-split", c.Dir, "--reuse-values", "--set", "controllers.endpoints.replicas=2")
-	if d := deployment(ep); *d.Spec.Replicas != 2 {
-		t.Errorf("scaled: %d replicas, want 2", *d.Spec.Replicas)
+	if _, err := admin.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, nsc, metav1.GetOptions{}); err != nil {
+		t.Errorf("scaling the endpoints controller down removed the namespace controller's PodDisruptionBudget: %v", err)
+	}
+	helm("upgrade", "kcm-split", c.Dir, "--reuse-values", "--set", "controllers.endpoints.replicas=3")
+	if d := deployment(ep); *d.Spec.Replicas != 3 {
+		t.Errorf("scaled up: %d replicas, want 3", *d.Spec.Replicas)
 	}
 	if _, err := admin.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, ep, metav1.GetOptions{}); err != nil {
-		t.Errorf("scaled to 2, no PodDisruptionBudget: %v", err)
+		t.Errorf("scaled to 3, no PodDisruptionBudget: %v", err)
 	}
 
 	before := deployment(ep).Generation
 	helm("upgrade", "kcm-split", c.Dir, "--reuse-values", "--set", "controllers.endpoints.image.tag=v9.9.9")
 	d := deployment(ep)
-	if !strings.HasSuffix(d.Spec.Template.Spec.Containers[0].Image, ":v9.9.9") || d.Generation == before || *d.Spec.Replicas != 2 {
+	if !strings.HasSuffix(d.Spec.Template.Spec.Containers[0].Image, ":v9.9.9") || d.Generation == before || *d.Spec.Replicas != 3 {
 		t.Errorf("upgraded: image %s, generation %d (was %d), replicas %d", d.Spec.Template.Spec.Containers[0].Image, d.Generation, before, *d.Spec.Replicas)
 	}
 	if got := deployment(nsc).Generation; got != other {

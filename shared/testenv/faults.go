@@ -71,12 +71,12 @@ func (env *Env) APIServerOutage(t testing.TB, d time.Duration) {
 }
 
 // CompactEtcd compacts etcd up to its current revision (physically, before it returns) and
-// returns that revision. Every request the apiserver passes through to etcd at an older
-// revision then fails with 410 Expired: a watch on a resource whose watch cache is off, a
-// paginated list's continue token, a list at an exact older resourceVersion not served from
-// the cache. The apiserver's watch cache is not affected: a watch it serves from an older
-// resource version still in its window succeeds. ExpireWatches also restarts the apiserver,
-// which empties that window. Compacting twice at the same revision is not an error.
+// returns that revision. etcd then refuses every older revision, so a request the apiserver
+// passes through to etcd at an older resource version fails with 410 Expired (a watch of a
+// resource whose watch cache is off, for example). The apiserver's watch cache is not
+// affected: a watch it serves from an older resource version still in its window succeeds
+// (the package's tests show it). ExpireWatches also restarts the apiserver, which empties that
+// window. Compacting twice at the same revision is not an error.
 func (env *Env) CompactEtcd(t testing.TB) int64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

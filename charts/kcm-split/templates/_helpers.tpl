@@ -101,6 +101,52 @@ takes the last value of a repeated flag, so extraArgs override everything.
 {{- end }}
 {{- end -}}
 
+{{/*
+Placement. Spreading uses a topologySpreadConstraint rather than pod anti-affinity: with
+matchLabelKeys pod-template-hash it counts only the Pods of one rollout, so the surge Pod of an
+upgrade (maxSurge 1) does not count the old Pods it replaces and the new pair ends up on two
+nodes, where anti-affinity on a two-node cluster finds no free node for it and may leave both
+new Pods on one; it counts only the nodes the nodeSelector allows (nodeAffinityPolicy Honor),
+so with controlPlane the spread is over control-plane nodes; and it is cheaper for the
+scheduler than inter-pod anti-affinity in large clusters. ScheduleAnyway only scores nodes, so
+a one-node cluster still runs every replica.
+*/}}
+{{- define "kcm-split.controlPlane" -}}
+{{- if kindIs "invalid" .c.controlPlane -}}{{ .root.Values.defaults.controlPlane }}{{- else -}}{{ .c.controlPlane }}{{- end -}}
+{{- end -}}
+
+{{/* nodeSelector: the controller's, else the defaults', plus the control-plane role with controlPlane. */}}
+{{- define "kcm-split.nodeSelector" -}}
+{{- $sel := deepCopy (.c.nodeSelector | default .root.Values.defaults.nodeSelector | default dict) -}}
+{{- if eq (include "kcm-split.controlPlane" .) "true" -}}
+{{- $_ := set $sel "node-role.kubernetes.io/control-plane" "" -}}
+{{- end -}}
+{{- with $sel }}{{ toYaml . }}{{ end -}}
+{{- end -}}
+
+{{/* tolerations: the controller's, else the defaults', plus the control-plane taint with controlPlane. */}}
+{{- define "kcm-split.tolerations" -}}
+{{- $tol := .c.tolerations | default .root.Values.defaults.tolerations | default list -}}
+{{- if eq (include "kcm-split.controlPlane" .) "true" -}}
+{{- $tol = append $tol (dict "key" "node-role.kubernetes.io/control-plane" "operator" "Exists" "effect" "NoSchedule") -}}
+{{- end -}}
+{{- with $tol }}{{ toYaml . }}{{ end -}}
+{{- end -}}
+
+{{/* topologySpreadConstraints per defaults.topologySpread. */}}
+{{- define "kcm-split.topologySpread" -}}
+{{- $mode := .root.Values.defaults.topologySpread -}}
+{{- if ne $mode "none" -}}
+- maxSkew: 1
+  topologyKey: kubernetes.io/hostname
+  whenUnsatisfiable: {{ eq $mode "hard" | ternary "DoNotSchedule" "ScheduleAnyway" }}
+  labelSelector:
+    matchLabels:
+      {{- include "kcm-split.selectorLabels" . | nindent 6 }}
+  matchLabelKeys: [pod-template-hash]
+{{- end -}}
+{{- end -}}
+
 {{/* Affinity: the controller's, else the defaults', else anti-affinity per defaults.podAntiAffinity. */}}
 {{- define "kcm-split.affinity" -}}
 {{- $d := .root.Values.defaults -}}
