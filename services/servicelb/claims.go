@@ -139,36 +139,36 @@ func claimMayUse(claim *networkingv1.IPAddress, svc *v1.Service) bool {
 }
 
 // ensureClaim makes sure a is claimed for svc: by the cached claim, else by creating one. It
-// returns the UID of a claim it created (for a rollback), or a *claimTakenError.
-func (c *Controller) ensureClaim(ctx context.Context, svc *v1.Service, a netip.Addr, pool string) (types.UID, error) {
+// returns the claim it created, if it did (for a rollback), or a *claimTakenError.
+func (c *Controller) ensureClaim(ctx context.Context, svc *v1.Service, a netip.Addr, pool string) (*networkingv1.IPAddress, error) {
 	if cur, err := c.claims.Get(claimName(a)); err == nil && claimMayUse(cur, svc) {
-		return "", nil
+		return nil, nil
 	}
 	out, err := c.client.NetworkingV1().IPAddresses().Create(ctx, newClaim(svc, a, pool), metav1.CreateOptions{})
 	if err == nil {
 		klog.FromContext(ctx).V(2).Info("Claimed address", "address", a)
-		return out.UID, nil
+		return out, nil
 	}
 	if !apierrors.IsAlreadyExists(err) {
-		return "", fmt.Errorf("claiming %s: %w", a, err)
+		return nil, fmt.Errorf("claiming %s: %w", a, err)
 	}
 	// The cache had no usable claim; ask the API server which one exists.
 	cur, err := c.client.NetworkingV1().IPAddresses().Get(ctx, claimName(a), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return "", fmt.Errorf("claiming %s: the claim disappeared while being read; retrying", a)
+		return nil, fmt.Errorf("claiming %s: the claim disappeared while being read; retrying", a)
 	}
 	if err != nil {
-		return "", fmt.Errorf("reading the claim of %s: %w", a, err)
+		return nil, fmt.Errorf("reading the claim of %s: %w", a, err)
 	}
 	if claimMayUse(cur, svc) {
-		return "", nil
+		return nil, nil
 	}
 	owner := claimParent(cur)
 	if owner == "" {
 		owner = "<not a Service: " + cur.Labels[networkingv1.LabelManagedBy] + ">"
 	}
 	c.metrics.claimConflicts.Inc()
-	return "", &claimTakenError{addr: a, owner: owner, key: cur.Annotations[AnnotationAllowSharedIP]}
+	return nil, &claimTakenError{addr: a, owner: owner, key: cur.Annotations[AnnotationAllowSharedIP]}
 }
 
 // deleteClaim deletes the claim of a if it is key's (or carries uid when uid is given),

@@ -688,9 +688,9 @@ func (c *Controller) claimAll(ctx context.Context, key string, svc *v1.Service, 
 		c.mu.Lock()
 		pool := c.origin[a]
 		c.mu.Unlock()
-		uid, err := c.ensureClaim(ctx, svc, a, pool)
-		if uid != "" {
-			created[a] = uid
+		made, err := c.ensureClaim(ctx, svc, a, pool)
+		if made != nil {
+			created[a] = made.UID
 		}
 		var taken *claimTakenError
 		if errors.As(err, &taken) {
