@@ -138,37 +138,39 @@ func claimMayUse(claim *networkingv1.IPAddress, svc *v1.Service) bool {
 	return k != "" && claim.Annotations[AnnotationAllowSharedIP] == k
 }
 
-// ensureClaim makes sure a is claimed for svc: by the cached claim, else by creating one. It
-// returns the claim it created, if it did (for a rollback), or a *claimTakenError.
-func (c *Controller) ensureClaim(ctx context.Context, svc *v1.Service, a netip.Addr, pool string) (*networkingv1.IPAddress, error) {
-	if cur, err := c.claims.Get(claimName(a)); err == nil && claimMayUse(cur, svc) {
-		return nil, nil
+// ensureClaim makes sure a is claimed for svc, or returns a *claimTakenError. For an address
+// the Service shows already the cached claim is enough; one about to be shown is checked
+// against the API server (a create, then a read on AlreadyExists), because a cache that is
+// behind may still show a claim that was deleted and made again for another Service.
+func (c *Controller) ensureClaim(ctx context.Context, svc *v1.Service, a netip.Addr, pool string, shown bool) error {
+	if cur, err := c.claims.Get(claimName(a)); shown && err == nil && claimMayUse(cur, svc) {
+		return nil
 	}
-	out, err := c.client.NetworkingV1().IPAddresses().Create(ctx, newClaim(svc, a, pool), metav1.CreateOptions{})
+	_, err := c.client.NetworkingV1().IPAddresses().Create(ctx, newClaim(svc, a, pool), metav1.CreateOptions{})
 	if err == nil {
 		klog.FromContext(ctx).V(2).Info("Claimed address", "address", a)
-		return out, nil
+		return nil
 	}
 	if !apierrors.IsAlreadyExists(err) {
-		return nil, fmt.Errorf("claiming %s: %w", a, err)
+		return fmt.Errorf("claiming %s: %w", a, err)
 	}
 	// The cache had no usable claim; ask the API server which one exists.
 	cur, err := c.client.NetworkingV1().IPAddresses().Get(ctx, claimName(a), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("claiming %s: the claim disappeared while being read; retrying", a)
+		return fmt.Errorf("claiming %s: the claim disappeared while being read; retrying", a)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading the claim of %s: %w", a, err)
+		return fmt.Errorf("reading the claim of %s: %w", a, err)
 	}
 	if claimMayUse(cur, svc) {
-		return nil, nil
+		return nil
 	}
 	owner := claimParent(cur)
 	if owner == "" {
 		owner = "<not a Service: " + cur.Labels[networkingv1.LabelManagedBy] + ">"
 	}
 	c.metrics.claimConflicts.Inc()
-	return nil, &claimTakenError{addr: a, owner: owner, key: cur.Annotations[AnnotationAllowSharedIP]}
+	return &claimTakenError{addr: a, owner: owner, key: cur.Annotations[AnnotationAllowSharedIP]}
 }
 
 // deleteClaim deletes the claim of a if it is key's (or carries uid when uid is given),

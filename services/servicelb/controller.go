@@ -558,11 +558,10 @@ func (c *Controller) ensure(ctx context.Context, key string, svc *v1.Service) er
 		return err
 	}
 	var plan assignment
-	created := map[netip.Addr]types.UID{}
 	var takenMoves []move
 	for attempt := 1; ; attempt++ {
 		plan = c.assign(ctx, key, svc, adopt)
-		err := c.claimAll(ctx, key, svc, plan, created)
+		err := c.claimAll(ctx, key, svc, plan)
 		if err == nil {
 			break
 		}
@@ -574,7 +573,7 @@ func (c *Controller) ensure(ctx context.Context, key string, svc *v1.Service) er
 			}
 			continue
 		}
-		c.rollback(ctx, key, svc, created)
+		c.rollback(key, svc)
 		return err
 	}
 	plan.moved = append(takenMoves, plan.moved...)
@@ -609,7 +608,7 @@ func (c *Controller) ensure(ctx context.Context, key string, svc *v1.Service) er
 		// cannot go away without its address being released.
 		updated, err := c.addFinalizer(ctx, svc)
 		if err != nil {
-			c.rollback(ctx, key, svc, created)
+			c.rollback(key, svc)
 			return fmt.Errorf("adding load balancer cleanup finalizer: %w", err)
 		}
 		svc = updated
@@ -627,7 +626,7 @@ func (c *Controller) ensure(ctx context.Context, key string, svc *v1.Service) er
 				// Someone wrote the Service after the version this decision was made on.
 				c.metrics.conflicts.WithLabelValues(conflictStale).Inc()
 			}
-			c.rollback(ctx, key, svc, created)
+			c.rollback(key, svc)
 			return fmt.Errorf("updating load balancer status: %w", err)
 		}
 		c.mu.Lock()
@@ -679,7 +678,8 @@ func (c *Controller) adoptable(ctx context.Context, key string, svc *v1.Service)
 // claimAll makes sure every address of plan is claimed for svc. An address found claimed
 // by another Service is dropped here and recorded as that Service's, and a
 // *claimTakenError returned, so the caller assigns again.
-func (c *Controller) claimAll(ctx context.Context, key string, svc *v1.Service, plan assignment, created map[netip.Addr]types.UID) error {
+func (c *Controller) claimAll(ctx context.Context, key string, svc *v1.Service, plan assignment) error {
+	shown := statusAddrs(svc)
 	for _, in := range plan.ingress {
 		a, err := ipam.ParseAddr(in.IP)
 		if err != nil {
@@ -688,10 +688,7 @@ func (c *Controller) claimAll(ctx context.Context, key string, svc *v1.Service, 
 		c.mu.Lock()
 		pool := c.origin[a]
 		c.mu.Unlock()
-		made, err := c.ensureClaim(ctx, svc, a, pool)
-		if made != nil {
-			created[a] = made.UID
-		}
+		err = c.ensureClaim(ctx, svc, a, pool, containsAddr(shown, a))
 		var taken *claimTakenError
 		if errors.As(err, &taken) {
 			c.mu.Lock()
@@ -713,22 +710,20 @@ func (c *Controller) claimAll(ctx context.Context, key string, svc *v1.Service, 
 }
 
 // rollback undoes a sync whose writes failed: addresses taken that the status does not show
-// are given back and the claims this sync created deleted.
-func (c *Controller) rollback(ctx context.Context, key string, svc *v1.Service, created map[netip.Addr]types.UID) {
+// are given back here. Their claims stay: a claim is the Service's, not this process's, and
+// after a conflict another process may have shown that very address, relying on the claim.
+// The next sync takes the address again (the claim is the Service's) or takes over what the
+// other process showed; a claim left unused is deleted by the sweep.
+func (c *Controller) rollback(key string, svc *v1.Service) {
 	shown := statusAddrs(svc)
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	for _, a := range c.alloc.Assigned(key) {
 		if !containsAddr(shown, a) && c.alloc.ReleaseAddr(key, a) {
 			c.forgetAddrLocked(a)
 		}
 	}
 	c.allocationChangedLocked()
-	c.mu.Unlock()
-	for a, uid := range created {
-		if err := c.deleteClaim(ctx, key, a, uid); err != nil {
-			utilruntime.HandleErrorWithContext(ctx, err, "Cannot delete address claim after a failed write; the orphan sweep will", "service", key, "address", a)
-		}
-	}
 }
 
 // Write wars: when the status this controller wrote is changed by someone else, it is put

@@ -257,11 +257,44 @@ func TestStatusConflictRollsBack(t *testing.T) {
 	if held := f.c.alloc.Keys(); len(held) != 0 {
 		t.Fatalf("allocator still holds %v after the failed write", held)
 	}
-	if f.claim("192.0.2.10") != nil {
-		t.Fatal("the claim made for the failed write was left behind")
+	// The claim is the Service's, not this process's: another process may be showing that
+	// address now, so a failed write never deletes it.
+	if c := f.claim("192.0.2.10"); c == nil || claimParent(c) != testNS+"/web" {
+		t.Fatalf("claim after the failed write: %+v", c)
 	}
 	if v := testutil.ToFloat64(f.c.metrics.conflicts.WithLabelValues(conflictStale)); v != 1 {
 		t.Fatalf("stale conflicts = %v", v)
+	}
+	// The next sync takes the Service's claimed address again.
+	f.client.ReactionChain = f.client.ReactionChain[1:]
+	if err := f.sync("web"); err != nil {
+		t.Fatal(err)
+	}
+	if got := ips(f.stored("web")); !slices.Equal(got, []string{"192.0.2.10"}) {
+		t.Fatalf("web = %v", got)
+	}
+}
+
+// A claim in a cache that is behind is not trusted for an address about to be shown: the
+// claim may have been deleted and made again for another Service meanwhile.
+func TestStaleCachedClaimIsNotTrustedForANewAddress(t *testing.T) {
+	f := newFixture(t, testOptions(), lb("web", withFinalizer()))
+	f.pool("p", []string{"192.0.2.10-192.0.2.20"})
+	f.c.restore(context.Background())
+	ctx := context.Background()
+	// The cache still shows web's old claim of .10; the API server has another Service's.
+	if err := f.claims.Add(newClaim(lb("web"), netipAddr("192.0.2.10"), "p")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.client.NetworkingV1().IPAddresses().Create(ctx, newClaim(lb("theirs"), netipAddr("192.0.2.10"), "p"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.client.ClearActions()
+	if err := f.c.syncService(ctx, testNS+"/web"); err != nil {
+		t.Fatal(err)
+	}
+	if got := ips(f.stored("web")); !slices.Equal(got, []string{"192.0.2.11"}) {
+		t.Fatalf("web = %v, want 192.0.2.11 (.10 is claimed by another Service)", got)
 	}
 }
 
