@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -68,10 +69,21 @@ func (c *Controller) onClaimDelete(obj any) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if a, err := netip.ParseAddr(ip.Name); err == nil && c.alloc.ReleaseAddr(takenKey(a), a) {
+		c.forgetAddrLocked(a)
+		c.allocationChangedLocked()
+	}
 	if len(c.pending) > 0 {
 		c.wakePendingLocked()
 	}
 }
+
+// takenPrefix marks the allocator holder of an address found claimed by a Service this
+// process had not seen holding it; a Service name never contains a dot or colon, so
+// "claimed/<ip>" is never a Service key.
+const takenPrefix = "claimed/"
+
+func takenKey(a netip.Addr) string { return takenPrefix + a.String() }
 
 // claimSelector selects our claims.
 func claimSelector() labels.Selector {
@@ -218,7 +230,7 @@ func (c *Controller) sweepClaims(ctx context.Context) {
 		c.mu.Lock()
 		var others []string
 		for _, h := range c.alloc.Holders(a) {
-			if h != parent {
+			if h != parent && !strings.HasPrefix(h, takenPrefix) {
 				others = append(others, h)
 			}
 		}

@@ -693,10 +693,10 @@ func (c *Controller) claimAll(ctx context.Context, key string, svc *v1.Service, 
 		if errors.As(err, &taken) {
 			c.mu.Lock()
 			c.alloc.ReleaseAddr(key, a)
+			// Reserved here until its claim is deleted, so the next choice is another
+			// address; the owner's sync takes it over if it shows it.
+			_ = c.alloc.Claim(takenKey(a), a, ipam.Props{SharingKey: taken.key})
 			if ns, _, err := cache.SplitMetaNamespaceKey(taken.owner); err == nil && ns != "" {
-				// Held by its owner here too, so the next choice is another address; the
-				// owner's sync (or its NotFound) settles this record.
-				_ = c.alloc.Claim(taken.owner, a, ipam.Props{SharingKey: taken.key})
 				c.queue.Add(taken.owner)
 			}
 			c.allocationChangedLocked()
@@ -865,6 +865,7 @@ func (c *Controller) assign(ctx context.Context, key string, svc *v1.Service, ad
 	// Take over what another writer showed and claimed for this Service, dropping our own
 	// unpublished choice of that family.
 	for _, a := range adopt {
+		c.alloc.ReleaseAddr(takenKey(a), a)
 		for _, h := range c.alloc.Assigned(key) {
 			if h != a && ipam.FamilyOf(h) == ipam.FamilyOf(a) {
 				free(h)
