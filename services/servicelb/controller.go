@@ -18,15 +18,19 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	coreinformers "k8s.io/client-go/informers/core/v1"
+	networkinginformers "k8s.io/client-go/informers/networking/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	networkinglisters "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -49,6 +53,16 @@ const (
 	ReasonUnavailable       = "UnAvailableLoadBalancer"
 	ReasonAllocationFailed  = "AllocationFailed"
 	ReasonAddressReassigned = "AddressReassigned"
+	// ReasonAddressReleased names the verified reason an address was given back.
+	ReasonAddressReleased = "AddressReleased"
+	// ReasonAddressUnverified: an address is kept although no pool can vouch for it now (pool
+	// API absent or not synced, pool deleted or invalid). Once per episode.
+	ReasonAddressUnverified = "AddressUnverified"
+	// ReasonStatusOverwritten: someone else changed the status this controller wrote. Once
+	// per episode; the status is restored with backoff.
+	ReasonStatusOverwritten = "LoadBalancerStatusOverwritten"
+	// ReasonClaimReleased: an orphan address claim (IPAddress) was deleted.
+	ReasonClaimReleased = "AddressClaimReleased"
 )
 
 // Controller assigns pool addresses to LoadBalancer Services.
@@ -62,10 +76,14 @@ type Controller struct {
 	services   corelisters.ServiceLister
 	nodes      corelisters.NodeLister
 	namespaces corelisters.NamespaceLister
+	claims     networkinglisters.IPAddressLister
 	// poolStore is the IPAddressPool cache; it starts empty when the CRD is not installed
-	// yet and is replaced once it is (SetPoolInformer).
-	storeMu   sync.Mutex
-	poolStore cache.Store
+	// yet and is replaced once it is (SetPoolInformer). poolSynced and poolAPI say whether
+	// it can be trusted: only then is an address judged against the pools.
+	storeMu    sync.Mutex
+	poolStore  cache.Store
+	poolSynced func() bool
+	poolAPI    bool
 	// handlers are the event-handler registrations; Run returns their failure, if any.
 	handlers informer.Handlers
 
@@ -83,6 +101,18 @@ type Controller struct {
 	badInput  map[string]string // last invalid request reported per Service, to report it once
 	restored  bool              // allocation state rebuilt from Service status
 	nodeNames []string          // last eligible node set, sorted
+	// origin is the pool each held address was last seen in: a pool that is still valid
+	// but no longer contains it is a verified reason to move it; a deleted or invalid one
+	// is not.
+	origin map[netip.Addr]string
+	// unverified are the addresses kept without a pool vouching for them, per Service,
+	// with the reason.
+	unverified map[string]map[netip.Addr]string
+	// lastWritten is the ingress this controller last wrote per Service; wars track
+	// Services whose status someone else keeps changing away from it.
+	lastWritten map[string][]v1.LoadBalancerIngress
+	wars        map[string]*writeWar
+	now         func() time.Time
 }
 
 // New builds the controller and registers its event handlers; it starts nothing. pools is
@@ -93,6 +123,7 @@ func New(
 	nodes coreinformers.NodeInformer,
 	namespaces coreinformers.NamespaceInformer,
 	pools cache.SharedIndexInformer,
+	claims networkinginformers.IPAddressInformer,
 	client kubernetes.Interface,
 	poolClient *v1alpha1.Client,
 	recorder record.EventRecorder,
@@ -108,6 +139,7 @@ func New(
 		services:   services.Lister(),
 		nodes:      nodes.Lister(),
 		namespaces: namespaces.Lister(),
+		claims:     claims.Lister(),
 		poolStore:  cache.NewStore(cache.MetaNamespaceKeyFunc),
 		queue: worker.New(worker.Options[string]{
 			Name:        QueueName,
@@ -125,12 +157,20 @@ func New(
 			Name:       PoolQueueName,
 			Controller: ControllerID,
 			Registerer: reg,
+			// A conflict on a pool's status retries with backoff, and gives up after
+			// the default retry cap; the next allocation change queues the pool again.
+			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[string](poolRetryMin, poolRetryMax),
 		}),
-		stale:    newStaleTracker(),
-		alloc:    ipam.New(),
-		poolInfo: map[string]*poolInfo{},
-		pending:  map[string]bool{},
-		badInput: map[string]string{},
+		stale:       newStaleTracker(),
+		alloc:       ipam.New(),
+		poolInfo:    map[string]*poolInfo{},
+		pending:     map[string]bool{},
+		badInput:    map[string]string{},
+		origin:      map[netip.Addr]string{},
+		unverified:  map[string]map[netip.Addr]string{},
+		lastWritten: map[string][]v1.LoadBalancerIngress{},
+		wars:        map[string]*writeWar{},
+		now:         time.Now,
 	}
 	c.handlers.Add(services.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueueService,
@@ -145,11 +185,20 @@ func New(
 	c.handlers.Add(namespaces.Informer(), cache.ResourceEventHandlerFuncs{
 		UpdateFunc: c.onNamespaceUpdate,
 	})
+	c.handlers.Add(claims.Informer(), cache.ResourceEventHandlerFuncs{
+		DeleteFunc: c.onClaimDelete,
+	})
 	if pools != nil {
 		c.handlers.Track(pools.HasSynced, c.addPoolHandlers(pools))
 	}
 	return c
 }
+
+// Pool status retries: from poolRetryMin doubling to poolRetryMax.
+const (
+	poolRetryMin = 200 * time.Millisecond
+	poolRetryMax = time.Minute
+)
 
 func (c *Controller) addPoolHandlers(pools cache.SharedIndexInformer) error {
 	_, err := pools.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -162,8 +211,30 @@ func (c *Controller) addPoolHandlers(pools cache.SharedIndexInformer) error {
 	}
 	c.storeMu.Lock()
 	c.poolStore = pools.GetStore()
+	c.poolSynced = pools.HasSynced
+	c.poolAPI = true
 	c.storeMu.Unlock()
 	return nil
+}
+
+// SetPoolAPIServed tells the controller whether discovery lists the IPAddressPool API.
+// While it does not, the pools are unknown: no address is moved or released for a pool
+// reason and none is handed out.
+func (c *Controller) SetPoolAPIServed(served bool) {
+	c.storeMu.Lock()
+	changed := c.poolAPI != served
+	c.poolAPI = served
+	c.storeMu.Unlock()
+	if changed {
+		c.refreshPools()
+	}
+}
+
+// poolsKnown reports whether the pool cache is synced and its API served.
+func (c *Controller) poolsKnown() bool {
+	c.storeMu.Lock()
+	defer c.storeMu.Unlock()
+	return c.poolAPI && c.poolSynced != nil && c.poolSynced()
 }
 
 // SetPoolInformer hands the controller an IPAddressPool informer once the CRD has been
@@ -208,6 +279,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	c.restore(ctx)
 
 	var wg sync.WaitGroup
+	wg.Go(func() { wait.UntilWithContext(ctx, c.sweepClaims, claimSweepPeriod) })
 	wg.Go(func() { c.nodeQueue.Run(ctx, 1, c.syncNodes) })
 	wg.Go(func() { c.poolQueue.Run(ctx, 1, c.syncPoolStatus) })
 	c.queue.Run(ctx, workers, c.syncService)
@@ -215,16 +287,24 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	return nil
 }
 
-// restore rebuilds who holds which address from the status of every Service this controller
-// handles, before any new address is handed out: a restart or a new leader never gives a
-// held address to another Service. Older Services win a conflict (two Services showing one
-// address they may not share, which only a hand edit can cause); the loser is moved by its
-// first sync.
+// restore rebuilds who holds which address before any new address is handed out, so that a
+// restart or a new leader never gives a held address to another Service. First from the
+// status of every Service this controller handles: older Services win a conflict (two
+// Services showing one address they may not share, which only a hand edit can cause); the
+// loser is moved by its first sync. Then from the address claims: an address claimed but not
+// shown yet (by this controller before a crash, or by another process) stays reserved for the
+// Service named in the claim; a claim of a Service that is gone is swept later, after a live
+// check.
 func (c *Controller) restore(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	all, err := c.services.List(labels.Everything())
 	if err != nil {
 		utilruntime.HandleErrorWithContext(ctx, err, "Cannot list Services to restore allocations")
+		return
+	}
+	claims, err := c.claims.List(claimSelector())
+	if err != nil {
+		utilruntime.HandleErrorWithContext(ctx, err, "Cannot list address claims to restore allocations")
 		return
 	}
 	slices.SortFunc(all, func(a, b *v1.Service) int {
@@ -250,8 +330,43 @@ func (c *Controller) restore(ctx context.Context) {
 			n++
 		}
 	}
+	fromClaims := 0
+	for _, claim := range claims {
+		a, err := netip.ParseAddr(claim.Name)
+		if err != nil {
+			continue
+		}
+		if pool := claim.Annotations[AnnotationClaimPool]; pool != "" {
+			c.origin[a] = pool
+		}
+		parent := claimParent(claim)
+		if parent == "" || len(c.alloc.Holders(a)) > 0 {
+			continue
+		}
+		props := ipam.Props{SharingKey: claim.Annotations[AnnotationAllowSharedIP]}
+		ns, name, _ := cache.SplitMetaNamespaceKey(parent)
+		if svc, err := c.services.Services(ns).Get(name); err == nil {
+			if !handles(svc, c.opts.LoadBalancerClass) {
+				continue // the sweep deletes it
+			}
+			props = propsOf(svc)
+		}
+		if c.alloc.Claim(parent, a, props) == nil {
+			fromClaims++
+			c.queue.Add(parent)
+		}
+	}
+	for _, key := range c.alloc.Keys() {
+		for _, a := range c.alloc.Assigned(key) {
+			if _, ok := c.origin[a]; !ok {
+				if p := c.validPoolContainingLocked(a); p != "" {
+					c.origin[a] = p
+				}
+			}
+		}
+	}
 	c.restored = true
-	logger.Info("Restored address assignments from Service status", "addresses", n)
+	logger.Info("Restored address assignments", "fromStatus", n, "fromClaims", fromClaims)
 	c.updateGaugesLocked()
 }
 
@@ -273,10 +388,9 @@ func (c *Controller) syncService(ctx context.Context, key string) error {
 
 	svc, err := c.services.Services(namespace).Get(name)
 	if apierrors.IsNotFound(err) {
-		// Deleted without our finalizer (or after we removed it): just forget it.
-		c.release(ctx, key)
+		// Deleted without our finalizer (or after we removed it): forget it.
 		c.stale.forget(key)
-		return nil
+		return c.releaseGone(ctx, key)
 	}
 	if err != nil {
 		return err
@@ -293,66 +407,176 @@ func (c *Controller) syncService(ctx context.Context, key string) error {
 	} else {
 		err = c.cleanup(ctx, key, svc)
 	}
-	if err != nil {
+	var rq *worker.Requeue
+	if err != nil && !errors.As(err, &rq) {
 		c.recorder.Eventf(svc, v1.EventTypeWarning, ReasonSyncFailed, "Error syncing load balancer: %v", err)
 	}
 	return err
 }
 
+// releaseGone forgets the addresses of a Service the cache no longer has. Their claims are
+// deleted only once a live read confirms that the Service is gone (or is a new one of the
+// same name): a cache miss alone never frees an address for other processes.
+func (c *Controller) releaseGone(ctx context.Context, key string) error {
+	c.mu.Lock()
+	held := c.alloc.Assigned(key)
+	c.mu.Unlock()
+	if len(held) == 0 {
+		c.release(ctx, key)
+		return nil
+	}
+	ns, name, _ := cache.SplitMetaNamespaceKey(key)
+	live, err := c.client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("confirming that the Service is gone: %w", err)
+	}
+	if err == nil && live.DeletionTimestamp == nil && handles(live, c.opts.LoadBalancerClass) {
+		// Only the cache misses it; its add event brings it back.
+		return worker.RequeueAfter(time.Second)
+	}
+	freed := c.release(ctx, key)
+	c.deleteClaims(ctx, key, freed)
+	return nil
+}
+
+// cleanupReason says why a Service no longer gets a load balancer from this controller.
+func cleanupReason(svc *v1.Service, class string) string {
+	switch {
+	case svc.DeletionTimestamp != nil:
+		return "the Service is being deleted"
+	case svc.Spec.Type != v1.ServiceTypeLoadBalancer:
+		return fmt.Sprintf("the Service's type is now %s", svc.Spec.Type)
+	case svc.Spec.LoadBalancerClass != nil:
+		return fmt.Sprintf("the Service's loadBalancerClass is now %q", *svc.Spec.LoadBalancerClass)
+	default:
+		return fmt.Sprintf("the Service has no loadBalancerClass but this controller serves %q", class)
+	}
+}
+
 // cleanup releases the Service's addresses: its status is cleared (unless it is going
-// away), then the finalizer removed, and only then are the addresses handed out again, so
-// two Services never show one address.
+// away), then the finalizer removed, and only then are the addresses handed out again and
+// their claims deleted, so two Services never show one address.
 func (c *Controller) cleanup(ctx context.Context, key string, svc *v1.Service) error {
 	c.mu.Lock()
-	held := len(c.alloc.Assigned(key)) > 0
+	heldAddrs := c.alloc.Assigned(key)
+	held := len(heldAddrs) > 0
 	c.unpendLocked(key)
 	delete(c.badInput, key)
 	c.mu.Unlock()
+	why := cleanupReason(svc, c.opts.LoadBalancerClass)
 	// Our finalizer on a Service of another class belongs to that class's controller.
 	ours := held || handles(svc, c.opts.LoadBalancerClass) || (svc.Spec.Type != v1.ServiceTypeLoadBalancer && c.opts.LoadBalancerClass == "")
 	if !hasFinalizer(svc) || !ours {
 		if held {
-			c.release(ctx, key)
+			c.deleteClaims(ctx, key, c.release(ctx, key))
+			c.recorder.Eventf(svc, v1.EventTypeNormal, ReasonAddressReleased, "Released %s: %s", joinAddrs(heldAddrs), why)
 		}
 		return nil
 	}
 	c.recorder.Event(svc, v1.EventTypeNormal, ReasonDeleting, "Deleting load balancer")
 	if svc.DeletionTimestamp == nil && len(svc.Status.LoadBalancer.Ingress) > 0 {
 		if err := c.patchIngress(ctx, svc, nil); err != nil && !apierrors.IsNotFound(err) {
+			if apierrors.IsConflict(err) {
+				c.metrics.conflicts.WithLabelValues(conflictStale).Inc()
+			}
 			return fmt.Errorf("clearing load balancer status: %w", err)
 		}
 	}
 	if err := c.removeFinalizer(ctx, svc); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("removing load balancer cleanup finalizer: %w", err)
 	}
-	c.release(ctx, key)
+	c.deleteClaims(ctx, key, c.release(ctx, key))
 	c.metrics.lbSync.Inc()
+	if held {
+		c.recorder.Eventf(svc, v1.EventTypeNormal, ReasonAddressReleased, "Released %s: %s", joinAddrs(heldAddrs), why)
+	}
 	c.recorder.Event(svc, v1.EventTypeNormal, ReasonDeleted, "Deleted load balancer")
 	return nil
 }
 
+func joinAddrs(as []netip.Addr) string {
+	s := make([]string, len(as))
+	for i, a := range as {
+		s[i] = a.String()
+	}
+	return strings.Join(s, ", ")
+}
+
 // release forgets key's addresses and, when that freed any, retries the Services waiting.
-func (c *Controller) release(ctx context.Context, key string) {
+// It returns the addresses nobody holds any more.
+func (c *Controller) release(ctx context.Context, key string) []netip.Addr {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.unpendLocked(key)
 	delete(c.badInput, key)
+	delete(c.unverified, key)
+	delete(c.lastWritten, key)
+	delete(c.wars, key)
 	held := c.alloc.Assigned(key)
 	if len(held) == 0 {
-		return
+		c.updateGaugesLocked()
+		return nil
 	}
-	c.alloc.Release(key)
+	freed := c.alloc.Release(key)
+	for _, a := range freed {
+		c.forgetAddrLocked(a)
+	}
 	klog.FromContext(ctx).V(2).Info("Released addresses", "service", key, "addresses", held)
 	c.allocationChangedLocked()
 	// Even an address that stays shared by others may now suit a waiting Service (a port
 	// conflict gone), so every release retries them.
 	c.wakePendingLocked()
+	return freed
 }
 
-// ensure adds the finalizer, assigns addresses and writes them to the status.
+// forgetAddrLocked drops what is known about an address nobody holds.
+func (c *Controller) forgetAddrLocked(a netip.Addr) {
+	if len(c.alloc.Holders(a)) == 0 {
+		delete(c.origin, a)
+	}
+}
+
+// deleteClaims deletes key's claims of addresses released for a verified reason. A failure
+// is logged only: the sweep deletes what is left.
+func (c *Controller) deleteClaims(ctx context.Context, key string, addrs []netip.Addr) {
+	for _, a := range addrs {
+		if err := c.deleteClaim(ctx, key, a, ""); err != nil {
+			utilruntime.HandleErrorWithContext(ctx, err, "Cannot delete address claim; the orphan sweep will", "service", key, "address", a)
+		}
+	}
+}
+
+// maxClaimAttempts bounds how often one sync picks another address after finding the one it
+// chose claimed by another Service; then the sync fails and retries with backoff.
+const maxClaimAttempts = 4
+
+// ensure adds the finalizer, assigns and claims addresses and writes them to the status.
 func (c *Controller) ensure(ctx context.Context, key string, svc *v1.Service) error {
 	logger := klog.FromContext(ctx)
-	plan := c.assign(ctx, key, svc)
+	adopt, err := c.adoptable(ctx, key, svc)
+	if err != nil {
+		return err
+	}
+	var plan assignment
+	var takenMoves []move
+	for attempt := 1; ; attempt++ {
+		plan = c.assign(ctx, key, svc, adopt)
+		err := c.claimAll(ctx, key, svc, plan)
+		if err == nil {
+			break
+		}
+		var taken *claimTakenError
+		if errors.As(err, &taken) && attempt < maxClaimAttempts {
+			logger.V(2).Info("Chosen address is claimed by another Service; choosing another", "address", taken.addr, "owner", taken.owner)
+			if containsAddr(statusAddrs(svc), taken.addr) {
+				takenMoves = append(takenMoves, move{from: taken.addr, why: taken.Error()})
+			}
+			continue
+		}
+		c.rollback(key, svc)
+		return err
+	}
+	plan.moved = append(takenMoves, plan.moved...)
 	if plan.badInput != nil && plan.newBadInput {
 		// The Service asks for something that cannot work as written; an update of the
 		// Service brings it back here, and retrying or repeating the event would add
@@ -361,8 +585,22 @@ func (c *Controller) ensure(ctx context.Context, key string, svc *v1.Service) er
 	}
 	statusChange := !ingressEqual(svc.Status.LoadBalancer.Ingress, plan.ingress)
 	if hasFinalizer(svc) && !statusChange {
-		c.reportPending(svc, plan)
+		c.report(svc, plan)
+		c.deleteClaims(ctx, key, plan.freed)
 		return nil
+	}
+	if statusChange {
+		wait, newEpisode := c.overwriteBackoff(key, svc, plan.ingress)
+		if newEpisode {
+			c.recorder.Eventf(svc, v1.EventTypeWarning, ReasonStatusOverwritten,
+				"status.loadBalancer was changed by another writer to %q; restoring %s with backoff (is another load balancer controller, or a second service-lb-controller, running?)",
+				describeIngress(svc.Status.LoadBalancer.Ingress), plan.describe())
+		}
+		if wait > 0 {
+			c.report(svc, plan)
+			logger.V(2).Info("Status overwritten by another writer; backing off", "wait", wait)
+			return worker.RequeueAfter(wait)
+		}
 	}
 	c.recorder.Event(svc, v1.EventTypeNormal, ReasonEnsuring, "Ensuring load balancer")
 	if !hasFinalizer(svc) {
@@ -370,6 +608,7 @@ func (c *Controller) ensure(ctx context.Context, key string, svc *v1.Service) er
 		// cannot go away without its address being released.
 		updated, err := c.addFinalizer(ctx, svc)
 		if err != nil {
+			c.rollback(key, svc)
 			return fmt.Errorf("adding load balancer cleanup finalizer: %w", err)
 		}
 		svc = updated
@@ -383,36 +622,193 @@ func (c *Controller) ensure(ctx context.Context, key string, svc *v1.Service) er
 			c.recorder.Eventf(svc, v1.EventTypeWarning, ReasonAddressReassigned, "Address %s is no longer valid for this Service (%s); moved to %s", m.from, m.why, plan.describe())
 		}
 		if err := c.patchIngress(ctx, svc, plan.ingress); err != nil {
+			if apierrors.IsConflict(err) {
+				// Someone wrote the Service after the version this decision was made on.
+				c.metrics.conflicts.WithLabelValues(conflictStale).Inc()
+			}
+			c.rollback(key, svc)
 			return fmt.Errorf("updating load balancer status: %w", err)
 		}
+		c.mu.Lock()
+		c.lastWritten[key] = slices.Clone(plan.ingress)
+		c.mu.Unlock()
 		logger.V(2).Info("Updated load balancer status", "addresses", plan.describe())
 		c.metrics.lbSync.Inc()
 	}
+	c.deleteClaims(ctx, key, plan.freed)
 	if c.nodeCount() == 0 {
 		c.recorder.Event(svc, v1.EventTypeWarning, ReasonUnavailable, "There are no available nodes for LoadBalancer")
 	}
 	if len(plan.ingress) > 0 {
 		c.recorder.Eventf(svc, v1.EventTypeNormal, ReasonEnsured, "Ensured load balancer: %s", plan.describe())
 	}
-	c.reportPending(svc, plan)
+	c.report(svc, plan)
 	return nil
 }
 
-// reportPending emits AllocationFailed when svc has just become pending.
-func (c *Controller) reportPending(svc *v1.Service, plan assignment) {
+// adoptable returns the addresses in svc's status that key does not hold here but that are
+// claimed for svc: another process (a split brain) assigned them. Taking them over ends the
+// disagreement instead of overwriting each other.
+func (c *Controller) adoptable(ctx context.Context, key string, svc *v1.Service) ([]netip.Addr, error) {
+	c.mu.Lock()
+	held := c.alloc.Assigned(key)
+	c.mu.Unlock()
+	var out []netip.Addr
+	for _, a := range statusAddrs(svc) {
+		if containsAddr(held, a) {
+			continue
+		}
+		claim, err := c.claims.Get(claimName(a))
+		if apierrors.IsNotFound(err) {
+			claim, err = c.client.NetworkingV1().IPAddresses().Get(ctx, claimName(a), metav1.GetOptions{})
+		}
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading the claim of %s: %w", a, err)
+		}
+		if claim.Labels[networkingv1.LabelManagedBy] == ClaimManagedBy && claimMayUse(claim, svc) {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
+
+// claimAll makes sure every address of plan is claimed for svc. An address found claimed
+// by another Service is dropped here and recorded as that Service's, and a
+// *claimTakenError returned, so the caller assigns again.
+func (c *Controller) claimAll(ctx context.Context, key string, svc *v1.Service, plan assignment) error {
+	shown := statusAddrs(svc)
+	for _, in := range plan.ingress {
+		a, err := ipam.ParseAddr(in.IP)
+		if err != nil {
+			continue
+		}
+		c.mu.Lock()
+		pool := c.origin[a]
+		c.mu.Unlock()
+		err = c.ensureClaim(ctx, svc, a, pool, containsAddr(shown, a))
+		var taken *claimTakenError
+		if errors.As(err, &taken) {
+			c.mu.Lock()
+			c.alloc.ReleaseAddr(key, a)
+			// Reserved here until its claim is deleted, so the next choice is another
+			// address; the owner's sync takes it over if it shows it.
+			_ = c.alloc.Claim(takenKey(a), a, ipam.Props{SharingKey: taken.key})
+			if ns, _, err := cache.SplitMetaNamespaceKey(taken.owner); err == nil && ns != "" {
+				c.queue.Add(taken.owner)
+			}
+			c.allocationChangedLocked()
+			c.mu.Unlock()
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rollback undoes a sync whose writes failed: addresses taken that the status does not show
+// are given back here. Their claims stay: a claim is the Service's, not this process's, and
+// after a conflict another process may have shown that very address, relying on the claim.
+// The next sync takes the address again (the claim is the Service's) or takes over what the
+// other process showed; a claim left unused is deleted by the sweep.
+func (c *Controller) rollback(key string, svc *v1.Service) {
+	shown := statusAddrs(svc)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, a := range c.alloc.Assigned(key) {
+		if !containsAddr(shown, a) && c.alloc.ReleaseAddr(key, a) {
+			c.forgetAddrLocked(a)
+		}
+	}
+	c.allocationChangedLocked()
+}
+
+// Write wars: when the status this controller wrote is changed by someone else, it is put
+// back at once, then after warBase, doubling, and after warMaxAttempts writes only every
+// warSlow. An episode ends after warQuiet without an overwrite.
+const (
+	warBase        = 5 * time.Second
+	warMaxAttempts = 5
+	warSlow        = 5 * time.Minute
+	warQuiet       = 10 * time.Minute
+)
+
+type writeWar struct {
+	attempts int
+	seen     time.Time // last time an overwrite was seen
+	next     time.Time // no write before
+}
+
+// overwriteBackoff decides whether desired may be written now, when svc's status is not
+// what this controller last wrote although it still wants the same: someone else changed
+// it. It returns how long to wait (0: write now) and whether a new episode began.
+func (c *Controller) overwriteBackoff(key string, svc *v1.Service, desired []v1.LoadBalancerIngress) (time.Duration, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	last, ok := c.lastWritten[key]
+	if !ok || !ingressEqual(last, desired) || ingressEqual(svc.Status.LoadBalancer.Ingress, last) {
+		return 0, false
+	}
+	now := c.now()
+	w := c.wars[key]
+	newEpisode := false
+	if w == nil || now.Sub(w.seen) > warQuiet {
+		w = &writeWar{}
+		c.wars[key] = w
+		newEpisode = true
+	}
+	w.seen = now
+	if now.Before(w.next) {
+		return w.next.Sub(now), newEpisode
+	}
+	w.attempts++
+	delay := warSlow
+	if w.attempts < warMaxAttempts {
+		delay = warBase << (w.attempts - 1)
+	}
+	w.next = now.Add(delay)
+	c.metrics.conflicts.WithLabelValues(conflictOverwritten).Inc()
+	return 0, newEpisode
+}
+
+func describeIngress(in []v1.LoadBalancerIngress) string {
+	var s []string
+	for _, i := range in {
+		s = append(s, i.IP+i.Hostname)
+	}
+	return strings.Join(s, ",")
+}
+
+// report emits AllocationFailed when svc has just become pending, and AddressUnverified
+// when it has just begun to keep an address no pool vouches for.
+func (c *Controller) report(svc *v1.Service, plan assignment) {
 	if plan.newlyPending {
 		c.recorder.Eventf(svc, v1.EventTypeWarning, ReasonAllocationFailed, "Failed to allocate an address: %v; will retry as soon as an address frees up", plan.pendingWhy)
+	}
+	if plan.newUnverified {
+		var s []string
+		for _, a := range slices.SortedFunc(maps.Keys(plan.unverified), netip.Addr.Compare) {
+			s = append(s, fmt.Sprintf("%s (%s)", a, plan.unverified[a]))
+		}
+		c.recorder.Eventf(svc, v1.EventTypeWarning, ReasonAddressUnverified,
+			"Keeping %s although no pool can vouch for it now; it stays reserved for this Service and is moved only for a verified reason", strings.Join(s, ", "))
 	}
 }
 
 // assignment is what assign decided for one Service.
 type assignment struct {
-	ingress      []v1.LoadBalancerIngress
-	moved        []move
-	badInput     error
-	newBadInput  bool // badInput differs from what was last reported
-	pendingWhy   error
-	newlyPending bool
+	ingress       []v1.LoadBalancerIngress
+	moved         []move
+	freed         []netip.Addr // released for a verified reason; nobody holds them any more
+	unverified    map[netip.Addr]string
+	newUnverified bool
+	badInput      error
+	newBadInput   bool // badInput differs from what was last reported
+	pendingWhy    error
+	newlyPending  bool
 }
 
 type move struct {
@@ -431,19 +827,25 @@ func (a assignment) describe() string {
 	return strings.Join(ips, ", ")
 }
 
-// assign decides, under the lock, which addresses the Service holds: it keeps those still
-// valid, releases the others, and allocates what is missing.
-func (c *Controller) assign(ctx context.Context, key string, svc *v1.Service) assignment {
+// assign decides, under the lock, which addresses the Service holds: it takes over adopt,
+// keeps what is valid or cannot be judged, releases what it has a verified reason to
+// release, and allocates what is missing.
+func (c *Controller) assign(ctx context.Context, key string, svc *v1.Service, adopt []netip.Addr) assignment {
 	var plan assignment
 	nsLabels := c.namespaceLabels(svc.Namespace)
 	fams, need := families(svc)
 	props := propsOf(svc)
+	known := c.poolsKnown()
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	wasPending := c.pending[key]
 	requested, reqErr := requestedIPs(svc, fams)
-	candidates, poolErr := candidatePools(c.poolInfo, svc, nsLabels)
+	var candidates []string
+	var poolErr error
+	if known {
+		candidates, poolErr = candidatePools(c.poolInfo, svc, nsLabels)
+	}
 	plan.badInput = errors.Join(reqErr, poolErr)
 	if plan.badInput == nil {
 		delete(c.badInput, key)
@@ -451,23 +853,46 @@ func (c *Controller) assign(ctx context.Context, key string, svc *v1.Service) as
 		c.badInput[key] = msg
 		plan.newBadInput = true
 	}
-
-	// Keep what is still valid.
-	kept := map[ipam.Family]netip.Addr{}
 	freedAny := false
-	for _, a := range c.alloc.Assigned(key) {
-		why := c.invalidHoldingLocked(svc, a, fams, requested, reqErr, candidates, nsLabels)
-		if why == "" {
-			if err := c.alloc.Claim(key, a, props); err != nil {
-				why = err.Error()
+	free := func(a netip.Addr) {
+		if c.alloc.ReleaseAddr(key, a) {
+			freedAny = true
+			plan.freed = append(plan.freed, a)
+			c.forgetAddrLocked(a)
+		}
+	}
+
+	// Take over what another writer showed and claimed for this Service, dropping our own
+	// unpublished choice of that family.
+	for _, a := range adopt {
+		c.alloc.ReleaseAddr(takenKey(a), a)
+		for _, h := range c.alloc.Assigned(key) {
+			if h != a && ipam.FamilyOf(h) == ipam.FamilyOf(a) {
+				free(h)
 			}
 		}
-		if why != "" {
-			if c.alloc.ReleaseAddr(key, a) {
-				freedAny = true
+		if err := c.alloc.Claim(key, a, props); err != nil {
+			klog.FromContext(ctx).V(2).Info("Cannot take over the address in the status", "address", a, "err", err)
+		}
+	}
+
+	// Keep what is valid or cannot be judged now.
+	kept := map[ipam.Family]netip.Addr{}
+	unverified := map[netip.Addr]string{}
+	for _, a := range c.alloc.Assigned(key) {
+		why, release := c.judgeLocked(svc, a, fams, requested, reqErr, candidates, known, nsLabels)
+		if !release {
+			if err := c.alloc.Claim(key, a, props); err != nil {
+				why, release = err.Error(), true
 			}
+		}
+		if release {
+			free(a)
 			plan.moved = append(plan.moved, move{from: a, why: why})
 			continue
+		}
+		if why != "" {
+			unverified[a] = why
 		}
 		kept[ipam.FamilyOf(a)] = a
 	}
@@ -477,6 +902,10 @@ func (c *Controller) assign(ctx context.Context, key string, svc *v1.Service) as
 	var failures []error
 	for _, f := range fams {
 		if _, ok := kept[f]; ok {
+			continue
+		}
+		if !known {
+			failures = append(failures, fmt.Errorf("%s: the IPAddressPool API is not available or not synced yet", f))
 			continue
 		}
 		if reqErr != nil || poolErr != nil {
@@ -493,14 +922,16 @@ func (c *Controller) assign(ctx context.Context, key string, svc *v1.Service) as
 				failures = append(failures, err)
 				continue
 			}
+			c.origin[want] = pools[0]
 			kept[f] = want
 			continue
 		}
-		a, _, err := c.alloc.Allocate(key, f, candidates, props)
+		a, pool, err := c.alloc.Allocate(key, f, candidates, props)
 		if err != nil {
 			failures = append(failures, err)
 			continue
 		}
+		c.origin[a] = pool
 		kept[f] = a
 	}
 
@@ -515,6 +946,7 @@ func (c *Controller) assign(ctx context.Context, key string, svc *v1.Service) as
 			// Not counted as freed: nobody waited for an address this sync had just
 			// taken, and waking the pending Services (this one included) would loop.
 			c.alloc.ReleaseAddr(key, a)
+			c.forgetAddrLocked(a)
 			delete(kept, f)
 		}
 		c.pending[key] = true
@@ -522,6 +954,13 @@ func (c *Controller) assign(ctx context.Context, key string, svc *v1.Service) as
 		plan.newlyPending = !wasPending
 	} else {
 		c.unpendLocked(key)
+	}
+	if len(unverified) > 0 {
+		plan.unverified = unverified
+		plan.newUnverified = len(c.unverified[key]) == 0
+		c.unverified[key] = unverified
+	} else {
+		delete(c.unverified, key)
 	}
 	addrs := make([]netip.Addr, 0, len(kept))
 	for _, a := range kept {
@@ -536,34 +975,88 @@ func (c *Controller) assign(ctx context.Context, key string, svc *v1.Service) as
 	return plan
 }
 
-// invalidHoldingLocked says why svc may no longer hold a, or "" when it may.
-func (c *Controller) invalidHoldingLocked(svc *v1.Service, a netip.Addr, fams []ipam.Family, requested map[ipam.Family]netip.Addr, reqErr error, candidates []string, nsLabels labels.Set) string {
+// judgeLocked says whether svc may keep a. An empty why keeps it, verified. A why with
+// release=false keeps it although it cannot be verified now (the pools are unknown, or the
+// pool it came from was deleted or is invalid): clearing it on such a guess would take a
+// working address away. A why with release=true is a verified reason to give it back: the
+// Service changed, or a valid, synced pool no longer covers the address or admits the
+// Service.
+func (c *Controller) judgeLocked(svc *v1.Service, a netip.Addr, fams []ipam.Family, requested map[ipam.Family]netip.Addr, reqErr error, candidates []string, known bool, nsLabels labels.Set) (why string, release bool) {
 	f := ipam.FamilyOf(a)
 	if !slices.Contains(fams, f) {
-		return fmt.Sprintf("the Service no longer has IP family %s", f)
+		return fmt.Sprintf("the Service no longer has IP family %s", f), true
 	}
-	if reqErr == nil {
-		if want, ok := requested[f]; ok {
-			if want != a {
-				return fmt.Sprintf("the Service asks for %s", want)
-			}
-			if len(c.poolsContainingLocked(svc, a, nsLabels)) == 0 {
-				return "no pool this Service may use contains it any more"
-			}
-			return ""
+	want, wanted := requested[f]
+	if reqErr == nil && wanted && want != a {
+		return fmt.Sprintf("the Service asks for %s", want), true
+	}
+	if !known {
+		return "the IPAddressPool API is not available or not synced", false
+	}
+	if name := strings.TrimSpace(svc.Annotations[AnnotationAddressPool]); name != "" {
+		pi := c.poolInfo[name]
+		switch {
+		case pi == nil:
+			return fmt.Sprintf("pool %s named by the Service does not exist", name), false
+		case !pi.valid:
+			return fmt.Sprintf("pool %s named by the Service is not valid", name), false
 		}
+		if p, ok := c.alloc.Pool(name); !ok || !p.Contains(a) {
+			return fmt.Sprintf("the Service asks for pool %s, which does not contain it", name), true
+		}
+		if !pi.admits(svc, nsLabels) {
+			return fmt.Sprintf("pool %s does not admit this Service", name), true
+		}
+		c.origin[a] = name
+		return "", false
 	}
-	for _, name := range candidates {
+	admitting := c.poolsContainingLocked(svc, a, nsLabels)
+	if len(admitting) > 0 {
+		c.origin[a] = admitting[0]
+		if reqErr == nil && wanted {
+			return "", false
+		}
+		for _, name := range candidates {
+			if slices.Contains(admitting, name) {
+				return "", false
+			}
+		}
+		if len(candidates) == 0 {
+			// Held from a pool the Service may still use but that no longer
+			// auto-assigns: keeping it is less disruptive than moving it.
+			return "", false
+		}
+		return fmt.Sprintf("pool %s no longer assigns it automatically and others do", admitting[0]), true
+	}
+	if p := c.validPoolContainingLocked(a); p != "" {
+		c.origin[a] = p
+		return fmt.Sprintf("pool %s does not admit this Service", p), true
+	}
+	origin := c.origin[a]
+	if origin == "" {
+		return "no pool is known to have contained it", false
+	}
+	pi := c.poolInfo[origin]
+	switch {
+	case pi == nil:
+		return fmt.Sprintf("its pool %s was deleted", origin), false
+	case !pi.valid:
+		return fmt.Sprintf("its pool %s is not valid: %s", origin, pi.message), false
+	}
+	return fmt.Sprintf("pool %s no longer contains it", origin), true
+}
+
+// validPoolContainingLocked returns the first valid pool (by name) containing a, or "".
+func (c *Controller) validPoolContainingLocked(a netip.Addr) string {
+	for _, name := range slices.Sorted(maps.Keys(c.poolInfo)) {
+		if !c.poolInfo[name].valid {
+			continue
+		}
 		if p, ok := c.alloc.Pool(name); ok && p.Contains(a) {
-			return ""
+			return name
 		}
 	}
-	if len(candidates) == 0 && len(c.poolsContainingLocked(svc, a, nsLabels)) > 0 && svc.Annotations[AnnotationAddressPool] == "" {
-		// Held from a pool the Service may still use but that no longer auto-assigns:
-		// keeping it is less disruptive than moving it.
-		return ""
-	}
-	return "no pool this Service may use contains it any more"
+	return ""
 }
 
 // poolsContainingLocked returns the valid pools admitting svc that contain a.
@@ -618,6 +1111,11 @@ func (c *Controller) updateGaugesLocked() {
 	c.metrics.available.WithLabelValues("IPv4").Set(float64(s.AvailableIPv4))
 	c.metrics.available.WithLabelValues("IPv6").Set(float64(s.AvailableIPv6))
 	c.metrics.pending.Set(float64(len(c.pending)))
+	n := 0
+	for _, m := range c.unverified {
+		n += len(m)
+	}
+	c.metrics.unverified.Set(float64(n))
 }
 
 func addSat(x, y int64) int64 {
@@ -666,7 +1164,12 @@ func (c *Controller) patchIngress(ctx context.Context, svc *v1.Service, ingress 
 	if len(ingress) == 0 {
 		value = nil
 	}
-	patch, err := json.Marshal(map[string]any{"status": map[string]any{"loadBalancer": map[string]any{"ingress": value}}})
+	// The resourceVersion makes the write conditional: a decision made on an outdated
+	// Service (another writer came first) fails with a conflict instead of overwriting.
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": svc.ResourceVersion},
+		"status":   map[string]any{"loadBalancer": map[string]any{"ingress": value}},
+	})
 	if err != nil {
 		return err
 	}
@@ -760,9 +1263,11 @@ func (c *Controller) syncPoolStatus(ctx context.Context, name string) error {
 		return nil
 	}
 	if apierrors.IsConflict(err) {
-		// The cache is behind our own last write; its update event brings nothing new,
-		// so come back once it has caught up.
-		return worker.RequeueAfter(200 * time.Millisecond)
+		// The cache is behind a write (ours, or another writer's); retried with the
+		// queue's backoff (poolRetryMin doubling to poolRetryMax) and dropped after its
+		// retry cap: the next allocation change queues the pool again.
+		c.metrics.conflicts.WithLabelValues(conflictPoolStatus).Inc()
+		return fmt.Errorf("updating pool status: %w", err)
 	}
 	return err
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -38,7 +39,10 @@ type fixture struct {
 	nodes    cache.Indexer
 	ns       cache.Indexer
 	pools    cache.Store
+	claims   cache.Indexer
 	registry *prometheus.Registry
+	// poolsSynced is what the controller is told about the pool cache's sync.
+	poolsSynced bool
 }
 
 func newFixture(t *testing.T, opts Options, objs ...runtime.Object) *fixture {
@@ -49,18 +53,21 @@ func newFixture(t *testing.T, opts Options, objs ...runtime.Object) *fixture {
 		map[schema.GroupVersionResource]string{v1alpha1.GroupVersionResource: "IPAddressPoolList"})
 	poolInf := cache.NewSharedIndexInformer(&cache.ListWatch{}, &unstructured.Unstructured{}, 0, cache.Indexers{})
 	f := &fixture{
-		t:        t,
-		client:   client,
-		dyn:      dyn,
-		recorder: record.NewFakeRecorder(100),
-		services: factory.Core().V1().Services().Informer().GetIndexer(),
-		nodes:    factory.Core().V1().Nodes().Informer().GetIndexer(),
-		ns:       factory.Core().V1().Namespaces().Informer().GetIndexer(),
-		pools:    poolInf.GetStore(),
-		registry: prometheus.NewRegistry(),
+		t:           t,
+		client:      client,
+		dyn:         dyn,
+		recorder:    record.NewFakeRecorder(100),
+		services:    factory.Core().V1().Services().Informer().GetIndexer(),
+		nodes:       factory.Core().V1().Nodes().Informer().GetIndexer(),
+		ns:          factory.Core().V1().Namespaces().Informer().GetIndexer(),
+		pools:       poolInf.GetStore(),
+		claims:      factory.Networking().V1().IPAddresses().Informer().GetIndexer(),
+		registry:    prometheus.NewRegistry(),
+		poolsSynced: true,
 	}
 	f.c = New(factory.Core().V1().Services(), factory.Core().V1().Nodes(), factory.Core().V1().Namespaces(), poolInf,
-		client, v1alpha1.NewClient(dyn), f.recorder, opts, f.registry)
+		factory.Networking().V1().IPAddresses(), client, v1alpha1.NewClient(dyn), f.recorder, opts, f.registry)
+	f.c.poolSynced = func() bool { return f.poolsSynced }
 	t.Cleanup(func() { f.c.queue.ShutDown(); f.c.nodeQueue.ShutDown(); f.c.poolQueue.ShutDown() })
 	f.cache(objs...)
 	f.node("node-1")
@@ -130,8 +137,55 @@ func (f *fixture) catchUp() {
 }
 
 func (f *fixture) sync(name string) error {
+	f.claimsCatchUp()
 	f.client.ClearActions()
 	return f.c.syncService(context.Background(), testNS+"/"+name)
+}
+
+// claimsCatchUp makes the claim cache show exactly the claims the fake API server has: the
+// claim informer is quick, and a test that wants it behind says so.
+func (f *fixture) claimsCatchUp() {
+	f.t.Helper()
+	list, err := f.client.NetworkingV1().IPAddresses().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	objs := make([]any, 0, len(list.Items))
+	for i := range list.Items {
+		objs = append(objs, &list.Items[i])
+	}
+	if err := f.claims.Replace(objs, ""); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// claim returns the stored claim of ip, or nil.
+func (f *fixture) claim(ip string) *networkingv1.IPAddress {
+	f.t.Helper()
+	c, err := f.client.NetworkingV1().IPAddresses().Get(context.Background(), ip, metav1.GetOptions{})
+	if err != nil {
+		return nil
+	}
+	return c
+}
+
+// claimWrites lists the IPAddress writes since the last sync as "verb name".
+func (f *fixture) claimWrites() []string {
+	var out []string
+	for _, a := range f.client.Actions() {
+		if a.GetResource().Resource != "ipaddresses" || a.GetVerb() == "get" || a.GetVerb() == "list" {
+			continue
+		}
+		name := ""
+		switch a := a.(type) {
+		case clienttesting.CreateAction:
+			name = a.GetObject().(*networkingv1.IPAddress).Name
+		case clienttesting.DeleteAction:
+			name = a.GetName()
+		}
+		out = append(out, a.GetVerb()+" "+name)
+	}
+	return out
 }
 
 // writes lists the Service writes since the last sync as "verb name[/subresource]".

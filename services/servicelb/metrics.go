@@ -9,14 +9,28 @@ import (
 // controllerMetrics are upstream's service_controller_* series plus kcm-split's own. None
 // has a per-object label.
 type controllerMetrics struct {
-	lbSync        prometheus.Counter
-	nodeSyncError prometheus.Counter
-	nodeSyncTime  prometheus.Histogram
-	pending       prometheus.Gauge
-	nodes         prometheus.Gauge
-	assigned      *prometheus.GaugeVec
-	available     *prometheus.GaugeVec
+	lbSync         prometheus.Counter
+	nodeSyncError  prometheus.Counter
+	nodeSyncTime   prometheus.Histogram
+	pending        prometheus.Gauge
+	nodes          prometheus.Gauge
+	assigned       *prometheus.GaugeVec
+	available      *prometheus.GaugeVec
+	unverified     prometheus.Gauge
+	conflicts      *prometheus.CounterVec
+	claimConflicts prometheus.Counter
 }
+
+// Kinds of kcm_split_servicelb_write_conflicts_total.
+const (
+	// conflictStale: a conditioned Service write failed, the Service had changed.
+	conflictStale = "stale"
+	// conflictOverwritten: the status this controller wrote was changed by someone else
+	// and is being restored (with backoff).
+	conflictOverwritten = "overwritten"
+	// conflictPoolStatus: a pool status update failed on a conflict.
+	conflictPoolStatus = "pool_status"
+)
 
 func newMetrics(reg prometheus.Registerer) *controllerMetrics {
 	m := &controllerMetrics{
@@ -49,6 +63,21 @@ func newMetrics(reg prometheus.Registerer) *controllerMetrics {
 			Name: "kcm_split_servicelb_addresses_available",
 			Help: "Free addresses of valid pools, by family (saturates at 2^63-1).",
 		}, []string{"family"}),
+		unverified: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kcm_split_servicelb_unverified_addresses",
+			Help: "Addresses kept in Service status (and reserved) that no pool vouches for now: pool API absent or not synced, pool deleted or invalid.",
+		}),
+		conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kcm_split_servicelb_write_conflicts_total",
+			Help: "Writes that met another writer, by kind: stale (a conditioned write got a conflict), overwritten (our status was changed by someone else), pool_status.",
+		}, []string{"kind"}),
+		claimConflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kcm_split_servicelb_claim_conflicts_total",
+			Help: "Addresses found claimed (IPAddress) by another Service when this controller tried to claim them.",
+		}),
+	}
+	for _, k := range []string{conflictStale, conflictOverwritten, conflictPoolStatus} {
+		m.conflicts.WithLabelValues(k)
 	}
 	for _, f := range []string{"IPv4", "IPv6"} {
 		m.assigned.WithLabelValues(f)
@@ -62,6 +91,9 @@ func newMetrics(reg prometheus.Registerer) *controllerMetrics {
 		metrics.Register(reg, m.nodes)
 		metrics.Register(reg, m.assigned)
 		metrics.Register(reg, m.available)
+		metrics.Register(reg, m.unverified)
+		metrics.Register(reg, m.conflicts)
+		metrics.Register(reg, m.claimConflicts)
 	}
 	return m
 }

@@ -7,13 +7,13 @@ import (
 
 	"github.com/urfave/cli/v2"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -46,9 +46,17 @@ func run(ctx context.Context, rt *app.Runtime) error {
 	if err != nil {
 		return err
 	}
+	dc, err := discovery.NewDiscoveryClientForConfig(rt.Config)
+	if err != nil {
+		return err
+	}
 	factory := informers.NewSharedInformerFactoryWithOptions(rt.Client, rt.ResyncPeriod(), informers.WithTransform(informer.DropManagedFields))
+	// Only our own claims: the cluster's ClusterIP IPAddresses are none of our business.
+	claimFactory := informers.NewSharedInformerFactoryWithOptions(rt.Client, rt.ResyncPeriod(),
+		informers.WithTransform(informer.DropManagedFields),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = claimSelector().String() }))
 	dynFactory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, rt.ResyncPeriod())
-	served := poolAPIServed(ctx, rt.Config, crdWait)
+	served, _ := waitPoolAPI(ctx, dc, crdWait)
 	var pools cache.SharedIndexInformer
 	if served {
 		pools = dynFactory.ForResource(v1alpha1.GroupVersionResource).Informer()
@@ -58,6 +66,7 @@ func run(ctx context.Context, rt *app.Runtime) error {
 		factory.Core().V1().Nodes(),
 		factory.Core().V1().Namespaces(),
 		pools,
+		claimFactory.Networking().V1().IPAddresses(),
 		rt.Client,
 		v1alpha1.NewClient(dyn),
 		rt.EventRecorder(ctx, ComponentName),
@@ -66,68 +75,111 @@ func run(ctx context.Context, rt *app.Runtime) error {
 	)
 	rt.SetSynced(c.HasSynced)
 	return informer.Run(ctx, func(ctx context.Context) error {
-		// late watches for the CRD when it is not installed yet; it ends with ctx, before
-		// the informers are shut down.
-		var late sync.WaitGroup
+		// The discovery watch ends with ctx, before the informers are shut down.
+		var bg sync.WaitGroup
 		ctx, cancel := context.WithCancel(ctx)
-		defer late.Wait()
+		defer bg.Wait()
 		defer cancel()
 		if !served {
-			rt.Logger.Error(nil, "The IPAddressPool API is not served: install the CRD from charts/kcm-split/crds/. Until then no Service gets an address; cleanups still run.",
+			rt.Logger.Error(nil, "The IPAddressPool API is not served: install the CRD from charts/kcm-split/crds/. Until then no Service gets an address, addresses in Service status are kept, cleanups still run.",
 				"groupVersion", v1alpha1.GroupVersionResource.GroupVersion().String())
-			late.Go(func() {
-				if !poolAPIServed(ctx, rt.Config, 0) {
-					return // ctx ended
-				}
-				rt.Logger.Info("The IPAddressPool API is now served; watching pools")
-				inf := dynFactory.ForResource(v1alpha1.GroupVersionResource).Informer()
-				if err := c.SetPoolInformer(inf); err != nil {
-					utilruntime.HandleErrorWithContext(ctx, err, "Cannot watch IPAddressPools")
+		}
+		bg.Go(func() {
+			watchPoolAPI(ctx, dc, served, func(served bool) {
+				if !served {
+					rt.Logger.Error(nil, "The IPAddressPool API is no longer served (or discovery fails); keeping every address, handing out none")
+					c.SetPoolAPIServed(false)
 					return
 				}
-				dynFactory.Start(ctx.Done())
+				if pools == nil {
+					rt.Logger.Info("The IPAddressPool API is now served; watching pools")
+					pools = dynFactory.ForResource(v1alpha1.GroupVersionResource).Informer()
+					if err := c.SetPoolInformer(pools); err != nil {
+						utilruntime.HandleErrorWithContext(ctx, err, "Cannot watch IPAddressPools")
+						return
+					}
+					dynFactory.Start(ctx.Done())
+					return
+				}
+				rt.Logger.Info("The IPAddressPool API is served again")
+				c.SetPoolAPIServed(true)
 			})
-		}
+		})
 		return c.Run(ctx, opts.ConcurrentSyncs)
-	}, factory, dynFactory)
+	}, factory, claimFactory, dynFactory)
 }
 
 // crdWait is how long the start waits for the IPAddressPool API before running without it:
 // long enough for a CRD applied together with the controller to become established.
 const crdWait = 10 * time.Second
 
-// crdPoll is how often discovery is asked whether the CRD has been installed meanwhile.
-const crdPoll = 10 * time.Second
+// Discovery of the IPAddressPool API after the start: every poolAPIRecheck while the answer
+// stays the same; after a change or an error, from poolAPIRetryMin doubling up to
+// poolAPIRecheck, so an API that appears (or returns) is picked up within seconds without
+// asking discovery every second forever.
+const (
+	poolAPIRetryMin = time.Second
+	poolAPIRecheck  = 30 * time.Second
+)
 
-// poolAPIServed polls discovery until the IPAddressPool resource is served (true), or until
-// timeout has passed (0: until ctx ends) (false).
-func poolAPIServed(ctx context.Context, cfg *rest.Config, timeout time.Duration) bool {
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return false
-	}
-	gv := v1alpha1.GroupVersionResource.GroupVersion().String()
-	interval := time.Second
-	if timeout == 0 {
-		interval = crdPoll
-	}
-	poll := func(ctx context.Context) (bool, error) {
-		list, err := dc.ServerResourcesForGroupVersion(gv)
-		if err != nil {
-			if !apierrors.IsNotFound(err) {
-				klog.FromContext(ctx).V(2).Info("Asking for the IPAddressPool API", "err", err)
-			}
-			return false, nil
-		}
-		for _, r := range list.APIResources {
-			if r.Name == v1alpha1.Resource {
-				return true, nil
-			}
-		}
+// poolAPIServedNow asks discovery once whether the IPAddressPool resource is served. An
+// error other than NotFound (the group is not there) means "cannot tell".
+func poolAPIServedNow(ctx context.Context, dc discovery.DiscoveryInterface) (bool, error) {
+	list, err := dc.ServerResourcesForGroupVersion(v1alpha1.GroupVersionResource.GroupVersion().String())
+	if apierrors.IsNotFound(err) {
 		return false, nil
 	}
-	if timeout == 0 {
-		return wait.PollUntilContextCancel(ctx, interval, true, poll) == nil
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Asking for the IPAddressPool API", "err", err)
+		return false, err
 	}
-	return wait.PollUntilContextTimeout(ctx, interval, timeout, true, poll) == nil
+	for _, r := range list.APIResources {
+		if r.Name == v1alpha1.Resource {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// waitPoolAPI polls discovery every second until the API is served or timeout passes.
+func waitPoolAPI(ctx context.Context, dc discovery.DiscoveryInterface, timeout time.Duration) (bool, error) {
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+		ok, err := poolAPIServedNow(ctx, dc)
+		last = err
+		return ok, nil
+	})
+	return err == nil, last
+}
+
+// watchPoolAPI asks discovery about the IPAddressPool API until ctx ends and calls changed
+// when the answer differs from the last one (an unanswered question counts as "not
+// served": the pools are then unknown, which keeps every address).
+func watchPoolAPI(ctx context.Context, dc discovery.DiscoveryInterface, served bool, changed func(bool)) {
+	delay := poolAPIRecheck
+	if !served {
+		delay = poolAPIRetryMin
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+		now, err := poolAPIServedNow(ctx, dc)
+		if ctx.Err() != nil {
+			return
+		}
+		if now != served {
+			served = now
+			changed(now)
+			delay = poolAPIRetryMin
+			continue
+		}
+		if err != nil || !served {
+			delay = min(2*delay, poolAPIRecheck)
+			continue
+		}
+		delay = poolAPIRecheck
+	}
 }

@@ -1,0 +1,293 @@
+package servicelb
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/kcm-split/kcm-split/services/servicelb/ipam"
+)
+
+// Address claims.
+//
+// Every address this controller shows in a Service's status is first claimed by creating a
+// networking.k8s.io/v1 IPAddress named after it. The API server lets only one object of a name
+// exist, so two allocators that do not know of each other (a split brain, two processes run
+// with --leader-elect=false) cannot both give one address away: the loser's create fails with
+// AlreadyExists and it picks another address.
+//
+// IPAddress rather than an object of our own because kube-apiserver already treats it as "this
+// address is taken": its ClusterIP allocator skips addresses that have one, so a pool
+// overlapping a ServiceCIDR by mistake does not produce a ClusterIP equal to a load balancer
+// address. Checked in kube-apiserver v1.36 (behaviour only): its IPAddress repair loop lists
+// and garbage-collects only objects labelled managed-by ipallocator.k8s.io and skips every
+// other object it is told about; it looks other objects up only by the name of a Service's
+// ClusterIP (so, again, only inside a ServiceCIDR); validation asks for a canonical IP as the
+// name and a parentRef with resource and name, and nothing about ServiceCIDRs. The ServiceCIDR
+// controller only looks at IPAddresses inside a ServiceCIDR being deleted. So claims outside
+// every ServiceCIDR are left alone and raise no Events.
+const (
+	// ClaimManagedBy is the ipaddress.kubernetes.io/managed-by label value of our claims.
+	ClaimManagedBy = "service-lb-controller.kcm-split.io"
+	// AnnotationClaimPool records the pool the address came from, so that after a restart a
+	// pool edit that removed it is still told apart from a pool that was deleted.
+	AnnotationClaimPool = "lb.kcm-split.io/pool"
+	// AnnotationClaimServiceUID is the UID of the Service the claim was made for: a Service
+	// re-created under the same name does not inherit it.
+	AnnotationClaimServiceUID = "lb.kcm-split.io/service-uid"
+)
+
+// claimGrace is how old a claim must be before the orphan sweep looks at it: a claim is
+// created just before the status write that shows it, possibly by another process.
+const claimGrace = time.Minute
+
+// claimSweepPeriod is how often orphan claims are looked for (and once at start).
+const claimSweepPeriod = 5 * time.Minute
+
+// onClaimDelete: an address may have become free (another process released it).
+func (c *Controller) onClaimDelete(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	ip, ok := obj.(*networkingv1.IPAddress)
+	if !ok {
+		return
+	}
+	if parent := claimParent(ip); parent != "" {
+		c.queue.Add(parent)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if a, err := netip.ParseAddr(ip.Name); err == nil && c.alloc.ReleaseAddr(takenKey(a), a) {
+		c.forgetAddrLocked(a)
+		c.allocationChangedLocked()
+	}
+	if len(c.pending) > 0 {
+		c.wakePendingLocked()
+	}
+}
+
+// takenPrefix marks the allocator holder of an address found claimed by a Service this
+// process had not seen holding it; a Service name never contains a dot or colon, so
+// "claimed/<ip>" is never a Service key.
+const takenPrefix = "claimed/"
+
+func takenKey(a netip.Addr) string { return takenPrefix + a.String() }
+
+// claimSelector selects our claims.
+func claimSelector() labels.Selector {
+	return labels.SelectorFromSet(labels.Set{networkingv1.LabelManagedBy: ClaimManagedBy})
+}
+
+func claimName(a netip.Addr) string { return a.String() }
+
+func claimParent(ip *networkingv1.IPAddress) string {
+	ref := ip.Spec.ParentRef
+	if ref == nil || ref.Group != "" || ref.Resource != "services" {
+		return ""
+	}
+	return ref.Namespace + "/" + ref.Name
+}
+
+// newClaim is the IPAddress claiming a for svc; pool is where it came from, if known.
+func newClaim(svc *v1.Service, a netip.Addr, pool string) *networkingv1.IPAddress {
+	fam := v1.IPv4Protocol
+	if ipam.FamilyOf(a) == ipam.IPv6 {
+		fam = v1.IPv6Protocol
+	}
+	ip := &networkingv1.IPAddress{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: claimName(a),
+			Labels: map[string]string{
+				networkingv1.LabelManagedBy:       ClaimManagedBy,
+				networkingv1.LabelIPAddressFamily: string(fam),
+			},
+			Annotations: map[string]string{AnnotationClaimServiceUID: string(svc.UID)},
+		},
+		Spec: networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{
+			Resource: "services", Namespace: svc.Namespace, Name: svc.Name,
+		}},
+	}
+	if pool != "" {
+		ip.Annotations[AnnotationClaimPool] = pool
+	}
+	if k := propsOf(svc).SharingKey; k != "" {
+		ip.Annotations[AnnotationAllowSharedIP] = k
+	}
+	return ip
+}
+
+// claimTakenError says that another Service owns the claim of an address.
+type claimTakenError struct {
+	addr  netip.Addr
+	owner string
+	key   string // the owner's sharing key
+}
+
+func (e *claimTakenError) Error() string {
+	return fmt.Sprintf("address %s is claimed by Service %s (IPAddress object)", e.addr, e.owner)
+}
+
+// claimMayUse reports whether svc may show the address claim stands for: the claim is its
+// own, or both carry the same sharing key (the allocator has checked ports and policies).
+func claimMayUse(claim *networkingv1.IPAddress, svc *v1.Service) bool {
+	if claimParent(claim) == svc.Namespace+"/"+svc.Name {
+		uid := claim.Annotations[AnnotationClaimServiceUID]
+		return uid == "" || svc.UID == "" || uid == string(svc.UID)
+	}
+	k := propsOf(svc).SharingKey
+	return k != "" && claim.Annotations[AnnotationAllowSharedIP] == k
+}
+
+// ensureClaim makes sure a is claimed for svc, or returns a *claimTakenError. For an address
+// the Service shows already the cached claim is enough; one about to be shown is checked
+// against the API server (a create, then a read on AlreadyExists), because a cache that is
+// behind may still show a claim that was deleted and made again for another Service.
+func (c *Controller) ensureClaim(ctx context.Context, svc *v1.Service, a netip.Addr, pool string, shown bool) error {
+	if cur, err := c.claims.Get(claimName(a)); shown && err == nil && claimMayUse(cur, svc) {
+		return nil
+	}
+	_, err := c.client.NetworkingV1().IPAddresses().Create(ctx, newClaim(svc, a, pool), metav1.CreateOptions{})
+	if err == nil {
+		klog.FromContext(ctx).V(2).Info("Claimed address", "address", a)
+		return nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("claiming %s: %w", a, err)
+	}
+	// The cache had no usable claim; ask the API server which one exists.
+	cur, err := c.client.NetworkingV1().IPAddresses().Get(ctx, claimName(a), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("claiming %s: the claim disappeared while being read; retrying", a)
+	}
+	if err != nil {
+		return fmt.Errorf("reading the claim of %s: %w", a, err)
+	}
+	if claimMayUse(cur, svc) {
+		return nil
+	}
+	owner := claimParent(cur)
+	if owner == "" {
+		owner = "<not a Service: " + cur.Labels[networkingv1.LabelManagedBy] + ">"
+	}
+	c.metrics.claimConflicts.Inc()
+	return &claimTakenError{addr: a, owner: owner, key: cur.Annotations[AnnotationAllowSharedIP]}
+}
+
+// deleteClaim deletes the claim of a if it is key's (or carries uid when uid is given),
+// with the claim's UID as a precondition so that a claim made meanwhile for another Service
+// is never deleted.
+func (c *Controller) deleteClaim(ctx context.Context, key string, a netip.Addr, uid types.UID) error {
+	cur, err := c.client.NetworkingV1().IPAddresses().Get(ctx, claimName(a), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if cur.Labels[networkingv1.LabelManagedBy] != ClaimManagedBy || claimParent(cur) != key || (uid != "" && cur.UID != uid) {
+		return nil
+	}
+	err = c.client.NetworkingV1().IPAddresses().Delete(ctx, cur.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &cur.UID}})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	if err == nil {
+		klog.FromContext(ctx).V(2).Info("Released address claim", "address", a, "service", key)
+	}
+	return err
+}
+
+// sweepClaims deletes our claims whose Service is verifiably gone (a live GET says NotFound,
+// or the Service of that name is a newer one) or no longer wants a load balancer of ours, and
+// that no live Service holds any more. A cache miss alone never deletes a claim.
+func (c *Controller) sweepClaims(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	all, err := c.claims.List(claimSelector())
+	if err != nil {
+		return
+	}
+	for _, claim := range all {
+		if time.Since(claim.CreationTimestamp.Time) < claimGrace {
+			continue
+		}
+		a, err := netip.ParseAddr(claim.Name)
+		if err != nil {
+			continue
+		}
+		parent := claimParent(claim)
+		c.mu.Lock()
+		var others []string
+		for _, h := range c.alloc.Holders(a) {
+			if h != parent && !strings.HasPrefix(h, takenPrefix) {
+				others = append(others, h)
+			}
+		}
+		c.mu.Unlock()
+		if len(others) > 0 || parent == "" {
+			continue // a sharing Service still shows it, or not a claim of ours to judge
+		}
+		ns, name, _ := cache.SplitMetaNamespaceKey(parent)
+		svc, err := c.client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+		why := ""
+		switch {
+		case apierrors.IsNotFound(err):
+			why = "its Service no longer exists"
+		case err != nil:
+			continue
+		case claim.Annotations[AnnotationClaimServiceUID] != "" && string(svc.UID) != claim.Annotations[AnnotationClaimServiceUID]:
+			why = "its Service was deleted and re-created"
+		case !handles(svc, c.opts.LoadBalancerClass) && !containsAddr(statusAddrs(svc), a):
+			why = "its Service no longer wants a load balancer of this controller"
+		case handles(svc, c.opts.LoadBalancerClass) && !containsAddr(statusAddrs(svc), a) && c.holdsOther(parent, a):
+			why = "its Service holds another address of that family"
+		default:
+			continue
+		}
+		err = c.client.NetworkingV1().IPAddresses().Delete(ctx, claim.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &claim.UID}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			logger.Error(err, "Cannot delete orphan address claim", "address", a, "service", parent)
+			continue
+		}
+		logger.Info("Deleted orphan address claim", "address", a, "service", parent, "reason", why)
+		c.recorder.Eventf(claim, v1.EventTypeNormal, ReasonClaimReleased, "Deleted the claim of %s for Service %s: %s", a, parent, why)
+		if apierrors.IsNotFound(err) || why == "its Service no longer exists" {
+			c.mu.Lock()
+			c.alloc.ReleaseAddr(parent, a)
+			c.forgetAddrLocked(a)
+			c.mu.Unlock()
+		}
+	}
+}
+
+// holdsOther reports whether key holds an address of a's family other than a.
+func (c *Controller) holdsOther(key string, a netip.Addr) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, h := range c.alloc.Assigned(key) {
+		if h != a && ipam.FamilyOf(h) == ipam.FamilyOf(a) {
+			return true
+		}
+	}
+	return false
+}
+
+func containsAddr(as []netip.Addr, a netip.Addr) bool {
+	for _, x := range as {
+		if x == a {
+			return true
+		}
+	}
+	return false
+}
