@@ -7,7 +7,7 @@ SHELL := /bin/bash
 
 ROOT     := $(abspath .)
 BIN      := $(ROOT)/bin
-MODULES  := shared $(patsubst %/go.mod,%,$(wildcard services/*/go.mod)) deploy/charttest
+MODULES  := shared $(patsubst %/go.mod,%,$(wildcard services/*/go.mod)) deploy/charttest deploy/drills
 # One binary per services/<alias>/cmd/<name>.
 CMDS     := $(wildcard services/*/cmd/*)
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)

@@ -65,8 +65,8 @@ var (
 	}
 )
 
-// ipAddressClaims are the IPAddress permissions of the address allocators (servicelb) and
-// node IPAM (nodelifecycle), granted before either claims addresses with IPAddress objects.
+// ipAddressClaims are the IPAddress permissions of node IPAM (nodelifecycle), granted before
+// it claims ranges with IPAddress objects (servicelb's allocator already does).
 var ipAddressClaims = map[string]string{
 	"create networking.k8s.io/ipaddresses": "issue 17: the allocator will claim with IPAddress objects",
 	"get networking.k8s.io/ipaddresses":    "issue 17: the allocator will claim with IPAddress objects",
@@ -172,8 +172,7 @@ var scenarios = map[string]scenario{
 			{Verb: "update", Group: "lb.kcm-split.io", Resource: "ipaddresspools"},
 			{Verb: "list", Resource: "secrets"},
 		},
-		unused:  eventsOnFailure,
-		pending: ipAddressClaims,
+		unused: eventsOnFailure,
 	},
 }
 
