@@ -50,8 +50,8 @@ type report struct {
 	finalizers map[string]int
 	// wait is the longest estimate of the remaining objects.
 	wait time.Duration
-	// aborted means the namespace was replaced during the pass.
-	aborted bool
+	// stopped says why the pass stopped early (StopGone, StopReplaced); empty if it did not.
+	stopped string
 }
 
 func newReport(s *snapshot) *report {
@@ -67,8 +67,8 @@ func newReport(s *snapshot) *report {
 
 // add folds one resource's outcome in.
 func (r *report) add(o outcome) {
-	if o.aborted {
-		r.aborted = true
+	if o.stopped != "" && r.stopped == "" {
+		r.stopped = o.stopped
 	}
 	if o.err != nil {
 		r.contentErrs[o.gvr] = o.err

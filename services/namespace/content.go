@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -70,9 +71,30 @@ type outcome struct {
 	// wait estimates how long the remaining objects take to go.
 	wait time.Duration
 	err  error
-	// aborted means the namespace was replaced under the deleter (same name, new UID).
-	aborted bool
+	// stopped says why deleting stopped early: the namespace was gone or replaced (same
+	// name, new UID) when checked before a delete. Empty: it did not stop.
+	stopped string
 }
+
+// Reasons a deletion pass stops before deleting, the values of the reason label of
+// kcm_split_namespace_deletion_stopped_total.
+const (
+	// StopGone: no namespace of that name exists any more.
+	StopGone = "gone"
+	// StopReplaced: a namespace of that name exists but it is another one (new UID), or it
+	// is not being deleted.
+	StopReplaced = "replaced"
+)
+
+// errStopped is what a guard returns when the namespace is no longer the one being deleted.
+type errStopped struct{ reason string }
+
+func (e *errStopped) Error() string { return "namespace " + e.reason }
+
+// guard confirms, with a live read, that the namespace is still the one being deleted. It
+// returns nil if so, an *errStopped if it is gone or replaced, or the error of the read:
+// a namespace that cannot be checked is not deleted from.
+type guard func(ctx context.Context) error
 
 // deleter empties one resource of one namespace.
 type deleter struct {
@@ -113,13 +135,18 @@ func backgroundDelete() metav1.DeleteOptions {
 // the collection in pages and deletes each page (one deletecollection bounded by the page's
 // continue token, or one delete per object) while listing goes on; pages whose objects all
 // have a deletion timestamp already are skipped, so a namespace waiting on finalizers costs
-// lists, not deletes. Pass two lists again to count what is left. ours reports whether the
-// namespace is still the one being deleted.
-func (d *deleter) empty(ctx context.Context, ns string, r resource, ours func() bool) outcome {
+// lists, not deletes. Pass two lists again to count what is left. check runs right before
+// each page's deletes: once it says the namespace is gone or replaced, nothing more is
+// deleted.
+func (d *deleter) empty(ctx context.Context, ns string, r resource, check guard) outcome {
 	out := outcome{gvr: r.GVR}
 	if !d.can(r, verbList) {
 		// Nothing to page over or verify with: one unbounded deletecollection, if allowed.
 		if d.can(r, verbDeleteCollection) {
+			if err := check(ctx); err != nil {
+				out.stopped, out.err = stopReason(err)
+				return out
+			}
 			err := d.content.DeleteCollection(ctx, r.GVR, ns, backgroundDelete(), metav1.ListOptions{})
 			switch {
 			case apierrors.IsMethodNotSupported(err):
@@ -132,21 +159,37 @@ func (d *deleter) empty(ctx context.Context, ns string, r resource, ours func() 
 	}
 
 	var (
-		mu   sync.Mutex
-		errs []error
-		wg   sync.WaitGroup
-		sem  = make(chan struct{}, pageWorkers)
+		mu      sync.Mutex
+		errs    []error
+		stopped atomic.Value // string: the first stop reason a page's check found
+		wg      sync.WaitGroup
+		sem     = make(chan struct{}, pageWorkers)
 	)
 	fail := func(err error) {
 		mu.Lock()
 		errs = append(errs, err)
 		mu.Unlock()
 	}
+	// checked runs the guard before a page's deletes and records why it stopped, if it did.
+	checked := func(ctx context.Context) bool {
+		if stopped.Load() != nil {
+			return false
+		}
+		reason, err := stopReason(check(ctx))
+		switch {
+		case reason != "":
+			stopped.CompareAndSwap(nil, reason)
+			return false
+		case err != nil:
+			fail(fmt.Errorf("checking the namespace before deleting: %w", err))
+			return false
+		}
+		return true
+	}
 	saw := false
 	token := ""
 	for {
-		if !ours() {
-			out.aborted = true
+		if stopped.Load() != nil {
 			break
 		}
 		page, err := d.content.List(ctx, r.GVR, ns, metav1.ListOptions{Limit: d.pageSize, Continue: token})
@@ -161,7 +204,13 @@ func (d *deleter) empty(ctx context.Context, ns string, r resource, ours func() 
 			}
 			break
 		}
-		pageToken := token
+		// The first page's deletecollection lists at the revision this list was served at,
+		// later pages at the revision pinned in their continue token: a deletecollection
+		// never reaches objects created after the check that preceded it.
+		pageToken, pageRV := token, ""
+		if token == "" {
+			pageRV = page.ResourceVersion
+		}
 		token = page.Continue
 		var todo []metav1.PartialObjectMetadata
 		for _, item := range page.Items {
@@ -175,7 +224,7 @@ func (d *deleter) empty(ctx context.Context, ns string, r resource, ours func() 
 			sem <- struct{}{}
 			wg.Go(func() {
 				defer func() { <-sem }()
-				if err := d.deletePage(ctx, ns, r, pageToken, todo); err != nil {
+				if err := d.deletePage(ctx, ns, r, pageToken, pageRV, todo, checked); err != nil {
 					fail(err)
 				}
 			})
@@ -185,24 +234,50 @@ func (d *deleter) empty(ctx context.Context, ns string, r resource, ours func() 
 		}
 	}
 	wg.Wait()
+	if reason, ok := stopped.Load().(string); ok {
+		out.stopped = reason
+		return out
+	}
 	if err := errors.Join(errs...); err != nil {
 		out.err = err
 		return out
 	}
-	if !saw || out.aborted {
+	if !saw {
 		return out
 	}
 	d.count(ctx, ns, r, &out)
 	return out
 }
 
-// deletePage deletes the objects of one page: with deletecollection bounded by the page's
-// continue token and the page size when the resource allows it (the apiserver lists exactly
-// this page again and deletes it), otherwise one by one.
-func (d *deleter) deletePage(ctx context.Context, ns string, r resource, token string, items []metav1.PartialObjectMetadata) error {
+// stopReason splits a guard's answer into a stop reason (gone, replaced) or another error.
+func stopReason(err error) (string, error) {
+	var s *errStopped
+	if errors.As(err, &s) {
+		return s.reason, nil
+	}
+	return "", err
+}
+
+// deletePage deletes the objects of one page, once check confirmed the namespace is still
+// the one being deleted: with deletecollection bounded by the page's continue token (or, for
+// the first page, the revision rv it was listed at) and the page size when the resource
+// allows it (the apiserver lists exactly this page again and deletes it), otherwise one by
+// one, each with its UID as a precondition. deletecollection takes no precondition that
+// could name the namespace; the check and the pinned revision leave only the moment between
+// the check and the request, and a namespace cannot be finalized, deleted and created again
+// with new content within it unless another writer finalizes it meanwhile.
+func (d *deleter) deletePage(ctx context.Context, ns string, r resource, token, rv string, items []metav1.PartialObjectMetadata, checked func(context.Context) bool) error {
 	if d.can(r, verbDeleteCollection) {
 		d.bulk <- struct{}{}
-		err := d.content.DeleteCollection(ctx, r.GVR, ns, backgroundDelete(), metav1.ListOptions{Limit: d.pageSize, Continue: token})
+		if !checked(ctx) {
+			<-d.bulk
+			return nil
+		}
+		opts := metav1.ListOptions{Limit: d.pageSize, Continue: token}
+		if rv != "" {
+			opts.ResourceVersion, opts.ResourceVersionMatch = rv, metav1.ResourceVersionMatchExact
+		}
+		err := d.content.DeleteCollection(ctx, r.GVR, ns, backgroundDelete(), opts)
 		<-d.bulk
 		switch {
 		case err == nil, apierrors.IsNotFound(err):
@@ -212,6 +287,8 @@ func (d *deleter) deletePage(ctx context.Context, ns string, r resource, token s
 		default:
 			return fmt.Errorf("deleting a page: %w", err)
 		}
+	} else if !checked(ctx) {
+		return nil
 	}
 	var errs []error
 	for _, item := range items {

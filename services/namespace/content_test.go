@@ -17,7 +17,7 @@ func newTestDeleter(f *fakeContent, pageSize int64) *deleter {
 	return &deleter{content: f, pageSize: pageSize, now: f.now, bulk: make(chan struct{}, 4)}
 }
 
-func always() bool { return true }
+func always(context.Context) error { return nil }
 
 func TestEmptyDeletesLargeCollectionsInPages(t *testing.T) {
 	f := newFakeContent(time.Now)
@@ -155,9 +155,10 @@ func TestEmptyReportsErrorsAndStopsWhenReplaced(t *testing.T) {
 		t.Fatal("no error from a failing API")
 	}
 	f.failing[configMaps] = false
-	out := d.empty(context.Background(), "ns", r, func() bool { return false })
-	if !out.aborted || f.count(configMaps, "ns") != 3 || len(f.callsOf("delete")) != 0 {
-		t.Fatalf("aborted %v, %d left, %d delete calls: a replaced namespace was touched", out.aborted, f.count(configMaps, "ns"), len(f.callsOf("delete")))
+	replaced := func(context.Context) error { return &errStopped{reason: StopReplaced} }
+	out := d.empty(context.Background(), "ns", r, replaced)
+	if out.stopped != StopReplaced || f.count(configMaps, "ns") != 3 || len(f.callsOf("delete")) != 0 {
+		t.Fatalf("stopped %q, %d left, %d delete calls: a replaced namespace was touched", out.stopped, f.count(configMaps, "ns"), len(f.callsOf("delete")))
 	}
 }
 

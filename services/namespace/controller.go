@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -47,6 +48,10 @@ const (
 	EventGVParsingFailed       = ReasonGVParsingFailed
 	EventContentDeletionFailed = ReasonContentDeletionFailed
 	EventSomeFinalizersRemain  = ReasonSomeFinalizersRemain
+	// EventUpdateConflict: writes of the namespace's status or finalizers kept conflicting
+	// with other writers past the retry bound of one pass (kcm-split's; upstream retries
+	// without bound).
+	EventUpdateConflict = "UpdateConflict"
 )
 
 // Controller deletes the content of terminating namespaces and finalizes them.
@@ -68,6 +73,11 @@ type Controller struct {
 	// seen records when this process first saw each namespace (by UID) with a deletion
 	// timestamp; the grace period and the freshness of discovery count from there.
 	seen map[types.UID]time.Time
+	// conflicting records the namespaces (by UID) whose writes gave up on conflicts and have
+	// not succeeded since: the Event about it is written once per episode.
+	conflicting map[types.UID]bool
+	// conflictBackoff is conflictBackoff outside unit tests.
+	conflictBackoff wait.Backoff
 }
 
 // kubernetesNamespaces is the part of the typed client the controller uses.
@@ -110,8 +120,10 @@ func New(
 			RateLimiter: rateLimiter(),
 			Registerer:  reg,
 		}),
-		now:  time.Now,
-		seen: map[types.UID]time.Time{},
+		now:             time.Now,
+		seen:            map[types.UID]time.Time{},
+		conflicting:     map[types.UID]bool{},
+		conflictBackoff: conflictBackoff,
 	}
 	c.metrics = newMetrics(reg, c.lister)
 	c.handlers.AddWithResync(namespaces.Informer(), cache.ResourceEventHandlerFuncs{
@@ -183,6 +195,7 @@ func (c *Controller) onDelete(obj any) {
 	if ns, ok := obj.(*v1.Namespace); ok {
 		c.mu.Lock()
 		delete(c.seen, ns.UID)
+		delete(c.conflicting, ns.UID)
 		c.mu.Unlock()
 	}
 }
@@ -261,8 +274,9 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	}
 
 	rep := c.deleteContent(ctx, ns, seen)
-	if rep.aborted {
-		logger.Info("Namespace was replaced during deletion, leaving the new one alone", "uid", ns.UID)
+	if rep.stopped != "" {
+		c.metrics.stopped.WithLabelValues(rep.stopped).Inc()
+		logger.Info("Stopped deleting content: the namespace is no longer the one being deleted", "uid", ns.UID, "reason", rep.stopped)
 		return nil
 	}
 	ns, err = c.writeConditions(ctx, ns, rep)
@@ -296,13 +310,23 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 // started with: it was finalized by someone else and created again.
 var errReplaced = errors.New("namespace was replaced (its UID changed)")
 
+// conflictBackoff paces the re-reads and re-writes of one namespace whose writes keep
+// conflicting (other controllers edit its status or finalizers too): six tries with about
+// 0.6 s of pauses in all, then the pass ends with the error and the queue retries it with its own backoff,
+// so a namespace that is written to all the time never makes a worker spin.
+var conflictBackoff = wait.Backoff{Duration: 20 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 6, Cap: time.Second}
+
 // update applies write to ns, and on a conflict to the latest version of the same
-// namespace (same UID) until it succeeds. It returns nil, nil when the namespace is gone or
-// was replaced: nothing is left to do for this one.
+// namespace (same UID), a bounded number of times. It returns nil, nil when the namespace
+// is gone or was replaced: nothing is left to do for this one. Conflicts beyond the bound
+// are returned, with one Warning Event per episode (until a write goes through).
 func (c *Controller) update(ctx context.Context, ns *v1.Namespace, write func(*v1.Namespace) (*v1.Namespace, error)) (*v1.Namespace, error) {
+	logger := klog.FromContext(ctx)
+	backoff := c.conflictBackoff
 	for {
 		out, err := write(ns)
 		if err == nil {
+			c.endConflicts(ns.UID)
 			return out, nil
 		}
 		if apierrors.IsNotFound(err) {
@@ -310,6 +334,15 @@ func (c *Controller) update(ctx context.Context, ns *v1.Namespace, write func(*v
 		}
 		if !apierrors.IsConflict(err) {
 			return nil, err
+		}
+		if backoff.Steps <= 1 {
+			c.reportConflicts(ns, err)
+			return nil, fmt.Errorf("writing namespace %s: still conflicting after %d tries: %w", ns.Name, c.conflictBackoff.Steps, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(backoff.Step()):
 		}
 		latest, err := c.namespaces.Get(ctx, ns.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -319,11 +352,32 @@ func (c *Controller) update(ctx context.Context, ns *v1.Namespace, write func(*v
 			return nil, err
 		}
 		if latest.UID != ns.UID {
-			klog.FromContext(ctx).Info("Namespace was replaced, leaving the new one alone", "oldUID", ns.UID, "uid", latest.UID)
+			logger.Info("Namespace was replaced, leaving the new one alone", "oldUID", ns.UID, "uid", latest.UID, "reason", StopReplaced)
+			c.metrics.stopped.WithLabelValues(StopReplaced).Inc()
 			return nil, errReplaced
 		}
+		logger.V(2).Info("Namespace changed under a write, retrying on the latest version", "resourceVersion", latest.ResourceVersion)
 		ns = latest
 	}
+}
+
+// reportConflicts records the first time writes to ns give up on conflicts since the last
+// write that went through: one Event per episode, however many retries the queue makes.
+func (c *Controller) reportConflicts(ns *v1.Namespace, err error) {
+	c.mu.Lock()
+	first := !c.conflicting[ns.UID]
+	c.conflicting[ns.UID] = true
+	c.mu.Unlock()
+	if first && c.recorder != nil {
+		c.recorder.Eventf(ns, v1.EventTypeWarning, EventUpdateConflict,
+			"Writing the namespace keeps conflicting with other writers; retrying with backoff: %v", err)
+	}
+}
+
+func (c *Controller) endConflicts(uid types.UID) {
+	c.mu.Lock()
+	delete(c.conflicting, uid)
+	c.mu.Unlock()
 }
 
 func ignoreGone(err error) error {
@@ -338,18 +392,13 @@ func ignoreGone(err error) error {
 func (c *Controller) deleteContent(ctx context.Context, ns *v1.Namespace, seen time.Time) *report {
 	snap := c.resources.get(seen)
 	rep := newReport(snap)
-	ours := func() bool {
-		// The cache follows the namespace by watch; if it shows another namespace under the
-		// name, or one that is not being deleted, stop before deleting its content.
-		cur, err := c.lister.Get(ns.Name)
-		return err != nil || (cur.UID == ns.UID && cur.DeletionTimestamp != nil)
-	}
+	check := c.guard(ns)
 	var rest []resource
 	for _, r := range snap.resources {
 		if r.GVR == podsResource {
-			o := c.empty(ctx, ns.Name, r, ours)
+			o := c.empty(ctx, ns.Name, r, check)
 			rep.add(o)
-			if o.aborted || o.err != nil || o.remaining > 0 {
+			if o.stopped != "" || o.err != nil || o.remaining > 0 {
 				// Nothing else goes while a Pod may still be running.
 				return rep
 			}
@@ -365,7 +414,7 @@ func (c *Controller) deleteContent(ctx context.Context, ns *v1.Namespace, seen t
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			o := c.empty(ctx, ns.Name, r, ours)
+			o := c.empty(ctx, ns.Name, r, check)
 			mu.Lock()
 			rep.add(o)
 			mu.Unlock()
@@ -375,8 +424,27 @@ func (c *Controller) deleteContent(ctx context.Context, ns *v1.Namespace, seen t
 	return rep
 }
 
-func (c *Controller) empty(ctx context.Context, ns string, r resource, ours func() bool) outcome {
-	o := c.deleter.empty(ctx, ns, r, ours)
+// guard returns the check run before every page of deletes: a live read (the cache may be
+// behind) that the namespace of that name is still ns, by UID, and still being deleted. A
+// namespace finalized by another writer and created again under the same name loses
+// nothing: its content is not this pass's to delete.
+func (c *Controller) guard(ns *v1.Namespace) guard {
+	return func(ctx context.Context) error {
+		cur, err := c.namespaces.Get(ctx, ns.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return &errStopped{reason: StopGone}
+		case err != nil:
+			return err
+		case cur.UID != ns.UID || cur.DeletionTimestamp == nil:
+			return &errStopped{reason: StopReplaced}
+		}
+		return nil
+	}
+}
+
+func (c *Controller) empty(ctx context.Context, ns string, r resource, check guard) outcome {
+	o := c.deleter.empty(ctx, ns, r, check)
 	if o.deleted > 0 {
 		c.metrics.deleted.WithLabelValues(resourceName(r.GVR)).Add(float64(o.deleted))
 	}

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
@@ -91,6 +92,7 @@ func newFixture(t *testing.T, discover func() ([]*metav1.APIResourceList, error)
 	reg := prometheus.NewRegistry()
 	recorder := record.NewFakeRecorder(100)
 	c := New(factory.Core().V1().Namespaces(), client, content, discover, recorder, opts, reg)
+	c.conflictBackoff = wait.Backoff{Duration: time.Millisecond, Factor: 2, Steps: 6}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(func() { cancel(); factory.Shutdown() })
 	factory.Start(ctx.Done())
@@ -255,11 +257,11 @@ func TestSyncPartialDiscoveryFailureDeletesButDoesNotFinalize(t *testing.T) {
 func TestSyncLeavesAReplacedNamespaceAlone(t *testing.T) {
 	f := newFixture(t, coreDiscovery, terminating("ns", "uid-old"))
 	f.content.add(configMaps, "ns", 3)
-	// Between the pass's first read and its finalize, someone else finalizes the namespace
-	// and creates a new one with the same name: every later read shows the new UID.
-	var gets atomic.Int32
+	// The finalize conflicts because someone else finalized the namespace and created a new
+	// one with the same name: every later read shows the new UID.
+	var replaced atomic.Bool
 	f.client.PrependReactor("get", "namespaces", func(clienttesting.Action) (bool, runtime.Object, error) {
-		if gets.Add(1) == 1 {
+		if !replaced.Load() {
 			return false, nil, nil
 		}
 		fresh := &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns", UID: "uid-new"}, Spec: v1.NamespaceSpec{Finalizers: []v1.FinalizerName{v1.FinalizerKubernetes}}}
@@ -267,6 +269,7 @@ func TestSyncLeavesAReplacedNamespaceAlone(t *testing.T) {
 	})
 	f.client.PrependReactor("create", "namespaces", func(a clienttesting.Action) (bool, runtime.Object, error) {
 		if a.GetSubresource() == "finalize" {
+			replaced.Store(true)
 			return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "namespaces"}, "ns", errors.New("resourceVersion changed"))
 		}
 		return false, nil, nil
@@ -283,30 +286,191 @@ func TestSyncLeavesAReplacedNamespaceAlone(t *testing.T) {
 	if finalizes != 1 {
 		t.Fatalf("%d finalize calls, want 1 (the one that conflicted, not retried on the new namespace)", finalizes)
 	}
+	if v := testutil.ToFloat64(f.c.metrics.stopped.WithLabelValues(StopReplaced)); v != 1 {
+		t.Errorf("deletion_stopped_total{replaced} = %v, want 1", v)
+	}
 }
 
-func TestSyncStopsDeletingWhenTheCacheShowsANewNamespace(t *testing.T) {
-	old := terminating("ns", "uid-old")
-	// Already Terminating, so the pass writes nothing (whose watch event would put the old
-	// object back into the cache) before it deletes.
-	old.Status.Phase = v1.NamespaceTerminating
-	f := newFixture(t, coreDiscovery, old)
-	f.content.add(configMaps, "ns", 3)
-	// The API still answers with the old object, the watch already delivered a new,
-	// live namespace of the same name: its content must not be deleted.
-	if err := f.informer.GetStore().Update(&v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns", UID: "uid-new"}}); err != nil {
-		t.Fatal(err)
+// replaceAfter makes the API answer namespace GETs with want once n GETs went through
+// (n = 1: only the pass's first read sees the namespace being deleted). want nil: NotFound.
+func (f *fixture) replaceAfter(n int32, want *v1.Namespace, err error) {
+	var gets atomic.Int32
+	f.client.PrependReactor("get", "namespaces", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if gets.Add(1) <= n {
+			return false, nil, nil
+		}
+		if err != nil {
+			return true, nil, err
+		}
+		if want == nil {
+			return true, nil, apierrors.NewNotFound(schema.GroupResource{Resource: "namespaces"}, "ns")
+		}
+		return true, want, nil
+	})
+}
+
+func TestSyncChecksTheLiveNamespaceBeforeEveryPageOfDeletes(t *testing.T) {
+	live := &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns", UID: "uid-new"}}
+	for _, tc := range []struct {
+		name string
+		// okGets is how many namespace reads see the old namespace: the pass's first read,
+		// then one per page of deletes.
+		okGets int32
+		now    *v1.Namespace
+		getErr error
+		// left is how many of the 120 ConfigMaps must remain (pages of 50).
+		left   int
+		reason string
+	}{
+		{name: "recreated before the first page", okGets: 1, now: live, left: 120, reason: StopReplaced},
+		{name: "gone before the first page", okGets: 1, left: 120, reason: StopGone},
+		{name: "recreated after one page", okGets: 2, now: live, left: 70, reason: StopReplaced},
+		{name: "the check fails: unknown is not ours", okGets: 1, getErr: apierrors.NewServiceUnavailable("etcd is down"), left: 120},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			old := terminating("ns", "uid-old")
+			old.Status.Phase = v1.NamespaceTerminating
+			f := newFixture(t, coreDiscovery, old)
+			f.content.add(configMaps, "ns", 120)
+			// The informer still shows the old namespace: only the live read can tell.
+			f.replaceAfter(tc.okGets, tc.now, tc.getErr)
+			err := f.sync("ns")
+			if tc.getErr != nil {
+				if err == nil || !strings.Contains(err.Error(), "checking the namespace") {
+					t.Fatalf("sync = %v, want the failed check returned for a retry", err)
+				}
+			} else if err != nil {
+				t.Fatalf("sync = %v, want nil: the namespace it worked on is gone", err)
+			}
+			if n := f.content.count(configMaps, "ns"); n != tc.left {
+				t.Fatalf("%d ConfigMaps left, want %d", n, tc.left)
+			}
+			for _, w := range f.writes() {
+				if w == "create/finalize" {
+					t.Fatal("finalized")
+				}
+			}
+			if tc.reason != "" {
+				if v := testutil.ToFloat64(f.c.metrics.stopped.WithLabelValues(tc.reason)); v != 1 {
+					t.Errorf("deletion_stopped_total{%s} = %v, want 1", tc.reason, v)
+				}
+				if evs := fixtures.Events(f.recorder); len(evs) != 0 {
+					t.Errorf("Events %v: nothing is written about the new namespace", evs)
+				}
+			}
+		})
 	}
+}
+
+func TestSyncBoundsConflictRetriesWithOneEventPerEpisode(t *testing.T) {
+	f := newFixture(t, coreDiscovery, terminating("ns", "uid-1"))
+	f.c.conflictBackoff = wait.Backoff{Duration: time.Millisecond, Factor: 1, Steps: 4}
+	var conflicting atomic.Bool
+	conflicting.Store(true)
+	f.client.PrependReactor("update", "namespaces", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "status" && conflicting.Load() {
+			return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "namespaces"}, "ns", errors.New("resourceVersion changed"))
+		}
+		return false, nil, nil
+	})
+	statusWrites := func() int {
+		n := 0
+		for _, w := range f.writes() {
+			if w == "update/status" {
+				n++
+			}
+		}
+		return n
+	}
+	conflictEvents := func() int {
+		n := 0
+		for _, e := range fixtures.Events(f.recorder) {
+			if strings.Contains(e, "Warning "+EventUpdateConflict) {
+				n++
+			}
+		}
+		return n
+	}
+	for i := range 3 {
+		err := f.sync("ns")
+		if !apierrors.IsConflict(err) {
+			t.Fatalf("pass %d: sync = %v, want the conflict returned to the queue", i, err)
+		}
+		if got := statusWrites(); got != 4*(i+1) {
+			t.Fatalf("pass %d: %d status writes in all, want 4 per pass", i, got)
+		}
+		want := 0
+		if i == 0 {
+			want = 1
+		}
+		if got := conflictEvents(); got != want {
+			t.Fatalf("pass %d: %d UpdateConflict Events, want %d (one per episode)", i, got, want)
+		}
+	}
+	// A write goes through: the episode ends, the namespace is finalized.
+	conflicting.Store(false)
 	if err := f.sync("ns"); err != nil {
 		t.Fatal(err)
 	}
-	if n := f.content.count(configMaps, "ns"); n != 3 || len(f.content.callsOf("delete")) != 0 {
-		t.Fatalf("content deleted under a replaced namespace: %d left, calls %v", n, f.content.calls)
+	if fin := f.namespace("ns").Spec.Finalizers; len(fin) != 0 {
+		t.Fatalf("finalizers %v", fin)
 	}
-	for _, w := range f.writes() {
-		if w == "create/finalize" {
-			t.Fatal("finalized although the namespace was replaced")
-		}
+	if got := conflictEvents(); got != 0 {
+		t.Fatalf("%d more UpdateConflict Events", got)
+	}
+	f.c.mu.Lock()
+	defer f.c.mu.Unlock()
+	if len(f.c.conflicting) != 0 {
+		t.Fatalf("episode not ended: %v", f.c.conflicting)
+	}
+}
+
+func TestSyncNeverFinalizesWhatWasNotVerifiedDeleted(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		discover func() ([]*metav1.APIResourceList, error)
+		setup    func(*fakeContent)
+		cond     v1.NamespaceConditionType
+	}{
+		{
+			name: "discovery fails entirely",
+			discover: func() ([]*metav1.APIResourceList, error) {
+				return nil, errors.New("the server is currently unable to handle the request")
+			},
+			cond: v1.NamespaceDeletionDiscoveryFailure,
+		},
+		{
+			name:     "listing a resource fails",
+			discover: coreDiscovery,
+			setup:    func(c *fakeContent) { c.failing[secrets] = true },
+			cond:     v1.NamespaceDeletionContentFailure,
+		},
+		{
+			name:     "the list that counts what is left fails",
+			discover: coreDiscovery,
+			setup:    func(c *fakeContent) { c.failListAfter = map[schema.GroupVersionResource]int{configMaps: 1} },
+			cond:     v1.NamespaceDeletionContentFailure,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, tc.discover, terminating("ns", "uid-1"))
+			f.content.add(configMaps, "ns", 10, "example.com/hold")
+			f.content.add(secrets, "ns", 10)
+			if tc.setup != nil {
+				tc.setup(f.content)
+			}
+			err := f.sync("ns")
+			var rq *worker.Requeue
+			if err == nil || errors.As(err, &rq) {
+				t.Fatalf("sync = %v, want an error (retried with backoff)", err)
+			}
+			if fin := f.namespace("ns").Spec.Finalizers; !slices.Contains(fin, v1.FinalizerKubernetes) {
+				t.Fatal("finalized although the content was not verified deleted")
+			}
+			if c := f.condition("ns", tc.cond); c.Status != v1.ConditionTrue {
+				t.Fatalf("%s = %+v", tc.cond, c)
+			}
+		})
 	}
 }
 
@@ -347,6 +511,7 @@ func TestMetricsAreNamedAndLintClean(t *testing.T) {
 		"kcm_split_namespace_terminating":               1,
 		"kcm_split_namespace_objects_deleted_total":     1,
 		"kcm_split_namespace_deletion_duration_seconds": 1,
+		"kcm_split_namespace_deletion_stopped_total":    2, // gone, replaced: present from the start
 		"workqueue_depth":                               1,
 	} {
 		if got := testutil.CollectAndCount(f.reg, name); got != want {

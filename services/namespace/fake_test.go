@@ -28,7 +28,10 @@ type fakeContent struct {
 	// notAllowed answers 405 to verb on a resource; failing answers 500 to any call.
 	notAllowed map[opKey]bool
 	failing    map[schema.GroupVersionResource]bool
-	maxLimit   int64
+	// failListAfter makes lists of a resource fail (500) after this many went through.
+	failListAfter map[schema.GroupVersionResource]int
+	lists         map[schema.GroupVersionResource]int
+	maxLimit      int64
 }
 
 func newFakeContent(now func() time.Time) *fakeContent {
@@ -38,6 +41,7 @@ func newFakeContent(now func() time.Time) *fakeContent {
 		graceful:   map[schema.GroupVersionResource]time.Duration{},
 		notAllowed: map[opKey]bool{},
 		failing:    map[schema.GroupVersionResource]bool{},
+		lists:      map[schema.GroupVersionResource]int{},
 	}
 }
 
@@ -125,6 +129,10 @@ func (f *fakeContent) List(_ context.Context, gvr schema.GroupVersionResource, n
 	if err := f.check(verbList, gvr, opts.Limit); err != nil {
 		return nil, err
 	}
+	if n, ok := f.failListAfter[gvr]; ok && f.lists[gvr] >= n {
+		return nil, apierrors.NewInternalError(fmt.Errorf("%s broken", gvr.Resource))
+	}
+	f.lists[gvr]++
 	names, next := f.page(gvr, ns, opts)
 	out := &metav1.PartialObjectMetadataList{ListMeta: metav1.ListMeta{Continue: next}}
 	for _, n := range names {

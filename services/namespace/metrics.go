@@ -15,6 +15,9 @@ type controllerMetrics struct {
 	// deleted counts objects this controller asked the apiserver to delete, by resource
 	// ("configmaps.", "widgets.example.com"): bounded by the cluster's API surface.
 	deleted *prometheus.CounterVec
+	// stopped counts deletion passes that stopped because the namespace was gone or
+	// replaced when checked before a delete, by reason (StopGone, StopReplaced).
+	stopped *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, namespaces corelisters.NamespaceLister) *controllerMetrics {
@@ -33,6 +36,15 @@ func newMetrics(reg prometheus.Registerer, namespaces corelisters.NamespaceListe
 			Name:      "objects_deleted_total",
 			Help:      "Objects in terminating namespaces this controller asked the apiserver to delete, by resource (<resource>.<group>).",
 		}, []string{"resource"}),
+		stopped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "kcm_split",
+			Subsystem: MetricsSubsystem,
+			Name:      "deletion_stopped_total",
+			Help:      "Deletion passes stopped before deleting more content because the namespace was gone or replaced by a new one of the same name (reason gone|replaced).",
+		}, []string{"reason"}),
+	}
+	for _, r := range []string{StopGone, StopReplaced} {
+		m.stopped.WithLabelValues(r)
 	}
 	terminating := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: "kcm_split",
@@ -55,6 +67,7 @@ func newMetrics(reg prometheus.Registerer, namespaces corelisters.NamespaceListe
 	if reg != nil {
 		m.duration = metrics.Register(reg, m.duration)
 		m.deleted = metrics.Register(reg, m.deleted)
+		m.stopped = metrics.Register(reg, m.stopped)
 		metrics.Register(reg, terminating)
 	}
 	return m

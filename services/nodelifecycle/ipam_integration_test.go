@@ -6,15 +6,22 @@ package nodelifecycle_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/kcm-split/kcm-split/services/nodelifecycle/ipam"
+	"github.com/kcm-split/kcm-split/shared/testenv"
 )
 
 // ipamNodes creates and, at the end of the test, deletes bare Nodes (no kubelet: IPAM needs
@@ -220,5 +227,166 @@ func TestIPAMExhaustedNodeWaitsWithAnEventUntilARangeIsFreed(t *testing.T) {
 	}
 	if v := ctl.Metric(`node_ipam_controller_cidrset_cidrs_releases_total{clusterCIDR="192.0.2.0/30"}`); v != 1 {
 		t.Errorf("releases %v, want 1", v)
+	}
+}
+
+// TestIPAMSplitBrainNeverHandsOutARangeTwice runs two allocators at once, both with
+// --leader-elect=false on the same cluster CIDR (a split brain), while 200 Nodes register and
+// 40 of them are deleted and registered again under the same names. Each range is claimed
+// (an IPAddress) before it is written, and each write is conditioned on the Node's
+// resourceVersion: no two live Nodes may end with overlapping ranges, each Node is written a
+// bounded number of times, and the claims end as exactly one per live Node.
+func TestIPAMSplitBrainNeverHandsOutARangeTwice(t *testing.T) {
+	nodes := newIPAMNodes(t)
+	ctx := context.Background()
+	cluster := netip.MustParsePrefix("10.250.0.0/15")
+	args := []string{"--leader-elect=false", "--allocate-node-cidrs", "--cluster-cidr=" + cluster.String(), "--node-cidr-mask-size=24",
+		// No kubelets here: keep the lifecycle half of the binary from writing to the Nodes.
+		"--node-startup-grace-period=10m"}
+	var ctls []*testenv.Controller
+	for _, name := range []string{"ipam-a", "ipam-b"} {
+		ctl := env.Start(t, controller, name, args...)
+		ctls = append(ctls, ctl)
+	}
+	for _, ctl := range ctls {
+		waitFor(t, time.Minute, ctl.Name+" to allocate", func() bool {
+			code, _ := ctl.Get("/readyz")
+			return code == http.StatusOK &&
+				ctl.Metric(`node_ipam_controller_cirdset_max_cidrs{clusterCIDR="`+cluster.String()+`"}`) == 512
+		})
+	}
+
+	const count, churn = 200, 40
+	names := make([]string, count)
+	for i := range names {
+		names[i] = fmt.Sprintf("split-%03d", i)
+	}
+	create := func(list []string) {
+		var wg sync.WaitGroup
+		next := make(chan string)
+		for range 16 {
+			wg.Go(func() {
+				for name := range next {
+					if _, err := nodes.client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+						t.Errorf("creating Node %s: %v", name, err)
+					}
+				}
+			})
+		}
+		for _, n := range list {
+			next <- n
+		}
+		close(next)
+		wg.Wait()
+	}
+	create(names)
+	// Churn: every fifth Node is deleted, some before and some after getting a range, and
+	// registered again under the same name (a new UID).
+	var churned []string
+	for i := 0; i < count; i += count / churn {
+		churned = append(churned, names[i])
+	}
+	for _, name := range churned {
+		nodes.delete(name)
+	}
+	waitFor(t, slack, "the churned Nodes to be gone", func() bool {
+		for _, name := range churned {
+			if _, err := nodes.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return false
+			}
+		}
+		return true
+	})
+	create(churned)
+
+	got := nodes.waitRanges(1, names...)
+	owner := map[netip.Prefix]string{}
+	for name, rs := range got {
+		p := netip.MustParsePrefix(rs[0])
+		if !cluster.Contains(p.Addr()) || p.Bits() != 24 {
+			t.Errorf("Node %s: %s is not a /24 of %s", name, p, cluster)
+		}
+		for q, other := range owner {
+			if q.Overlaps(p) {
+				t.Errorf("Nodes %s and %s have overlapping ranges %s and %s", name, other, p, q)
+			}
+		}
+		owner[p] = name
+	}
+
+	// The claims settle to one per live Node, naming it, its UID and its range: those of the
+	// deleted Node objects and those lost in races are released.
+	live, err := nodes.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var claims []networkingv1.IPAddress
+	waitFor(t, slack, "one claim per live Node", func() bool {
+		list, err := nodes.client.NetworkingV1().IPAddresses().List(ctx, metav1.ListOptions{LabelSelector: ipam.ClaimSelector()})
+		if err != nil {
+			return false
+		}
+		claims = slices.DeleteFunc(list.Items, func(ip networkingv1.IPAddress) bool {
+			r, err := netip.ParsePrefix(ip.Annotations[ipam.AnnotationClaimRange])
+			return err != nil || !cluster.Overlaps(r)
+		})
+		return len(claims) == count
+	})
+	byNode := map[string]networkingv1.IPAddress{}
+	for _, ip := range claims {
+		byNode[ip.Spec.ParentRef.Name] = ip
+	}
+	for _, n := range live.Items {
+		ip, ok := byNode[n.Name]
+		switch {
+		case !ok:
+			t.Errorf("Node %s has no claim", n.Name)
+		case ip.Labels[ipam.LabelClaimNodeUID] != string(n.UID) || ip.Annotations[ipam.AnnotationClaimRange] != n.Spec.PodCIDR:
+			t.Errorf("Node %s (%s, %s) has claim %s for %s, %s", n.Name, n.UID, n.Spec.PodCIDR, ip.Name,
+				ip.Labels[ipam.LabelClaimNodeUID], ip.Annotations[ipam.AnnotationClaimRange])
+		}
+	}
+
+	// Writes: Node patches per name (a churned name had two Node objects), and claims.
+	evs, err := env.Writes(testenv.ByUserAgentPrefix(controller.UserAgentPrefix(), "nodes", "ipaddresses"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	patches := map[string]int{}
+	var claimCreates, claimConflicts, claimDeletes, stale int
+	for _, ev := range evs {
+		switch {
+		case ev.ObjectRef.Resource == "nodes" && ev.Verb == "patch" && strings.HasPrefix(ev.ObjectRef.Name, "split-"):
+			patches[ev.ObjectRef.Name]++
+			if ev.ResponseStatus.Code == http.StatusConflict {
+				stale++
+			}
+		case ev.ObjectRef.Resource == "ipaddresses" && ev.Verb == "create":
+			claimCreates++
+			if ev.ResponseStatus.Code == http.StatusConflict {
+				claimConflicts++
+			}
+		case ev.ObjectRef.Resource == "ipaddresses" && ev.Verb == "delete":
+			claimDeletes++
+		}
+	}
+	most, total := 0, 0
+	for _, n := range patches {
+		most = max(most, n)
+		total += n
+	}
+	collisions := 0.0
+	for _, ctl := range ctls {
+		collisions += ctl.Metric("kcm_split_nodelifecycle_cidr_claim_collisions_total")
+	}
+	t.Logf("%d live Nodes (%d names churned), %d distinct ranges; Node patches %d (%d refused as stale), at most %d for one name, %.2f per name; claims created %d (%d AlreadyExists), deleted %d; collisions counted %v",
+		len(got), len(churned), len(owner), total, stale, most, float64(total)/float64(count), claimCreates, claimConflicts, claimDeletes, collisions)
+	// Per Node object: each of the two allocators writes at most maxPatchTries times per
+	// sync, and a sync ends with the range set; a churned name had two objects.
+	const bound = 2 * 2 * 3
+	for name, n := range patches {
+		if n > bound {
+			t.Errorf("Node %s patched %d times, more than %d", name, n, bound)
+		}
 	}
 }

@@ -64,13 +64,17 @@ func run(ctx context.Context, rt *app.Runtime) error {
 	if err != nil {
 		return err // Validate has passed it already
 	}
-	// Node IPAM shares the Node informer; upstream gives it its own client and Events.
-	allocator, err := ipam.New(factory.Core().V1().Nodes(), client, rt.EventRecorder(ctx, ipam.ComponentName), cfg, rt.Registry, ControllerID)
+	// Node IPAM shares the Node informer; upstream gives it its own client and Events. Its
+	// range claims (IPAddresses) are watched by label: only the allocators' own.
+	claimFactory := informers.NewSharedInformerFactoryWithOptions(client, resync, transform,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = ipam.ClaimSelector() }))
+	allocator, err := ipam.New(factory.Core().V1().Nodes(), claimFactory.Networking().V1().IPAddresses(), client,
+		rt.EventRecorder(ctx, ipam.ComponentName), cfg, rt.Registry, ControllerID)
 	if err != nil {
 		return err
 	}
 	rt.SetSynced(func() bool { return c.HasSynced() && allocator.HasSynced() })
-	return informer.Run(ctx, func(ctx context.Context) error { return runAll(ctx, c.Run, allocator.Run) }, factory, leaseFactory, podFactory)
+	return informer.Run(ctx, func(ctx context.Context) error { return runAll(ctx, c.Run, allocator.Run) }, factory, leaseFactory, podFactory, claimFactory)
 }
 
 // runAll runs each function until ctx ends or one of them fails, which stops the others.

@@ -8,7 +8,9 @@
 // lies outside the cluster CIDR, or overlaps another Node's, gets an Event and keeps its
 // range (upstream fails to start, or retries it forever); a write that fails keeps its
 // range reserved for that Node (upstream may free a range a Node got after all); a range
-// two Nodes claim stays taken until both are gone.
+// two Nodes claim stays taken until both are gone; and two allocators running at once
+// never hand out one range twice: each range is claimed in shared state (claims.go) before
+// it is written, and each write is conditioned on the Node's resourceVersion.
 package ipam
 
 import (
@@ -28,6 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	coreinformers "k8s.io/client-go/informers/core/v1"
+	networkinginformers "k8s.io/client-go/informers/networking/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -98,11 +101,17 @@ type Controller struct {
 	held map[string]holding
 	// waiting are the Nodes that found no free range; a release tries them again.
 	waiting map[string]bool
+	// claims are the known claims (IPAddresses) by name, this process's and others'.
+	claims map[string]claim
+	// ownHold names the claims that hold their range in the sets on their own account: no
+	// holding of this process (a Node's ranges or a reservation) covers them.
+	ownHold map[string]bool
 }
 
 // New builds the controller over cfg (at least one Range) and registers its handlers; it
-// starts nothing. controller is the "controller" label of the reconcile metrics.
-func New(nodes coreinformers.NodeInformer, client kubernetes.Interface, recorder record.EventRecorder, cfg Config, reg prometheus.Registerer, controller string) (*Controller, error) {
+// starts nothing. claims is an IPAddress informer limited to ClaimSelector. controller is
+// the "controller" label of the reconcile metrics.
+func New(nodes coreinformers.NodeInformer, claims networkinginformers.IPAddressInformer, client kubernetes.Interface, recorder record.EventRecorder, cfg Config, reg prometheus.Registerer, controller string) (*Controller, error) {
 	if len(cfg.Ranges) == 0 {
 		return nil, errors.New("no cluster CIDR to allocate from")
 	}
@@ -116,6 +125,8 @@ func New(nodes coreinformers.NodeInformer, client kubernetes.Interface, recorder
 		metrics: newMetrics(reg),
 		held:    map[string]holding{},
 		waiting: map[string]bool{},
+		claims:  map[string]claim{},
+		ownHold: map[string]bool{},
 	}
 	for _, r := range cfg.Ranges {
 		set, err := cidrset.New(r.Cluster, r.MaskSize)
@@ -140,6 +151,11 @@ func New(nodes coreinformers.NodeInformer, client kubernetes.Interface, recorder
 		AddFunc:    c.enqueue,
 		UpdateFunc: c.onUpdate,
 		DeleteFunc: c.enqueue,
+	})
+	c.handlers.Add(claims.Informer(), cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.onClaim,
+		UpdateFunc: func(_, cur any) { c.onClaim(cur) },
+		DeleteFunc: c.onClaimDelete,
 	})
 	return c, nil
 }
@@ -205,7 +221,11 @@ func (c *Controller) Run(ctx context.Context) error {
 	return nil
 }
 
-// rebuild marks the ranges of every cached Node used, before any range is handed out.
+// rebuild marks the ranges of every cached Node used, before any range is handed out. The
+// claims are accounted for already (their handler ran for each before the caches synced):
+// those of a Node with that range become part of its holding, the others keep their range
+// used until they are released, and those whose Node is unknown here are queued to be
+// verified and released.
 func (c *Controller) rebuild(ctx context.Context) error {
 	nodes, err := c.nodes.List(labels.Everything())
 	if err != nil {
@@ -227,7 +247,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	node, err := c.nodes.Get(name)
 	if apierrors.IsNotFound(err) {
 		c.release(ctx, name)
-		return nil
+		return c.collectClaims(ctx, name, nil)
 	}
 	if err != nil {
 		return err
@@ -235,7 +255,10 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	c.forgetPredecessor(ctx, node)
 	if len(podCIDRs(node)) > 0 {
 		c.adopt(ctx, node)
-		return nil
+		return c.collectClaims(ctx, name, node)
+	}
+	if err := c.collectClaims(ctx, name, node); err != nil {
+		return err
 	}
 	if node.DeletionTimestamp != nil {
 		c.mu.Lock()
@@ -243,15 +266,24 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		c.mu.Unlock()
 		return nil // going away: it needs no range
 	}
-	ranges, err := c.reserve(node)
-	if err != nil {
-		var full *fullError
-		if errors.As(err, &full) {
-			return nil // waiting; a release tries again
+	for try := 1; ; try++ {
+		ranges, err := c.reserve(node)
+		if err != nil {
+			var full *fullError
+			if errors.As(err, &full) {
+				return nil // waiting; a release tries again
+			}
+			return err
 		}
-		return err
+		err = c.claimRanges(ctx, node, ranges)
+		if errors.Is(err, errTaken) && try < maxClaimTries {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		return c.write(ctx, node, ranges)
 	}
-	return c.write(ctx, node, ranges)
 }
 
 // forgetPredecessor releases what an earlier Node of the same name held (deleted and
@@ -294,26 +326,52 @@ func (c *Controller) take(node *v1.Node) ([]netip.Prefix, *fullError) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	name := node.Name
-	if h := c.held[name]; h.reserved {
-		if !c.sharedLocked(h.ranges) {
-			return h.ranges, nil // reserved before; the write did not land or is not seen yet
+	// What is reserved already (the write did not land or is not seen yet, or a range was
+	// lost to another claim) is kept, one range per family, unless another Node registered
+	// with a range overlapping it meanwhile. Should an earlier write of a dropped range have
+	// landed after all, the apiserver refuses the new one and the Node's real ranges are
+	// adopted.
+	have := make([]netip.Prefix, len(c.families))
+	if h := c.held[name]; h.reserved && h.uid == node.UID {
+		var drop []netip.Prefix
+		for _, r := range h.ranges {
+			i := c.familyIndex(r)
+			if i < 0 || have[i].IsValid() || c.sharedLocked([]netip.Prefix{r}) {
+				drop = append(drop, r)
+				continue
+			}
+			have[i] = r
 		}
-		// Another Node registered with a range overlapping this unwritten reservation: take
-		// others. Should the earlier write have landed after all, the apiserver refuses the
-		// new one and the Node's real ranges are adopted.
-		c.releaseLocked(h.ranges)
+		c.dropLocked(name, holding{uid: h.uid, ranges: drop})
 		delete(c.held, name)
 	}
+	// A claim made for this very Node by someone else (an allocator that stopped before
+	// writing, or one working on it right now) is taken over rather than a new range.
+	for _, cl := range c.claims {
+		if cl.node != name || cl.nodeUID != node.UID || !c.ownHold[cl.name] {
+			continue
+		}
+		if i := c.familyIndex(cl.r); i >= 0 && !have[i].IsValid() && c.families[i].set.Contains(cl.r) && !c.sharedLocked([]netip.Prefix{cl.r}) {
+			delete(c.ownHold, cl.name)
+			have[i] = cl.r
+		}
+	}
 	// All families or none: check before taking anything.
-	for _, f := range c.families {
-		if f.set.Used() == f.set.Size() {
+	for i, f := range c.families {
+		if !have[i].IsValid() && f.set.Used() == f.set.Size() {
+			c.dropLocked(name, holding{uid: node.UID, ranges: slices.DeleteFunc(have, func(p netip.Prefix) bool { return !p.IsValid() })})
 			first := !c.waiting[name]
 			c.setWaitingLocked(name, true)
+			c.observeLocked()
 			return nil, &fullError{cluster: f.label, size: f.set.Size(), first: first}
 		}
 	}
 	ranges := make([]netip.Prefix, 0, len(c.families))
-	for _, f := range c.families {
+	for i, f := range c.families {
+		if have[i].IsValid() {
+			ranges = append(ranges, have[i])
+			continue
+		}
 		r, tries, err := f.set.Allocate()
 		if err != nil { // cannot happen: checked above, under the same lock
 			panic(fmt.Sprintf("allocating from %s with %d of %d used: %v", f.label, f.set.Used(), f.set.Size(), err))
@@ -350,44 +408,64 @@ func (c *Controller) setWaitingLocked(name string, waiting bool) {
 	c.metrics.waiting.Set(float64(len(c.waiting)))
 }
 
-// write sets the Node's ranges. The patch carries no resourceVersion: the apiserver lets
-// spec.podCIDRs go from empty to set and never change after, so the write either sets these
-// ranges, finds them set already, or is refused because the Node got others meanwhile.
+// write sets the Node's ranges, claimed for it already. The merge patch carries the Node's
+// resourceVersion: it lands only on the version the decision was made on, so it can never
+// reach a Node deleted and registered again under the same name meanwhile (the claim names
+// the old one). A 409 re-reads the Node: gone or replaced, the ranges are let go; ranges set
+// by someone else are adopted; otherwise the write is made again on the latest version, a
+// bounded number of times.
 func (c *Controller) write(ctx context.Context, node *v1.Node, ranges []netip.Prefix) error {
 	logger := klog.FromContext(ctx)
 	strs := make([]string, len(ranges))
 	for i, r := range ranges {
 		strs[i] = r.String()
 	}
-	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"podCIDR": strs[0], "podCIDRs": strs}})
-	if err != nil {
-		return err
-	}
-	_, err = c.client.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType, patch, metav1.PatchOptions{})
-	switch {
-	case err == nil:
-		logger.Info("Set Node Pod ranges", "node", klog.KObj(node), "podCIDRs", strs)
-		return nil
-	case apierrors.IsNotFound(err):
-		c.release(ctx, node.Name)
-		return nil
-	case apierrors.IsInvalid(err) || apierrors.IsConflict(err):
-		// Someone else set the Node's ranges first: take theirs, free ours.
+	var err error
+	for try := 1; ; try++ {
+		var patch []byte
+		patch, err = json.Marshal(map[string]any{
+			"metadata": map[string]any{"resourceVersion": node.ResourceVersion},
+			"spec":     map[string]any{"podCIDR": strs[0], "podCIDRs": strs},
+		})
+		if err != nil {
+			return err
+		}
+		_, err = c.client.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		switch {
+		case err == nil:
+			logger.Info("Set Node Pod ranges", "node", klog.KObj(node), "podCIDRs", strs)
+			return nil
+		case apierrors.IsNotFound(err):
+			c.release(ctx, node.Name)
+			return c.collectClaims(ctx, node.Name, nil)
+		case !apierrors.IsInvalid(err) && !apierrors.IsConflict(err):
+			// Keep the reservation: the write may have landed, and the next try writes the
+			// same.
+			c.recorder.Eventf(nodeRef(node), v1.EventTypeWarning, ReasonCIDRAssignmentFailed, "Setting Pod ranges %v: %v", strs, err)
+			return fmt.Errorf("setting Pod ranges %v of Node %s: %w", strs, node.Name, err)
+		}
+		// Stale, or someone else set the Node's ranges first: look at the Node as it is.
 		live, getErr := c.client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(getErr):
 			c.release(ctx, node.Name)
-			return nil
+			return c.collectClaims(ctx, node.Name, nil)
 		case getErr != nil:
 			return fmt.Errorf("reading Node %s after its Pod ranges were refused: %w", node.Name, getErr)
+		case live.UID != node.UID:
+			// Replaced: what was reserved for the old Node is let go (its claims once
+			// verified), the new one is synced on its own event.
+			c.release(ctx, node.Name)
+			return c.collectClaims(ctx, node.Name, live)
 		case len(podCIDRs(live)) > 0:
 			c.adopt(ctx, live)
-			return nil
+			return c.collectClaims(ctx, node.Name, live)
+		case try >= maxPatchTries:
+			return fmt.Errorf("setting Pod ranges %v of Node %s: still stale after %d tries: %w", strs, node.Name, try, err)
 		}
+		logger.V(2).Info("Node changed under the write of its Pod ranges, writing again", "node", klog.KObj(node), "resourceVersion", live.ResourceVersion)
+		node = live
 	}
-	// Keep the reservation: the write may have landed, and the next try writes the same.
-	c.recorder.Eventf(nodeRef(node), v1.EventTypeWarning, ReasonCIDRAssignmentFailed, "Setting Pod ranges %v: %v", strs, err)
-	return fmt.Errorf("setting Pod ranges %v of Node %s: %w", strs, node.Name, err)
 }
 
 // adopt accounts for the ranges a Node has: it frees what was reserved for it if that is not
@@ -404,7 +482,7 @@ func (c *Controller) adopt(ctx context.Context, node *v1.Node) {
 		c.mu.Unlock()
 		return
 	}
-	freed := c.releaseLocked(prev.ranges)
+	freed := c.dropLocked(node.Name, prev)
 	var outside, shared []string
 	for _, r := range ranges {
 		f := c.familyOf(r)
@@ -415,9 +493,7 @@ func (c *Controller) adopt(ctx context.Context, node *v1.Node) {
 		if !f.set.Contains(r) {
 			outside = append(outside, r.String())
 		}
-		taken, sharedSlots := f.set.Occupy(r)
-		c.metrics.allocations.WithLabelValues(f.label).Add(float64(taken))
-		if sharedSlots > 0 {
+		if c.occupyLocked(node.Name, node.UID, r) {
 			shared = append(shared, r.String())
 		}
 	}
@@ -448,8 +524,8 @@ func (c *Controller) release(ctx context.Context, name string) {
 		return
 	}
 	ranges := h.ranges
-	freed := c.releaseLocked(ranges)
 	delete(c.held, name)
+	freed := c.dropLocked(name, h)
 	c.observeLocked()
 	wake := c.wakeLocked(freed)
 	c.mu.Unlock()
@@ -489,12 +565,19 @@ func (c *Controller) requeue(names []string) {
 }
 
 func (c *Controller) familyOf(r netip.Prefix) *family {
-	for _, f := range c.families {
-		if f.set.Cluster().Addr().BitLen() == r.Addr().BitLen() {
-			return f
-		}
+	if i := c.familyIndex(r); i >= 0 {
+		return c.families[i]
 	}
 	return nil
+}
+
+func (c *Controller) familyIndex(r netip.Prefix) int {
+	for i, f := range c.families {
+		if f.set.Cluster().Addr().BitLen() == r.Addr().BitLen() {
+			return i
+		}
+	}
+	return -1
 }
 
 func (c *Controller) clusterLabels() []string {

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -35,6 +36,7 @@ type fixture struct {
 	reg      *prometheus.Registry
 	c        *Controller
 	nodes    cache.Indexer
+	claims   cache.Indexer
 }
 
 func newFixture(t *testing.T, opts Options, objs ...runtime.Object) *fixture {
@@ -48,14 +50,24 @@ func newFixture(t *testing.T, opts Options, objs ...runtime.Object) *fixture {
 	factory := informers.NewSharedInformerFactory(client, 0)
 	f := &fixture{t: t, client: client, recorder: record.NewFakeRecorder(100), reg: prometheus.NewRegistry(),
 		nodes: factory.Core().V1().Nodes().Informer().GetIndexer()}
-	f.c, err = New(factory.Core().V1().Nodes(), client, f.recorder, cfg, f.reg, "test")
+	f.claims = factory.Networking().V1().IPAddresses().Informer().GetIndexer()
+	f.c, err = New(factory.Core().V1().Nodes(), factory.Networking().V1().IPAddresses(), client, f.recorder, cfg, f.reg, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(f.c.queue.ShutDown)
 	for _, o := range objs {
-		if err := f.nodes.Add(o); err != nil {
-			t.Fatal(err)
+		switch o := o.(type) {
+		case *networkingv1.IPAddress:
+			// Claims found at start: the informer's handler runs before the rebuild.
+			if err := f.claims.Add(o); err != nil {
+				t.Fatal(err)
+			}
+			f.c.onClaim(o)
+		default:
+			if err := f.nodes.Add(o); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	if err := f.c.rebuild(context.Background()); err != nil {
@@ -65,7 +77,7 @@ func newFixture(t *testing.T, opts Options, objs ...runtime.Object) *fixture {
 }
 
 func node(name string, cidrs ...string) *v1.Node {
-	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name)}}
+	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), ResourceVersion: "7"}}
 	if len(cidrs) > 0 {
 		n.Spec.PodCIDR, n.Spec.PodCIDRs = cidrs[0], cidrs
 	}
@@ -124,6 +136,9 @@ func (f *fixture) patches() []string {
 		if p, ok := a.(clienttesting.PatchAction); ok && a.GetResource().Resource == "nodes" {
 			out = append(out, p.GetName()+" "+string(p.GetPatch()))
 			continue
+		}
+		if a.GetResource().Resource == "ipaddresses" {
+			continue // claims: see claimWrites
 		}
 		if a.GetVerb() != "create" && a.GetVerb() != "delete" {
 			out = append(out, a.GetVerb()+" "+a.GetResource().Resource)
@@ -377,8 +392,8 @@ func TestFailedWriteKeepsTheReservationForTheRetry(t *testing.T) {
 		if err := json.Unmarshal([]byte(p[strings.IndexByte(p, ' ')+1:]), &body); err != nil {
 			t.Fatal(err)
 		}
-		if _, hasRV := body["metadata"]; hasRV {
-			t.Errorf("patch %s carries metadata", p)
+		if rv, _ := body["metadata"].(map[string]any)["resourceVersion"].(string); rv != "7" {
+			t.Errorf("patch %s is not conditioned on the Node's resourceVersion 7", p)
 		}
 		bodies = append(bodies, body)
 	}
@@ -403,7 +418,7 @@ func TestDeletedNodeWithWriteInFlightFreesItsRange(t *testing.T) {
 func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
 
 func TestNewNeedsARange(t *testing.T) {
-	if _, err := New(nil, nil, nil, Config{}, nil, "x"); err == nil || !strings.Contains(err.Error(), "no cluster CIDR") {
+	if _, err := New(nil, nil, nil, nil, Config{}, nil, "x"); err == nil || !strings.Contains(err.Error(), "no cluster CIDR") {
 		t.Fatalf("New without ranges: %v", err)
 	}
 }

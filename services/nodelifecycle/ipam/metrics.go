@@ -15,6 +15,9 @@ type ipamMetrics struct {
 	max         *prometheus.GaugeVec
 	tries       *prometheus.HistogramVec
 	waiting     prometheus.Gauge
+	// claimCollisions counts ranges found claimed by someone else when this allocator went
+	// to claim them: another allocator runs (a split brain), or this one's view was behind.
+	claimCollisions prometheus.Counter
 }
 
 const subsystem = "node_ipam_controller"
@@ -48,6 +51,10 @@ func newMetrics(reg prometheus.Registerer) *ipamMetrics {
 			Name: "kcm_split_nodelifecycle_nodes_waiting_for_cidr",
 			Help: "Nodes without a Pod range because their cluster CIDR has no free range; each gets one as soon as one is freed.",
 		}),
+		claimCollisions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kcm_split_nodelifecycle_cidr_claim_collisions_total",
+			Help: "Ranges this allocator went to claim for a Node and found claimed by someone else (another allocator), so it took another.",
+		}),
 	}
 	if reg == nil {
 		return m
@@ -58,5 +65,6 @@ func newMetrics(reg prometheus.Registerer) *ipamMetrics {
 	m.max = metrics.Register(reg, m.max)
 	m.tries = metrics.Register(reg, m.tries)
 	m.waiting = metrics.Register(reg, m.waiting)
+	m.claimCollisions = metrics.Register(reg, m.claimCollisions)
 	return m
 }
