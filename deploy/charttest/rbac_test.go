@@ -65,16 +65,6 @@ var (
 	}
 )
 
-// ipAddressClaims are the IPAddress permissions of node IPAM (nodelifecycle), granted before
-// it claims ranges with IPAddress objects (servicelb's allocator already does).
-var ipAddressClaims = map[string]string{
-	"create networking.k8s.io/ipaddresses": "issue 17: the allocator will claim with IPAddress objects",
-	"get networking.k8s.io/ipaddresses":    "issue 17: the allocator will claim with IPAddress objects",
-	"list networking.k8s.io/ipaddresses":   "issue 17: the allocator will claim with IPAddress objects",
-	"watch networking.k8s.io/ipaddresses":  "issue 17: the allocator will claim with IPAddress objects",
-	"delete networking.k8s.io/ipaddresses": "issue 17: the allocator will claim with IPAddress objects",
-}
-
 func with(m map[string]string, more map[string]string) map[string]string {
 	out := map[string]string{}
 	for k, v := range m {
@@ -130,9 +120,10 @@ var scenarios = map[string]scenario{
 			{Verb: "list", Group: "coordination.k8s.io", Resource: "leases", Namespace: "default"},
 		},
 		unused: with(eventsOnFailure, map[string]string{
-			"get /nodes": "a Node is read again only after a write conflict",
+			"get /nodes":                           "a Node is read again only after a write conflict",
+			"get networking.k8s.io/ipaddresses":    "a range claim is read back only when another process created it first",
+			"delete networking.k8s.io/ipaddresses": "a range claim is deleted only when its Node is verified gone",
 		}),
-		pending: ipAddressClaims,
 		args: []string{"--node-monitor-period=1s", "--node-monitor-grace-period=4s", "--node-startup-grace-period=4s", "--node-eviction-rate=10",
 			"--allocate-node-cidrs", "--cluster-cidr=" + ipamClusterCIDR, "--node-cidr-mask-size=24"},
 	},
