@@ -238,9 +238,9 @@ func quotaScenario() scenario {
 
 func nodeScenario() scenario {
 	return scenario{
-		name: "nodelifecycle",
-		bin:  bin("nodelifecycle-controller", "nodelifecycle"),
-		args: []string{"--allocate-node-cidrs", "--cluster-cidr=198.19.0.0/16", "--node-cidr-mask-size=26"},
+		name:  "nodelifecycle",
+		bin:   bin("nodelifecycle-controller", "nodelifecycle"),
+		args:  []string{"--allocate-node-cidrs", "--cluster-cidr=198.19.0.0/16", "--node-cidr-mask-size=26"},
 		setup: func(*fixture) {},
 		step: func(ctx context.Context, f *fixture, i int) error {
 			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: f.name("node", i), Labels: map[string]string{"drill": f.run}}}
@@ -305,7 +305,9 @@ func serviceLBScenario() scenario {
 			if _, err := f.dyn.Resource(poolGVR).Create(context.Background(), pool, metav1.CreateOptions{}); err != nil {
 				f.t.Fatal(err)
 			}
-			f.t.Cleanup(func() { _ = f.dyn.Resource(poolGVR).Delete(context.Background(), "drill-"+f.ns, metav1.DeleteOptions{}) })
+			f.t.Cleanup(func() {
+				_ = f.dyn.Resource(poolGVR).Delete(context.Background(), "drill-"+f.ns, metav1.DeleteOptions{})
+			})
 		},
 		step: func(ctx context.Context, f *fixture, i int) error {
 			svc := &corev1.Service{
