@@ -2,7 +2,6 @@ package drills
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -244,9 +243,10 @@ func nodeScenario() scenario {
 		setup: func(*fixture) {},
 		step: func(ctx context.Context, f *fixture, i int) error {
 			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: f.name("node", i), Labels: map[string]string{"drill": f.run}}}
+			// At most 40 live Nodes of a run: ranges are freed and handed out again.
 			_, err := f.c.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
-			if err == nil && i%4 == 3 {
-				err = ignoreNotFound(f.c.CoreV1().Nodes().Delete(ctx, f.name("node", i-2), metav1.DeleteOptions{}))
+			if err == nil && i >= 40 {
+				err = ignoreNotFound(f.c.CoreV1().Nodes().Delete(ctx, f.name("node", i-40), metav1.DeleteOptions{}))
 			}
 			return err
 		},
@@ -315,9 +315,11 @@ func serviceLBScenario() scenario {
 				Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer,
 					Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
 			}
+			// At most 30 live: the pool has 254 addresses, and a freed address is handed out
+			// again (released and claimed across crashes).
 			_, err := f.c.CoreV1().Services(f.ns).Create(ctx, svc, metav1.CreateOptions{})
-			if err == nil && i%3 == 2 {
-				err = ignoreNotFound(f.c.CoreV1().Services(f.ns).Delete(ctx, f.name("lb", i-1), metav1.DeleteOptions{}))
+			if err == nil && i >= 30 {
+				err = ignoreNotFound(f.c.CoreV1().Services(f.ns).Delete(ctx, f.name("lb", i-30), metav1.DeleteOptions{}))
 			}
 			return err
 		},
@@ -513,10 +515,12 @@ func startLoad(ctx context.Context, f *fixture, sc scenario, from int, period ti
 				return
 			case <-t.C:
 			}
-			if err := sc.step(ctx, f, i); err != nil {
-				if errors.Is(err, context.Canceled) {
-					return
-				}
+			// A step runs to its end even when the load is stopped meanwhile: a step cut in
+			// half (a Pod created, the older one not yet deleted) would look like lost work.
+			sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			err := sc.step(sctx, f, i)
+			cancel()
+			if err != nil {
 				l.errors.Add(1)
 				f.t.Logf("load step %d: %v", i, err)
 				continue
