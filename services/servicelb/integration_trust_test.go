@@ -181,7 +181,13 @@ func TestSplitBrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := &fixture{t: t, c: env.Client(t), pools: v1alpha1.NewClient(dyn), ns: env.Namespace(t), block: int(blocks.Add(1))}
-	f.pool("main", []string{f.v4(1) + "-" + f.v4(254)})
+	// 1,000 Services, two thirds of them live at the end: four blocks of 254 addresses.
+	ranges := []string{f.v4(1) + "-" + f.v4(254)}
+	for range 3 {
+		b := blocks.Add(1)
+		ranges = append(ranges, fmt.Sprintf("10.200.%d.1-10.200.%d.254", b, b))
+	}
+	f.pool("main", ranges)
 	var ctrls []*testenv.Controller
 	for _, name := range []string{"split-a", "split-b"} {
 		c := env.Start(t, controller, name, "--leader-elect=false")
@@ -220,7 +226,7 @@ func TestSplitBrain(t *testing.T) {
 		return byIP
 	}
 
-	const total = 300
+	const total = 1000
 	rng := rand.New(rand.NewPCG(17, 1))
 	var live []string
 	deleted := 0
