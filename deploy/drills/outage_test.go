@@ -113,9 +113,25 @@ func TestAPIServerOutage(t *testing.T) {
 					t.Errorf("%s: /livez failed %d times during the outage (a restart cannot help)", p.Name, pr.livezFailures)
 				}
 			}
+			// Leaders first, all of them polled together, so that each time is its own.
+			leaders := map[*member]*testenv.Controller{}
+			leadAfter := map[*member]time.Duration{}
+			err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+				for _, m := range members {
+					if leaders[m] != nil {
+						continue
+					}
+					if p := oneLeader(t, m.sc, m.procs); p != nil {
+						leaders[m], leadAfter[m] = p, time.Since(back)
+					}
+				}
+				return len(leaders) == len(members), nil
+			})
+			if err != nil {
+				t.Fatalf("not every binary has one leader 2 minutes after the outage: %v", err)
+			}
 			for _, m := range members {
-				leader := waitOneLeader(t, m.sc, m.procs, 2*time.Minute)
-				lead := time.Since(back)
+				leader, lead := leaders[m], leadAfter[m]
 				from := m.step
 				for ; m.step < from+3; m.step++ {
 					if err := m.sc.step(ctx, m.f, m.step); err != nil {
@@ -136,31 +152,40 @@ func TestAPIServerOutage(t *testing.T) {
 					}
 				}
 				report(t, fmt.Sprintf("apiserver down %s, %d replica(s)", outageLength, replicas), m.sc.name,
-					fmt.Sprintf("%d exits; /readyz unready after %s; one leader (%s) %s after the apiserver was back; state correct after %s",
+					fmt.Sprintf("%d exits; /readyz unready after %s; one leader (%s) %s after the apiserver was back; state correct after %s (one binary after another)",
 						restarts, strings.Join(unready, "/"), leader.Name, lead.Round(time.Millisecond), correct.Round(time.Millisecond)))
 			}
 		})
 	}
 }
 
-// waitOneLeader waits until exactly one of procs reports leading sc's Lease and the Lease
-// names it, and returns it.
+// oneLeader returns the one process of procs that reports leading sc's Lease while the Lease
+// names it, or nil.
+func oneLeader(t *testing.T, sc scenario, procs []*testenv.Controller) *testenv.Controller {
+	holder := env.LeaseHolder(t, "kube-system", sc.bin.Lease()).Holder
+	var leader *testenv.Controller
+	n := 0
+	for _, p := range procs {
+		if p.IsLeader(sc.bin.Lease()) {
+			n++
+			if p.Identity() == holder {
+				leader = p
+			}
+		}
+	}
+	if n != 1 {
+		return nil
+	}
+	return leader
+}
+
+// waitOneLeader waits until oneLeader finds the leader, and returns it.
 func waitOneLeader(t *testing.T, sc scenario, procs []*testenv.Controller, timeout time.Duration) *testenv.Controller {
 	t.Helper()
 	var leader *testenv.Controller
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		holder := env.LeaseHolder(t, "kube-system", sc.bin.Lease()).Holder
-		leader = nil
-		n := 0
-		for _, p := range procs {
-			if p.IsLeader(sc.bin.Lease()) {
-				n++
-				if p.Identity() == holder {
-					leader = p
-				}
-			}
-		}
-		return n == 1 && leader != nil, nil
+		leader = oneLeader(t, sc, procs)
+		return leader != nil, nil
 	})
 	if err != nil {
 		t.Fatalf("%s: no single leader within %s: %v", sc.name, timeout, err)
