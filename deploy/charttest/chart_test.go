@@ -391,7 +391,6 @@ func TestEveryControllerHasItsFiles(t *testing.T) {
 		for _, f := range []string{
 			filepath.Join(c.Dir, "rbac", alias+".yaml"),
 			filepath.Join(c.Dir, "dashboards", alias+".json"),
-			filepath.Join(root, "services", alias, "Dockerfile"),
 			filepath.Join(root, "services", alias, "cmd", cv.Binary),
 		} {
 			if _, err := os.Stat(f); err != nil {
@@ -415,29 +414,35 @@ func TestEveryControllerHasItsFiles(t *testing.T) {
 	}
 }
 
-// The Dockerfile builds the binary the chart runs and exposes the port the chart probes; the
-// binary's own default port is that port too.
-func TestDockerfilesAndPorts(t *testing.T) {
+// One Dockerfile builds every controller's image, as shipped (static, stripped, module alone,
+// non-root, the chart's entrypoint), from the service named by ALIAS, whose only main package
+// is the binary the chart runs; the binary's own default port is the port the chart probes.
+func TestDockerfileAndPorts(t *testing.T) {
 	_, v := chart(t)
 	root, _ := RepoRoot()
+	b, err := os.ReadFile(filepath.Join(root, "deploy", "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	df := string(b)
+	for _, want := range []string{
+		"ARG ALIAS", "services/${ALIAS}/", "./cmd/*",
+		"-trimpath", "CGO_ENABLED=0", "-s -w", "GOWORK=off",
+		"USER 65532:65532",
+		`ENTRYPOINT ["/controller"]`,
+	} {
+		if !strings.Contains(df, want) {
+			t.Errorf("deploy/Dockerfile lacks %q", want)
+		}
+	}
 	for _, alias := range v.Aliases() {
 		cv := v.Controllers[alias]
-		b, err := os.ReadFile(filepath.Join(root, "services", alias, "Dockerfile"))
+		cmds, err := os.ReadDir(filepath.Join(root, "services", alias, "cmd"))
 		if err != nil {
-			t.Errorf("%s: %v", alias, err)
-			continue
+			t.Fatal(err)
 		}
-		df := string(b)
-		for _, want := range []string{
-			"./cmd/" + cv.Binary,
-			"-trimpath", "CGO_ENABLED=0", "-s -w", "GOWORK=off",
-			fmt.Sprintf("EXPOSE %d", cv.Port),
-			"USER 65532:65532",
-			`ENTRYPOINT ["/` + cv.Binary + `"]`,
-		} {
-			if !strings.Contains(df, want) {
-				t.Errorf("services/%s/Dockerfile lacks %q", alias, want)
-			}
+		if len(cmds) != 1 || cmds[0].Name() != cv.Binary {
+			t.Errorf("services/%s/cmd holds %v, want only %s (the Dockerfile builds the one main package there)", alias, cmds, cv.Binary)
 		}
 		flags := binaryFlags(t, alias, cv.Binary)
 		if got := flags["secure-port"].def; got != fmt.Sprint(cv.Port) {
