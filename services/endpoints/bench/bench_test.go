@@ -23,7 +23,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kcm-split/kcm-split/shared/testenv"
-	"github.com/kcm-split/kcm-split/shared/testenv/benchkit"
+	"github.com/kcm-split/kcm-split/shared/benchkit"
 )
 
 // Scenario size and pacing. Fixed, so runs are comparable with each other.

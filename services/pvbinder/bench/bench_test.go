@@ -28,7 +28,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kcm-split/kcm-split/shared/testenv"
-	"github.com/kcm-split/kcm-split/shared/testenv/benchkit"
+	"github.com/kcm-split/kcm-split/shared/benchkit"
 )
 
 // Scenario size and pacing, fixed so runs compare.

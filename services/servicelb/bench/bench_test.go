@@ -36,7 +36,7 @@ import (
 
 	"github.com/kcm-split/kcm-split/services/servicelb/api/v1alpha1"
 	"github.com/kcm-split/kcm-split/shared/testenv"
-	"github.com/kcm-split/kcm-split/shared/testenv/benchkit"
+	"github.com/kcm-split/kcm-split/shared/benchkit"
 )
 
 const (
