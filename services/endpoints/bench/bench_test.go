@@ -22,8 +22,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/kcm-split/kcm-split/shared/testenv"
 	"github.com/kcm-split/kcm-split/shared/benchkit"
+	"github.com/kcm-split/kcm-split/shared/testenv"
 )
 
 // Scenario size and pacing. Fixed, so runs are comparable with each other.

@@ -21,8 +21,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kcm-split/kcm-split/shared/testenv"
 	"github.com/kcm-split/kcm-split/shared/benchkit"
+	"github.com/kcm-split/kcm-split/shared/testenv"
 )
 
 // Scenario sizes, fixed so runs compare.

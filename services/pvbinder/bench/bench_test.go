@@ -27,8 +27,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/kcm-split/kcm-split/shared/testenv"
 	"github.com/kcm-split/kcm-split/shared/benchkit"
+	"github.com/kcm-split/kcm-split/shared/testenv"
 )
 
 // Scenario size and pacing, fixed so runs compare.

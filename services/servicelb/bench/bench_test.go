@@ -35,8 +35,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kcm-split/kcm-split/services/servicelb/api/v1alpha1"
-	"github.com/kcm-split/kcm-split/shared/testenv"
 	"github.com/kcm-split/kcm-split/shared/benchkit"
+	"github.com/kcm-split/kcm-split/shared/testenv"
 )
 
 const (
