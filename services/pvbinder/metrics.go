@@ -36,9 +36,9 @@ func newBinderMetrics(reg prometheus.Registerer, pvs corelisters.PersistentVolum
 		}),
 	}
 	if reg != nil {
-		metrics.Register(reg, m.bindLatency)
-		metrics.Register(reg, m.retroactive)
-		metrics.Register(reg, m.retroactiveErrors)
+		m.bindLatency = metrics.Register(reg, m.bindLatency)
+		m.retroactive = metrics.Register(reg, m.retroactive)
+		m.retroactiveErrors = metrics.Register(reg, m.retroactiveErrors)
 		metrics.Register(reg, &countCollector{pvs: pvs, claims: claims})
 	}
 	return m

@@ -84,16 +84,16 @@ func newMetrics(reg prometheus.Registerer) *controllerMetrics {
 		m.available.WithLabelValues(f)
 	}
 	if reg != nil {
-		metrics.Register(reg, m.lbSync)
-		metrics.Register(reg, m.nodeSyncError)
-		metrics.Register(reg, m.nodeSyncTime)
-		metrics.Register(reg, m.pending)
-		metrics.Register(reg, m.nodes)
-		metrics.Register(reg, m.assigned)
-		metrics.Register(reg, m.available)
-		metrics.Register(reg, m.unverified)
-		metrics.Register(reg, m.conflicts)
-		metrics.Register(reg, m.claimConflicts)
+		m.lbSync = metrics.Register(reg, m.lbSync)
+		m.nodeSyncError = metrics.Register(reg, m.nodeSyncError)
+		m.nodeSyncTime = metrics.Register(reg, m.nodeSyncTime)
+		m.pending = metrics.Register(reg, m.pending)
+		m.nodes = metrics.Register(reg, m.nodes)
+		m.assigned = metrics.Register(reg, m.assigned)
+		m.available = metrics.Register(reg, m.available)
+		m.unverified = metrics.Register(reg, m.unverified)
+		m.conflicts = metrics.Register(reg, m.conflicts)
+		m.claimConflicts = metrics.Register(reg, m.claimConflicts)
 	}
 	return m
 }

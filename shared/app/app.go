@@ -93,6 +93,7 @@ type Runtime struct {
 	synced atomic.Pointer[func() bool]
 	mu     sync.Mutex
 	events record.EventBroadcaster
+	term   *metrics.TermRegistry
 }
 
 // ResyncPeriod returns a random duration in [--min-resync-period, 2 x --min-resync-period),
@@ -128,6 +129,12 @@ func (rt *Runtime) EventRecorder(ctx context.Context, component string) record.E
 // Run returns.
 func (rt *Runtime) runTerm(ctx context.Context, run func(context.Context, *Runtime) error) error {
 	rt.synced.Store(nil)
+	if rt.term != nil {
+		// Metrics of the term's controller live as long as the term: collectors reading its
+		// listers never outlive them, and a next term starts its series afresh.
+		rt.Registry = rt.term.Begin()
+		defer rt.term.End()
+	}
 	defer func() {
 		rt.mu.Lock()
 		b := rt.events
@@ -328,7 +335,7 @@ func run(parent context.Context, spec Spec, c *cli.Context, stderr io.Writer) er
 	if err != nil {
 		return fmt.Errorf("building client: %w", err)
 	}
-	rt := &Runtime{CLI: c, Config: ctrlCfg, Client: client, Registry: reg, Health: checks, Logger: logger}
+	rt := &Runtime{CLI: c, Config: ctrlCfg, Client: client, Health: checks, Logger: logger, term: &metrics.TermRegistry{}}
 
 	checks.Add("leaderElection", elector.Check, health.Healthz, health.Livez)
 	checks.Add("apiserver", contact.Check(apiserverUnreachableAfter), health.Readyz)
@@ -348,7 +355,7 @@ func run(parent context.Context, spec Spec, c *cli.Context, stderr io.Writer) er
 		return nil
 	}, health.Readyz)
 
-	srv, err := serve(logger, o, cfg, reg, checks)
+	srv, err := serve(logger, o, cfg, reg, rt.term, checks)
 	if err != nil {
 		return err
 	}

@@ -44,11 +44,11 @@ func disabled(addr string) bool {
 // serve starts the secure server (metrics and health behind authentication and authorization,
 // the default) and, only when asked for, the plain-HTTP ones: one server when the metrics and
 // health flags name the same address, two otherwise.
-func serve(logger logr.Logger, o options, cfg *rest.Config, reg *prometheus.Registry, checks *health.Checks) (*servers, error) {
+func serve(logger logr.Logger, o options, cfg *rest.Config, reg *prometheus.Registry, term prometheus.Gatherer, checks *health.Checks) (*servers, error) {
 	s := &servers{}
 	if o.secure.Enabled() {
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", metrics.Handler(reg))
+		mux.Handle("/metrics", metrics.Handler(reg, term))
 		checks.Install(mux)
 		srv, err := serving.Start(logger, &o.secure, o.ttls, cfg, reg, mux)
 		if err != nil {
@@ -71,7 +71,7 @@ func serve(logger logr.Logger, o options, cfg *rest.Config, reg *prometheus.Regi
 		return m
 	}
 	if !disabled(o.metrics) {
-		mux(o.metrics).Handle("/metrics", metrics.Handler(reg))
+		mux(o.metrics).Handle("/metrics", metrics.Handler(reg, term))
 	}
 	if !disabled(healthAddr) {
 		checks.Install(mux(healthAddr))

@@ -9,10 +9,12 @@ package metrics
 import (
 	"errors"
 	"net/http"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // NewRegistry returns a registry with the Go runtime, process and client-go REST collectors.
@@ -26,9 +28,34 @@ func NewRegistry() *prometheus.Registry {
 	return reg
 }
 
-// Handler serves reg in the Prometheus exposition format.
-func Handler(reg *prometheus.Registry) http.Handler {
-	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, ErrorHandling: promhttp.ContinueOnError})
+// Handler serves reg, and each of more, in the Prometheus exposition format.
+func Handler(reg *prometheus.Registry, more ...prometheus.Gatherer) http.Handler {
+	g := append(prometheus.Gatherers{reg}, more...)
+	return promhttp.HandlerFor(g, promhttp.HandlerOpts{Registry: reg, ErrorHandling: promhttp.ContinueOnError})
+}
+
+// TermRegistry holds the registry of the current term of leadership: a controller registers
+// its metrics afresh in each term (a restart without the restart), so none of them outlives
+// the caches it reads, and a standby exports none. It is a Gatherer for Handler.
+type TermRegistry struct{ cur atomic.Pointer[prometheus.Registry] }
+
+// Begin starts a term with an empty registry and returns it.
+func (t *TermRegistry) Begin() *prometheus.Registry {
+	r := prometheus.NewRegistry()
+	t.cur.Store(r)
+	return r
+}
+
+// End drops the term's registry: its metrics are no longer served.
+func (t *TermRegistry) End() { t.cur.Store(nil) }
+
+// Gather gathers the current term's registry, if any.
+func (t *TermRegistry) Gather() ([]*dto.MetricFamily, error) {
+	r := t.cur.Load()
+	if r == nil {
+		return nil, nil
+	}
+	return r.Gather()
 }
 
 // Register registers c into reg, or returns the collector already registered under the same

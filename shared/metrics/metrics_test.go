@@ -81,3 +81,29 @@ func TestRegisterReturnsTheExistingCollector(t *testing.T) {
 	NewRegistry()
 	NewRegistry()
 }
+
+func TestTermRegistry(t *testing.T) {
+	var term TermRegistry
+	if got, err := term.Gather(); err != nil || len(got) != 0 {
+		t.Fatalf("before a term: %v, %v", got, err)
+	}
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "term_counter", Help: "h"})
+	Register(term.Begin(), c).Add(2)
+	got, err := term.Gather()
+	if err != nil || len(got) != 1 || got[0].GetName() != "term_counter" || got[0].Metric[0].Counter.GetValue() != 2 {
+		t.Fatalf("during the term: %v, %v", got, err)
+	}
+	term.End()
+	if got, _ := term.Gather(); len(got) != 0 {
+		t.Fatalf("after the term: %v", got)
+	}
+	// A second term registers the same metric afresh: no AlreadyRegistered, a new series.
+	c2 := Register(term.Begin(), prometheus.NewCounter(prometheus.CounterOpts{Name: "term_counter", Help: "h"}))
+	if c2 == c {
+		t.Fatal("the second term got the first term's collector")
+	}
+	got, _ = term.Gather()
+	if v := got[0].Metric[0].Counter.GetValue(); v != 0 {
+		t.Fatalf("second term starts at %v, want 0", v)
+	}
+}
