@@ -37,7 +37,9 @@ func Handler(reg *prometheus.Registry, more ...prometheus.Gatherer) http.Handler
 // TermRegistry holds the registry of the current term of leadership: a controller registers
 // its metrics afresh in each term (a restart without the restart), so none of them outlives
 // the caches it reads, and a standby exports none. It is a Gatherer for Handler.
-type TermRegistry struct{ cur atomic.Pointer[prometheus.Registry] }
+type TermRegistry struct {
+	cur atomic.Pointer[prometheus.Registry]
+}
 
 // Begin starts a term with an empty registry and returns it.
 func (t *TermRegistry) Begin() *prometheus.Registry {
