@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
-	"github.com/kcm-split/kcm-split/services/servicelb/ipam"
+	"github.com/kcm-split/kcm-split/services/servicelb/addrpool"
 )
 
 // Address claims.
@@ -103,7 +103,7 @@ func claimParent(ip *networkingv1.IPAddress) string {
 // newClaim is the IPAddress claiming a for svc; pool is where it came from, if known.
 func newClaim(svc *v1.Service, a netip.Addr, pool string) *networkingv1.IPAddress {
 	fam := v1.IPv4Protocol
-	if ipam.FamilyOf(a) == ipam.IPv6 {
+	if addrpool.FamilyOf(a) == addrpool.IPv6 {
 		fam = v1.IPv6Protocol
 	}
 	ip := &networkingv1.IPAddress{
@@ -276,7 +276,7 @@ func (c *Controller) holdsOther(key string, a netip.Addr) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, h := range c.alloc.Assigned(key) {
-		if h != a && ipam.FamilyOf(h) == ipam.FamilyOf(a) {
+		if h != a && addrpool.FamilyOf(h) == addrpool.FamilyOf(a) {
 			return true
 		}
 	}

@@ -37,7 +37,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kcm-split/kcm-split/services/servicelb/api/v1alpha1"
-	"github.com/kcm-split/kcm-split/services/servicelb/ipam"
+	"github.com/kcm-split/kcm-split/services/servicelb/addrpool"
 	"github.com/kcm-split/kcm-split/shared/informer"
 	"github.com/kcm-split/kcm-split/shared/worker"
 )
@@ -95,7 +95,7 @@ type Controller struct {
 	// mu guards everything below: allocation decisions are made one at a time, whatever
 	// the number of workers; the API writes that follow are not under it.
 	mu        sync.Mutex
-	alloc     *ipam.Allocator
+	alloc     *addrpool.Allocator
 	poolInfo  map[string]*poolInfo
 	pending   map[string]bool   // Services waiting for an address
 	badInput  map[string]string // last invalid request reported per Service, to report it once
@@ -162,7 +162,7 @@ func New(
 			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[string](poolRetryMin, poolRetryMax),
 		}),
 		stale:       newStaleTracker(),
-		alloc:       ipam.New(),
+		alloc:       addrpool.New(),
 		poolInfo:    map[string]*poolInfo{},
 		pending:     map[string]bool{},
 		badInput:    map[string]string{},
@@ -343,7 +343,7 @@ func (c *Controller) restore(ctx context.Context) {
 		if parent == "" || len(c.alloc.Holders(a)) > 0 {
 			continue
 		}
-		props := ipam.Props{SharingKey: claim.Annotations[AnnotationAllowSharedIP]}
+		props := addrpool.Props{SharingKey: claim.Annotations[AnnotationAllowSharedIP]}
 		ns, name, _ := cache.SplitMetaNamespaceKey(parent)
 		if svc, err := c.services.Services(ns).Get(name); err == nil {
 			if !handles(svc, c.opts.LoadBalancerClass) {
@@ -681,7 +681,7 @@ func (c *Controller) adoptable(ctx context.Context, key string, svc *v1.Service)
 func (c *Controller) claimAll(ctx context.Context, key string, svc *v1.Service, plan assignment) error {
 	shown := statusAddrs(svc)
 	for _, in := range plan.ingress {
-		a, err := ipam.ParseAddr(in.IP)
+		a, err := addrpool.ParseAddr(in.IP)
 		if err != nil {
 			continue
 		}
@@ -695,7 +695,7 @@ func (c *Controller) claimAll(ctx context.Context, key string, svc *v1.Service, 
 			c.alloc.ReleaseAddr(key, a)
 			// Reserved here until its claim is deleted, so the next choice is another
 			// address; the owner's sync takes it over if it shows it.
-			_ = c.alloc.Claim(takenKey(a), a, ipam.Props{SharingKey: taken.key})
+			_ = c.alloc.Claim(takenKey(a), a, addrpool.Props{SharingKey: taken.key})
 			if ns, _, err := cache.SplitMetaNamespaceKey(taken.owner); err == nil && ns != "" {
 				c.queue.Add(taken.owner)
 			}
@@ -867,7 +867,7 @@ func (c *Controller) assign(ctx context.Context, key string, svc *v1.Service, ad
 	for _, a := range adopt {
 		c.alloc.ReleaseAddr(takenKey(a), a)
 		for _, h := range c.alloc.Assigned(key) {
-			if h != a && ipam.FamilyOf(h) == ipam.FamilyOf(a) {
+			if h != a && addrpool.FamilyOf(h) == addrpool.FamilyOf(a) {
 				free(h)
 			}
 		}
@@ -877,7 +877,7 @@ func (c *Controller) assign(ctx context.Context, key string, svc *v1.Service, ad
 	}
 
 	// Keep what is valid or cannot be judged now.
-	kept := map[ipam.Family]netip.Addr{}
+	kept := map[addrpool.Family]netip.Addr{}
 	unverified := map[netip.Addr]string{}
 	for _, a := range c.alloc.Assigned(key) {
 		why, release := c.judgeLocked(svc, a, fams, requested, reqErr, candidates, known, nsLabels)
@@ -894,7 +894,7 @@ func (c *Controller) assign(ctx context.Context, key string, svc *v1.Service, ad
 		if why != "" {
 			unverified[a] = why
 		}
-		kept[ipam.FamilyOf(a)] = a
+		kept[addrpool.FamilyOf(a)] = a
 	}
 	prev := maps.Clone(kept)
 
@@ -981,8 +981,8 @@ func (c *Controller) assign(ctx context.Context, key string, svc *v1.Service, ad
 // working address away. A why with release=true is a verified reason to give it back: the
 // Service changed, or a valid, synced pool no longer covers the address or admits the
 // Service.
-func (c *Controller) judgeLocked(svc *v1.Service, a netip.Addr, fams []ipam.Family, requested map[ipam.Family]netip.Addr, reqErr error, candidates []string, known bool, nsLabels labels.Set) (why string, release bool) {
-	f := ipam.FamilyOf(a)
+func (c *Controller) judgeLocked(svc *v1.Service, a netip.Addr, fams []addrpool.Family, requested map[addrpool.Family]netip.Addr, reqErr error, candidates []string, known bool, nsLabels labels.Set) (why string, release bool) {
+	f := addrpool.FamilyOf(a)
 	if !slices.Contains(fams, f) {
 		return fmt.Sprintf("the Service no longer has IP family %s", f), true
 	}
@@ -1095,7 +1095,7 @@ func (c *Controller) allocationChangedLocked() {
 }
 
 func (c *Controller) updateGaugesLocked() {
-	var s ipam.Stats
+	var s addrpool.Stats
 	for name, pi := range c.poolInfo {
 		if !pi.valid {
 			continue
@@ -1198,7 +1198,7 @@ func (c *Controller) refreshPools() {
 		objs = append(objs, p)
 	}
 	infos := parsePools(objs)
-	var pools []ipam.Pool
+	var pools []addrpool.Pool
 	for _, pi := range infos {
 		if pi.valid {
 			pools = append(pools, pi.pool)
@@ -1242,7 +1242,7 @@ func (c *Controller) syncPoolStatus(ctx context.Context, name string) error {
 		return nil
 	}
 	if !pi.valid {
-		stats = ipam.Stats{}
+		stats = addrpool.Stats{}
 	}
 	desired := cur.DeepCopy()
 	desired.Status.ObservedGeneration = cur.Generation

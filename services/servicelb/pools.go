@@ -11,14 +11,14 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/kcm-split/kcm-split/services/servicelb/api/v1alpha1"
-	"github.com/kcm-split/kcm-split/services/servicelb/ipam"
+	"github.com/kcm-split/kcm-split/services/servicelb/addrpool"
 )
 
 // poolInfo is an IPAddressPool parsed and checked: what allocation works from.
 type poolInfo struct {
 	name       string
 	generation int64
-	pool       ipam.Pool
+	pool       addrpool.Pool
 	autoAssign bool
 	priority   int32
 	namespaces map[string]bool // nil: any
@@ -42,7 +42,7 @@ func parsePools(objs []*v1alpha1.IPAddressPool) map[string]*poolInfo {
 		return cmp.Compare(a.Name, b.Name)
 	})
 	out := make(map[string]*poolInfo, len(objs))
-	var valid []ipam.Pool
+	var valid []addrpool.Pool
 	for _, o := range objs {
 		pi := parsePool(o)
 		out[pi.name] = pi
@@ -50,7 +50,7 @@ func parsePools(objs []*v1alpha1.IPAddressPool) map[string]*poolInfo {
 			valid = append(valid, pi.pool)
 		}
 	}
-	for name, other := range ipam.Overlaps(valid) {
+	for name, other := range addrpool.Overlaps(valid) {
 		pi := out[name]
 		pi.valid, pi.reason = false, v1alpha1.ReasonOverlapping
 		pi.message = fmt.Sprintf("addresses overlap with the older pool %s; this pool is not used until the overlap is removed", other)
@@ -64,7 +64,7 @@ func parsePool(o *v1alpha1.IPAddressPool) *poolInfo {
 		generation: o.Generation,
 		autoAssign: o.Spec.AutoAssignEnabled(),
 		priority:   o.Spec.Priority,
-		pool:       ipam.Pool{Name: o.Name, AvoidBuggyIPs: o.Spec.AvoidBuggyIPs},
+		pool:       addrpool.Pool{Name: o.Name, AvoidBuggyIPs: o.Spec.AvoidBuggyIPs},
 		valid:      true,
 		reason:     v1alpha1.ReasonValid,
 		message:    "the pool is in use",
@@ -77,13 +77,13 @@ func parsePool(o *v1alpha1.IPAddressPool) *poolInfo {
 		return invalid(v1alpha1.ReasonInvalidAddresses, "spec.addresses is empty")
 	}
 	for _, s := range o.Spec.Addresses {
-		r, err := ipam.ParseRange(s)
+		r, err := addrpool.ParseRange(s)
 		if err != nil {
 			return invalid(v1alpha1.ReasonInvalidAddresses, "spec.addresses: %v", err)
 		}
 		pi.pool.Ranges = append(pi.pool.Ranges, r)
 	}
-	if a, b, ok := ipam.RangesOverlap(pi.pool.Ranges); ok {
+	if a, b, ok := addrpool.RangesOverlap(pi.pool.Ranges); ok {
 		return invalid(v1alpha1.ReasonInvalidAddresses, "spec.addresses: %s and %s overlap", a, b)
 	}
 	if len(o.Spec.Namespaces) > 0 {

@@ -9,7 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/kcm-split/kcm-split/services/servicelb/ipam"
+	"github.com/kcm-split/kcm-split/services/servicelb/addrpool"
 )
 
 // Annotations a Service may carry to steer allocation.
@@ -45,8 +45,8 @@ func hasFinalizer(svc *v1.Service) bool {
 }
 
 // propsOf returns what decides whether svc may share an address.
-func propsOf(svc *v1.Service) ipam.Props {
-	p := ipam.Props{
+func propsOf(svc *v1.Service) addrpool.Props {
+	p := addrpool.Props{
 		SharingKey:    strings.TrimSpace(svc.Annotations[AnnotationAllowSharedIP]),
 		TrafficPolicy: string(svc.Spec.ExternalTrafficPolicy),
 		Backends:      labels.Set(svc.Spec.Selector).String(),
@@ -59,26 +59,26 @@ func propsOf(svc *v1.Service) ipam.Props {
 		if proto == "" {
 			proto = string(v1.ProtocolTCP)
 		}
-		p.Ports = append(p.Ports, ipam.Port{Protocol: proto, Port: sp.Port})
+		p.Ports = append(p.Ports, addrpool.Port{Protocol: proto, Port: sp.Port})
 	}
 	return p
 }
 
 // families returns the IP families svc should get addresses for, in its order, and how many
 // of them it needs at least: all for RequireDualStack, one otherwise.
-func families(svc *v1.Service) ([]ipam.Family, int) {
-	var out []ipam.Family
+func families(svc *v1.Service) ([]addrpool.Family, int) {
+	var out []addrpool.Family
 	for _, f := range svc.Spec.IPFamilies {
 		switch f {
 		case v1.IPv4Protocol:
-			out = append(out, ipam.IPv4)
+			out = append(out, addrpool.IPv4)
 		case v1.IPv6Protocol:
-			out = append(out, ipam.IPv6)
+			out = append(out, addrpool.IPv6)
 		}
 	}
 	if len(out) == 0 {
 		// The API server always sets ipFamilies; an object from elsewhere gets IPv4.
-		out = []ipam.Family{ipam.IPv4}
+		out = []addrpool.Family{addrpool.IPv4}
 	}
 	need := 1
 	if svc.Spec.IPFamilyPolicy != nil && *svc.Spec.IPFamilyPolicy == v1.IPFamilyPolicyRequireDualStack {
@@ -89,7 +89,7 @@ func families(svc *v1.Service) ([]ipam.Family, int) {
 
 // requestedIPs returns the addresses svc asks for by annotation or spec.loadBalancerIP, by
 // family. An error means the request can never be met as written.
-func requestedIPs(svc *v1.Service, fams []ipam.Family) (map[ipam.Family]netip.Addr, error) {
+func requestedIPs(svc *v1.Service, fams []addrpool.Family) (map[addrpool.Family]netip.Addr, error) {
 	raw, source := svc.Annotations[AnnotationLoadBalancerIPs], "annotation "+AnnotationLoadBalancerIPs
 	if strings.TrimSpace(raw) == "" {
 		raw, source = svc.Spec.LoadBalancerIP, "spec.loadBalancerIP"
@@ -97,13 +97,13 @@ func requestedIPs(svc *v1.Service, fams []ipam.Family) (map[ipam.Family]netip.Ad
 	if strings.TrimSpace(raw) == "" {
 		return nil, nil
 	}
-	out := map[ipam.Family]netip.Addr{}
+	out := map[addrpool.Family]netip.Addr{}
 	for _, s := range strings.Split(raw, ",") {
-		a, err := ipam.ParseAddr(strings.TrimSpace(s))
+		a, err := addrpool.ParseAddr(strings.TrimSpace(s))
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", source, err)
 		}
-		f := ipam.FamilyOf(a)
+		f := addrpool.FamilyOf(a)
 		if _, dup := out[f]; dup {
 			return nil, fmt.Errorf("%s: more than one %s address", source, f)
 		}
@@ -116,12 +116,12 @@ func requestedIPs(svc *v1.Service, fams []ipam.Family) (map[ipam.Family]netip.Ad
 }
 
 // desiredIngress is the status for addrs, ordered as the Service's families.
-func desiredIngress(addrs []netip.Addr, fams []ipam.Family) []v1.LoadBalancerIngress {
+func desiredIngress(addrs []netip.Addr, fams []addrpool.Family) []v1.LoadBalancerIngress {
 	vip := v1.LoadBalancerIPModeVIP
 	var out []v1.LoadBalancerIngress
 	for _, f := range fams {
 		for _, a := range addrs {
-			if ipam.FamilyOf(a) == f {
+			if addrpool.FamilyOf(a) == f {
 				out = append(out, v1.LoadBalancerIngress{IP: a.String(), IPMode: &vip})
 			}
 		}
@@ -147,7 +147,7 @@ func ptrEq[T comparable](a, b *T) bool {
 func statusAddrs(svc *v1.Service) []netip.Addr {
 	var out []netip.Addr
 	for _, in := range svc.Status.LoadBalancer.Ingress {
-		if a, err := ipam.ParseAddr(in.IP); err == nil {
+		if a, err := addrpool.ParseAddr(in.IP); err == nil {
 			out = append(out, a)
 		}
 	}

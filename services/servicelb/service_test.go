@@ -9,17 +9,17 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/kcm-split/kcm-split/services/servicelb/ipam"
+	"github.com/kcm-split/kcm-split/services/servicelb/addrpool"
 )
 
 func TestRequestedIPs(t *testing.T) {
-	v4 := []ipam.Family{ipam.IPv4}
-	both := []ipam.Family{ipam.IPv4, ipam.IPv6}
+	v4 := []addrpool.Family{addrpool.IPv4}
+	both := []addrpool.Family{addrpool.IPv4, addrpool.IPv6}
 	for _, tc := range []struct {
 		name string
 		ann  string
 		spec string
-		fams []ipam.Family
+		fams []addrpool.Family
 		want []string
 		err  string
 	}{
@@ -55,12 +55,12 @@ func TestRequestedIPs(t *testing.T) {
 
 func TestFamilies(t *testing.T) {
 	s := lb("s")
-	if f, need := families(s); !slices.Equal(f, []ipam.Family{ipam.IPv4}) || need != 1 {
+	if f, need := families(s); !slices.Equal(f, []addrpool.Family{addrpool.IPv4}) || need != 1 {
 		t.Fatalf("single stack: %v %d", f, need)
 	}
 	s.Spec.IPFamilies = []v1.IPFamily{v1.IPv6Protocol, v1.IPv4Protocol}
 	s.Spec.IPFamilyPolicy = ptr.To(v1.IPFamilyPolicyPreferDualStack)
-	if f, need := families(s); !slices.Equal(f, []ipam.Family{ipam.IPv6, ipam.IPv4}) || need != 1 {
+	if f, need := families(s); !slices.Equal(f, []addrpool.Family{addrpool.IPv6, addrpool.IPv4}) || need != 1 {
 		t.Fatalf("prefer: %v %d", f, need)
 	}
 	s.Spec.IPFamilyPolicy = ptr.To(v1.IPFamilyPolicyRequireDualStack)

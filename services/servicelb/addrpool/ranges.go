@@ -1,8 +1,8 @@
-// Package ipam hands out load-balancer addresses from pools. It is pure: no clients, no
+// Package addrpool hands out load-balancer addresses from pools. It is pure: no clients, no
 // clocks, no goroutines. The controller feeds it the pools and the addresses Services already
 // hold, and asks it for addresses; the allocator guarantees that no address is ever held by
 // two Services that may not share it.
-package ipam
+package addrpool
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package ipam
+package addrpool
 
 import (
 	"errors"

@@ -1,3 +1,6 @@
+// The sync functions of the controller's work queues other than the monitor's: the NoSchedule
+// taints a Node's conditions call for, and Pods marked not Ready on a Node nobody hears from.
+
 package nodelifecycle
 
 import (
