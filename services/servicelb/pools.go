@@ -10,8 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/kcm-split/kcm-split/services/servicelb/api/v1alpha1"
 	"github.com/kcm-split/kcm-split/services/servicelb/addrpool"
+	"github.com/kcm-split/kcm-split/services/servicelb/api/v1alpha1"
 )
 
 // poolInfo is an IPAddressPool parsed and checked: what allocation works from.
