@@ -76,22 +76,3 @@ func run(ctx context.Context, rt *app.Runtime) error {
 	rt.SetSynced(func() bool { return c.HasSynced() && allocator.HasSynced() })
 	return informer.Run(ctx, func(ctx context.Context) error { return runAll(ctx, c.Run, allocator.Run) }, factory, leaseFactory, podFactory, claimFactory)
 }
-
-// runAll runs each function until ctx ends or one of them fails, which stops the others.
-// It returns the first failure.
-func runAll(ctx context.Context, runs ...func(context.Context) error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	errs := make(chan error, len(runs))
-	for _, run := range runs {
-		go func() { errs <- run(ctx) }()
-	}
-	var first error
-	for range runs {
-		if err := <-errs; err != nil && first == nil {
-			first = err
-			cancel()
-		}
-	}
-	return first
-}

@@ -2,13 +2,9 @@ package quota
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"slices"
-	"strings"
 
 	"github.com/urfave/cli/v2"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/metadata"
@@ -60,37 +56,4 @@ func run(ctx context.Context, rt *app.Runtime) error {
 	)
 	rt.SetSynced(c.HasSynced)
 	return informer.Run(ctx, c.Run, factory)
-}
-
-// discoverWith lists the namespaced types that can be listed and watched, each in its
-// preferred version. Subresources and types quota never counts are left out.
-func discoverWith(d discovery.DiscoveryInterface) DiscoverFunc {
-	return func() (map[schema.GroupResource]string, map[string]string, error) {
-		lists, err := d.ServerPreferredNamespacedResources()
-		failed := map[string]string{}
-		var groupErr *discovery.ErrGroupDiscoveryFailed
-		switch {
-		case err == nil:
-		case errors.As(err, &groupErr):
-			for gv, e := range groupErr.Groups {
-				failed[gv.Group] = e.Error()
-			}
-		case len(lists) == 0:
-			return nil, nil, err
-		}
-		found := map[schema.GroupResource]string{}
-		for _, list := range lists {
-			gv, perr := schema.ParseGroupVersion(list.GroupVersion)
-			if perr != nil {
-				continue
-			}
-			for _, r := range list.APIResources {
-				if strings.Contains(r.Name, "/") || !slices.Contains(r.Verbs, "list") || !slices.Contains(r.Verbs, "watch") {
-					continue
-				}
-				found[schema.GroupResource{Group: gv.Group, Resource: r.Name}] = gv.Version
-			}
-		}
-		return found, failed, nil
-	}
 }
