@@ -15,9 +15,14 @@ import (
 )
 
 // certCheckInterval bounds how often a handshake looks at the certificate files: two stats,
-// and a read only when one changed. The kubelet takes up to a minute or two to project a
+// and a read only when one changed or was written in the last seconds. The kubelet takes up to a minute or two to project a
 // renewed Secret into the Pod, so a second more is nothing.
 const certCheckInterval = time.Second
+
+// racyWindow: a file modified this shortly before it was last read may have been written
+// again within the same file-system clock tick, keeping its modification time (and a new key
+// has the size of the old); such files are read again until they are older.
+const racyWindow = 2 * time.Second
 
 // certLoader hands each TLS handshake the key pair in certFile and keyFile, re-reading them
 // when either file's modification time, size or identity changes (the kubelet updates a
@@ -33,6 +38,7 @@ type certLoader struct {
 	logger    logr.Logger
 	cert      *tls.Certificate
 	seen      [2]os.FileInfo // the files when last read, loaded or not
+	seenAt    time.Time
 	content   [sha256.Size]byte
 	nextCheck time.Time
 	failure   string // the last failure logged, so that it is logged once
@@ -45,7 +51,7 @@ func newCertLoader(certFile, keyFile string) (*certLoader, error) {
 	if err != nil {
 		return nil, err
 	}
-	l.seen, l.content, l.cert = seen, content, cert
+	l.seen, l.seenAt, l.content, l.cert = seen, l.now(), content, cert
 	l.nextCheck = l.now().Add(l.interval)
 	return l, nil
 }
@@ -79,12 +85,13 @@ func (l *certLoader) getCertificate(*tls.ClientHelloInfo) (*tls.Certificate, err
 func (l *certLoader) refresh() {
 	cs, cerr := os.Stat(l.certFile)
 	ks, kerr := os.Stat(l.keyFile)
-	if cerr == nil && kerr == nil && sameFile(cs, l.seen[0]) && sameFile(ks, l.seen[1]) {
+	if cerr == nil && kerr == nil && l.unchanged(cs, l.seen[0]) && l.unchanged(ks, l.seen[1]) {
 		return
 	}
+	now := l.now()
 	seen, content, cert, err := l.read()
 	if seen[0] != nil && seen[1] != nil {
-		l.seen = seen
+		l.seen, l.seenAt = seen, now
 	}
 	if err != nil {
 		if msg := err.Error(); msg != l.failure {
@@ -121,7 +128,8 @@ func (l *certLoader) read() (seen [2]os.FileInfo, content [sha256.Size]byte, cer
 	return seen, content, &pair, nil
 }
 
-// sameFile reports whether b still describes the file a was stat'ed from, unchanged.
-func sameFile(a, b os.FileInfo) bool {
-	return b != nil && os.SameFile(a, b) && a.ModTime().Equal(b.ModTime()) && a.Size() == b.Size()
+// unchanged reports whether the file now stat'ed as a is the one last read as b, unchanged.
+func (l *certLoader) unchanged(a, b os.FileInfo) bool {
+	return b != nil && os.SameFile(a, b) && a.ModTime().Equal(b.ModTime()) && a.Size() == b.Size() &&
+		b.ModTime().Before(l.seenAt.Add(-racyWindow))
 }

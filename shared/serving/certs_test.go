@@ -1,6 +1,7 @@
 package serving
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -8,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -220,5 +222,54 @@ func TestValidateRejectsAPairThatDoesNotLoad(t *testing.T) {
 	err := o.Validate()
 	if err == nil || !strings.Contains(err.Error(), FlagTLSCertFile) {
 		t.Fatalf("mismatched pair: err %v, want one naming --%s", err, FlagTLSCertFile)
+	}
+}
+
+// TestCertLoaderRereadsRecentlyWrittenFiles: a pair rewritten in place with the same sizes
+// within one file-system clock tick keeps every stat field; it is read again all the same
+// while the files are recent.
+func TestCertLoaderRereadsRecentlyWrittenFiles(t *testing.T) {
+	dir := t.TempDir()
+	a, b := newPair(t), newPair(t)
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	// Padded to one size: text after the PEM blocks is ignored.
+	write := func(p pair) {
+		for name, data := range map[string][]byte{certFile: p.cert, keyFile: p.key} {
+			if err := os.WriteFile(name, slices.Concat(data, bytes.Repeat([]byte("\n"), 4096-len(data))), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	write(a)
+	l, err := newCertLoader(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.interval, l.nextCheck = 0, time.Time{}
+	before := [2]os.FileInfo{}
+	for i, name := range []string{certFile, keyFile} {
+		if before[i], err = os.Stat(name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(b)
+	for i, name := range []string{certFile, keyFile} {
+		if err := os.Chtimes(name, before[i].ModTime(), before[i].ModTime()); err != nil {
+			t.Fatal(err)
+		}
+		after, err := os.Stat(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !os.SameFile(before[i], after) || after.Size() != before[i].Size() || !after.ModTime().Equal(before[i].ModTime()) {
+			t.Fatalf("%s: the rewrite changed what a stat shows; the test needs it not to", name)
+		}
+	}
+	c, err := l.getCertificate(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := Fingerprint(c.Certificate[0]); got != b.fingerprint {
+		t.Errorf("served %s after a rewrite a stat cannot see, want B %s", got, b.fingerprint)
 	}
 }
