@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -344,6 +345,75 @@ func TestServiceMonitorNeedsTheCRDAndIsOffByDefault(t *testing.T) {
 		}
 		if spec.Metadata.Labels["release"] != "prom" {
 			t.Errorf("ServiceMonitor %s lacks serviceMonitor.labels", sm.Name)
+		}
+	}
+}
+
+// With serving.tlsSecretName each controller serves the Secret's pair, and a renewal reaches
+// it without a rollout: the binary re-reads the files when they change, and the kubelet
+// updates a Secret volume in place only when it is mounted whole (never with subPath), so no
+// checksum annotation has to roll the Pods.
+func TestServingSecretIsMountedForLiveReload(t *testing.T) {
+	c, v := chart(t)
+	var all []string
+	for _, a := range v.Aliases() {
+		all = append(all, "--set", "controllers."+a+".enabled=true")
+	}
+	hasTLSFlag := func(args []string) bool {
+		return slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--tls-") })
+	}
+	for _, o := range byKind(render(t, c, "kcm-split", ns, all...), "Deployment") {
+		pod := o.Typed.(*appsv1.Deployment).Spec.Template.Spec
+		if len(pod.Volumes) != 0 || hasTLSFlag(pod.Containers[0].Args) {
+			t.Errorf("%s without serving.tlsSecretName: volumes %v, args %v; want neither (self-signed)", o.Name, pod.Volumes, pod.Containers[0].Args)
+		}
+	}
+
+	objs := render(t, c, "kcm-split", ns, append(all, "--set", "serving.tlsSecretName=serving-cert")...)
+	deployments := byKind(objs, "Deployment")
+	if len(deployments) != len(v.Controllers) {
+		t.Fatalf("%d Deployments, want %d", len(deployments), len(v.Controllers))
+	}
+	for _, o := range deployments {
+		pod := o.Typed.(*appsv1.Deployment).Spec.Template.Spec
+		var volume string
+		for _, vol := range pod.Volumes {
+			if vol.Secret != nil && vol.Secret.SecretName == "serving-cert" {
+				volume = vol.Name
+				if len(vol.Secret.Items) != 0 {
+					t.Errorf("%s: Secret volume remaps keys %v; the flags name tls.crt and tls.key", o.Name, vol.Secret.Items)
+				}
+			}
+		}
+		if volume == "" {
+			t.Errorf("%s: no volume of Secret serving-cert in %v", o.Name, pod.Volumes)
+			continue
+		}
+		ctr := pod.Containers[0]
+		var mounts []corev1.VolumeMount
+		for _, m := range ctr.VolumeMounts {
+			if m.Name == volume {
+				mounts = append(mounts, m)
+			}
+		}
+		if len(mounts) != 1 {
+			t.Errorf("%s: volume %s mounted %d times, want once", o.Name, volume, len(mounts))
+			continue
+		}
+		m := mounts[0]
+		if m.SubPath != "" || m.SubPathExpr != "" {
+			t.Errorf("%s: the Secret is mounted with subPath %q / subPathExpr %q: the kubelet would never update it", o.Name, m.SubPath, m.SubPathExpr)
+		}
+		if !m.ReadOnly {
+			t.Errorf("%s: the Secret is mounted writable", o.Name)
+		}
+		for _, want := range []string{
+			"--tls-cert-file=" + path.Join(m.MountPath, "tls.crt"),
+			"--tls-private-key-file=" + path.Join(m.MountPath, "tls.key"),
+		} {
+			if !slices.Contains(ctr.Args, want) {
+				t.Errorf("%s: args %v lack %s", o.Name, ctr.Args, want)
+			}
 		}
 	}
 }

@@ -54,6 +54,15 @@ out=$("$helm" template kcm-split "$chart" -n kcm-system "${a[@]}" --set defaults
   [ "$(lines "key: node-role.kubernetes.io/control-plane" <<<"$out")" = ${#aliases[@]} ] ||
   { echo "helm-lint: defaults.controlPlane=true: not every Deployment has the control-plane selector and toleration" >&2; exit 1; }
 echo "helm-lint: control-plane placement: ok"
+# A serving Secret is passed to every controller and mounted whole: the kubelet never updates a
+# subPath mount, and the binaries reload the certificate when the files change.
+out=$("$helm" template kcm-split "$chart" -n kcm-system "${a[@]}" --set serving.tlsSecretName=serving-cert)
+[ "$(lines "secretName: serving-cert" <<<"$out")" = ${#aliases[@]} ] &&
+  [ "$(lines "--tls-cert-file=/etc/kcm-split/tls/tls.crt" <<<"$out")" = ${#aliases[@]} ] &&
+  [ "$(lines "--tls-private-key-file=/etc/kcm-split/tls/tls.key" <<<"$out")" = ${#aliases[@]} ] &&
+  [ "$(lines "subPath" <<<"$out")" = 0 ] ||
+  { echo "helm-lint: serving.tlsSecretName: not every Deployment mounts the Secret whole and passes its files" >&2; exit 1; }
+echo "helm-lint: serving Secret: ok"
 
 # The schema: typos and wrong types fail, naming the key.
 bad() { # --set value, expected message part

@@ -65,43 +65,6 @@ func (a *assumed[T]) forget(key string) {
 	delete(a.objs, key)
 }
 
-// keyLocks serialises work on one key (a PV name) across workers of both queues, so the
-// volume worker and a claim worker never write the same PV at once and conflict with
-// each other.
-type keyLocks struct {
-	mu    sync.Mutex
-	locks map[string]*keyLock
-}
-
-type keyLock struct {
-	sync.Mutex
-	users int
-}
-
-func newKeyLocks() *keyLocks { return &keyLocks{locks: map[string]*keyLock{}} }
-
-// lock locks key and returns its unlock.
-func (k *keyLocks) lock(key string) (unlock func()) {
-	k.mu.Lock()
-	l := k.locks[key]
-	if l == nil {
-		l = &keyLock{}
-		k.locks[key] = l
-	}
-	l.users++
-	k.mu.Unlock()
-	l.Lock()
-	return func() {
-		l.Unlock()
-		k.mu.Lock()
-		l.users--
-		if l.users == 0 {
-			delete(k.locks, key)
-		}
-		k.mu.Unlock()
-	}
-}
-
 // waitingClaims are unbound claims whose last sync found no PV, oldest first. A PV that
 // becomes Available wakes the oldest one it could serve, and every completed bind wakes the
 // oldest of all, instead of every claim waiting for the periodic resync (upstream) or every

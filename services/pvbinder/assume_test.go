@@ -53,25 +53,43 @@ func TestWaitingClaimsOldestFirst(t *testing.T) {
 	}
 }
 
-func TestKeyLocksSerialise(t *testing.T) {
-	k := newKeyLocks()
-	unlock := k.lock("a")
-	done := make(chan struct{})
-	go func() {
-		u := k.lock("a")
-		u()
-		close(done)
-	}()
-	other := k.lock("b") // another key is not blocked
-	other()
+// TestPVLockSerialisesSyncs: while a PV's lock is held (a claim worker binding it), a sync
+// of that PV waits and writes nothing; a sync of another PV goes ahead.
+func TestPVLockSerialisesSyncs(t *testing.T) {
+	api := newAPIServer(makePV("pv-a", "1Gi", pvPhase(v1.VolumePending)), makePV("pv-b", "1Gi", pvPhase(v1.VolumePending)))
+	f := newFixture(t, api)
+	f.c.pvLocks.LockKey("pv-a")
+	done := make(chan error, 1)
+	go func() { done <- f.syncVolume("pv-a") }()
+
+	other := make(chan error, 1)
+	go func() { other <- f.syncVolume("pv-b") }()
 	select {
-	case <-done:
-		t.Fatal("second lock of the same key did not wait")
+	case err := <-other:
+		if err != nil {
+			t.Fatalf("sync pv-b: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a sync of pv-b waited for pv-a's lock")
+	}
+	if got := api.pv(t, "pv-b").Status.Phase; got != v1.VolumeAvailable {
+		t.Fatalf("pv-b phase %s, want Available", got)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("a sync of pv-a ran while its lock was held (err %v)", err)
 	case <-time.After(50 * time.Millisecond):
 	}
-	unlock()
-	<-done
-	if len(k.locks) != 0 {
-		t.Errorf("%d lock entries left", len(k.locks))
+	if got := api.pv(t, "pv-a").Status.Phase; got != v1.VolumePending {
+		t.Fatalf("pv-a written to %s while its lock was held", got)
+	}
+	if err := f.c.pvLocks.UnlockKey("pv-a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("sync pv-a: %v", err)
+	}
+	if got := api.pv(t, "pv-a").Status.Phase; got != v1.VolumeAvailable {
+		t.Errorf("pv-a phase %s after the lock was released, want Available", got)
 	}
 }

@@ -255,8 +255,8 @@ func (c *Controller) bind(ctx context.Context, chosen *v1.PersistentVolume, clai
 
 // bindVolume writes the PV's half of a bind: claimRef and phase Bound.
 func (c *Controller) bindVolume(ctx context.Context, name string, claim *v1.PersistentVolumeClaim) (*v1.PersistentVolume, error) {
-	unlock := c.pvLocks.lock(name)
-	defer unlock()
+	c.pvLocks.LockKey(name)
+	defer c.pvLocks.UnlockKey(name)
 	pv, err := c.volume(name)
 	if err != nil {
 		return nil, err

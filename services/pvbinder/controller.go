@@ -50,10 +50,16 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/keymutex"
 
 	"github.com/kcm-split/kcm-split/shared/informer"
 	"github.com/kcm-split/kcm-split/shared/worker"
 )
+
+// pvLockStripes is the number of locks PV names are hashed onto: far more than the workers
+// of both queues (2 × --concurrent-pv-binder-syncs) that can hold one, so two PVs rarely
+// share a lock, for 8 bytes each.
+const pvLockStripes = 1024
 
 // Controller binds claims to volumes.
 type Controller struct {
@@ -73,7 +79,11 @@ type Controller struct {
 
 	volumes *assumed[*v1.PersistentVolume]
 	claims  *assumed[*v1.PersistentVolumeClaim]
-	pvLocks *keyLocks
+	// pvLocks serialises work on one PV across the workers of both queues, so the volume
+	// worker and a claim worker never write the same PV at once and conflict. The locks are
+	// striped: two PVs may share one (they then only wait for each other), so whoever holds
+	// a PV's lock must never take another's.
+	pvLocks keymutex.KeyMutex
 	waiting *waitingClaims
 
 	// matchMu makes choosing a PV and reserving it one step, across claim workers.
@@ -104,7 +114,7 @@ func New(
 		claimQueue:  worker.New(worker.Options[string]{Name: ClaimQueueName, Controller: ControllerID, Registerer: reg}),
 		volumes:     newAssumed[*v1.PersistentVolume](),
 		claims:      newAssumed[*v1.PersistentVolumeClaim](),
-		pvLocks:     newKeyLocks(),
+		pvLocks:     keymutex.NewHashed(pvLockStripes),
 		waiting:     newWaitingClaims(),
 		reserved:    map[string]types.UID{},
 	}

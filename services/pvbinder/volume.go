@@ -18,8 +18,8 @@ func (c *Controller) syncVolumeKey(ctx context.Context, name string) error {
 	start := time.Now()
 	defer func() { logger.V(4).Info("Finished syncing volume", "duration", time.Since(start)) }()
 
-	unlock := c.pvLocks.lock(name)
-	defer unlock()
+	c.pvLocks.LockKey(name)
+	defer c.pvLocks.UnlockKey(name)
 	pv, err := c.volume(name)
 	if apierrors.IsNotFound(err) {
 		return nil

@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/keymutex"
 
 	"github.com/kcm-split/kcm-split/shared/informer"
 	"github.com/kcm-split/kcm-split/shared/worker"
@@ -44,6 +45,10 @@ const ReasonCannotCount = "CannotCountResource"
 // result comes with a nil error and the failed groups filled in.
 type DiscoverFunc func() (map[schema.GroupResource]string, map[string]string, error)
 
+// lockStripes is the number of locks quota keys are hashed onto: far more than the workers
+// of both queues that can hold one, so two quotas rarely share a lock, for 8 bytes each.
+const lockStripes = 1024
+
 // Controller keeps the status of every ResourceQuota right.
 type Controller struct {
 	client   kubernetes.Interface
@@ -59,8 +64,11 @@ type Controller struct {
 
 	primary  *worker.Queue[string]
 	priority *worker.Queue[string]
-	locks    keyLocks
-	metrics  *controllerMetrics
+	// locks serialise syncs of one quota: it can sit in both queues at once, and two
+	// concurrent syncs of it would only race each other into a write conflict. Striped: two
+	// quotas may share a lock (they then only wait for each other); a sync holds one only.
+	locks   keymutex.KeyMutex
+	metrics *controllerMetrics
 
 	// rediscover asks the discovery loop for an early run (a quota counts a type discovery
 	// has not seen yet).
@@ -96,6 +104,7 @@ func New(
 		now:        time.Now,
 		quotas:     quotas.Lister(),
 		rediscover: make(chan struct{}, 1),
+		locks:      keymutex.NewHashed(lockStripes),
 		warned:     map[string]map[schema.GroupResource]bool{},
 		primary: worker.New(worker.Options[string]{
 			Name: QueuePrimary, Controller: ControllerID, Registerer: reg,
@@ -394,8 +403,8 @@ type problem struct {
 // informers' caches and writes its status when it differs. Resource types that cannot be
 // counted keep their last usage; the rest is published all the same.
 func (c *Controller) syncQuota(ctx context.Context, qkey string) error {
-	unlock := c.locks.lock(qkey)
-	defer unlock()
+	c.locks.LockKey(qkey)
+	defer c.locks.UnlockKey(qkey)
 	namespace, name, err := cache.SplitMetaNamespaceKey(qkey)
 	if err != nil {
 		utilruntime.HandleErrorWithContext(ctx, err, "Dropping malformed key", "key", qkey)
@@ -578,42 +587,6 @@ func (w *writtenCache) forget(k string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.m, k)
-}
-
-// keyLocks serialises syncs of one key: a quota can sit in both queues at once, and two
-// concurrent syncs of it would only race each other into a write conflict.
-type keyLocks struct {
-	mu sync.Mutex
-	m  map[string]*keyLock
-}
-
-type keyLock struct {
-	sync.Mutex
-	users int
-}
-
-func (l *keyLocks) lock(k string) func() {
-	l.mu.Lock()
-	if l.m == nil {
-		l.m = map[string]*keyLock{}
-	}
-	kl := l.m[k]
-	if kl == nil {
-		kl = &keyLock{}
-		l.m[k] = kl
-	}
-	kl.users++
-	l.mu.Unlock()
-	kl.Lock()
-	return func() {
-		kl.Unlock()
-		l.mu.Lock()
-		kl.users--
-		if kl.users == 0 {
-			delete(l.m, k)
-		}
-		l.mu.Unlock()
-	}
 }
 
 // discoverWith lists the namespaced types that can be listed and watched, each in its

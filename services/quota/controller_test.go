@@ -146,6 +146,49 @@ func namedPod(ns, name string, opts ...func(*v1.Pod)) *v1.Pod {
 	return p
 }
 
+// TestSyncsOfOneQuotaAreSerialised: while a quota's lock is held (a sync from the other
+// queue), a second sync of it waits and writes nothing; a sync of another quota goes ahead.
+func TestSyncsOfOneQuotaAreSerialised(t *testing.T) {
+	f := newFixture(t, quotaObj("ns", "q", rl("pods", "5")), quotaObj("ns", "other", rl("pods", "5")), namedPod("ns", "a"))
+	f.c.startSources(f.ctx)
+	if err := wait.PollUntilContextTimeout(f.ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		_, st, _ := f.c.sources.get(podsResource)
+		return st == stateSynced, nil
+	}); err != nil {
+		t.Fatal("pods never synced")
+	}
+	f.c.locks.LockKey("ns/q")
+	done := make(chan error, 1)
+	go func() { done <- f.c.syncQuota(f.ctx, "ns/q") }()
+
+	other := make(chan error, 1)
+	go func() { other <- f.c.syncQuota(f.ctx, "ns/other") }()
+	select {
+	case err := <-other:
+		if err != nil {
+			t.Fatalf("sync ns/other: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a sync of ns/other waited for the lock of ns/q")
+	}
+	checkUsage(t, f.stored("ns", "other").Status.Used, map[string]string{"pods": "1"})
+	select {
+	case err := <-done:
+		t.Fatalf("a sync of ns/q ran while its lock was held (err %v)", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if used := f.stored("ns", "q").Status.Used; len(used) != 0 {
+		t.Fatalf("ns/q written (%v) while its lock was held", used)
+	}
+	if err := f.c.locks.UnlockKey("ns/q"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("sync ns/q: %v", err)
+	}
+	checkUsage(t, f.stored("ns", "q").Status.Used, map[string]string{"pods": "1"})
+}
+
 func TestSyncWritesOnceThenNothing(t *testing.T) {
 	f := newFixture(t,
 		quotaObj("ns", "q", rl("pods", "10", "requests.cpu", "4", "count/pods", "10")),

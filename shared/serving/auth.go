@@ -1,3 +1,5 @@
+// Hand-written review delegation: k8s.io/apiserver's would serve, but shared does not depend on it (binary size).
+
 package serving
 
 import (
@@ -7,12 +9,12 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -48,56 +50,39 @@ var DefaultCacheTTLs = CacheTTLs{
 	Unauthorized:    30 * time.Second,
 }
 
-// ttlCache is a small map with per-entry expiry. Its size is bounded: when full, expired
-// entries are dropped, and if none has expired the whole map is, which costs at most one
-// review per distinct caller.
-type ttlCache[V any] struct {
-	mu      sync.Mutex
-	entries map[string]ttlEntry[V]
-	max     int
-	now     func() time.Time
+// reviewCache holds review answers, each until its own TTL, evicting the least recently used
+// when full. A thin typed face on apimachinery's LRUExpireCache, which stores any and would
+// keep an entry added with a zero TTL until the clock moves on: here 0 means "do not cache".
+type reviewCache[V any] struct {
+	lru *cache.LRUExpireCache
 }
 
-type ttlEntry[V any] struct {
-	value   V
-	expires time.Time
+// newReviewCache holds up to size answers; clk nil means the wall clock.
+func newReviewCache[V any](size int, clk cache.Clock) *reviewCache[V] {
+	if clk == nil {
+		return &reviewCache[V]{lru: cache.NewLRUExpireCache(size)}
+	}
+	return &reviewCache[V]{lru: cache.NewLRUExpireCacheWithClock(size, clk)}
 }
 
-func newTTLCache[V any](max int) *ttlCache[V] {
-	return &ttlCache[V]{entries: map[string]ttlEntry[V]{}, max: max, now: time.Now}
-}
-
-func (c *ttlCache[V]) get(key string) (V, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.entries[key]
-	if !ok || !c.now().Before(e.expires) {
+func (c *reviewCache[V]) get(key string) (V, bool) {
+	v, ok := c.lru.Get(key)
+	if !ok {
 		var zero V
 		return zero, false
 	}
-	return e.value, true
+	return v.(V), true
 }
 
-func (c *ttlCache[V]) put(key string, v V, ttl time.Duration) {
+func (c *reviewCache[V]) put(key string, v V, ttl time.Duration) {
 	if ttl <= 0 {
 		return
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	now := c.now()
-	if len(c.entries) >= c.max {
-		for k, e := range c.entries {
-			if !now.Before(e.expires) {
-				delete(c.entries, k)
-			}
-		}
-		if len(c.entries) >= c.max {
-			clear(c.entries)
-		}
-	}
-	c.entries[key] = ttlEntry[V]{value: v, expires: now.Add(ttl)}
+	c.lru.Add(key, v, ttl)
 }
 
+// cacheEntries bounds each review cache: far more distinct callers (scrapers, people with
+// pprof) than a controller sees, at a few hundred bytes each.
 const cacheEntries = 4096
 
 // hash keys the caches: tokens are never kept in memory as they came.
@@ -119,12 +104,16 @@ type authnResult struct {
 type tokenReviewer struct {
 	client kubernetes.Interface
 	ttls   CacheTTLs
-	cache  *ttlCache[authnResult]
+	cache  *reviewCache[authnResult]
 }
 
 // NewTokenReviewer authenticates bearer tokens with TokenReviews sent through client.
 func NewTokenReviewer(client kubernetes.Interface, ttls CacheTTLs) Authenticator {
-	return &tokenReviewer{client: client, ttls: ttls, cache: newTTLCache[authnResult](cacheEntries)}
+	return newTokenReviewer(client, ttls, cacheEntries, nil)
+}
+
+func newTokenReviewer(client kubernetes.Interface, ttls CacheTTLs, size int, clk cache.Clock) *tokenReviewer {
+	return &tokenReviewer{client: client, ttls: ttls, cache: newReviewCache[authnResult](size, clk)}
 }
 
 func (r *tokenReviewer) Authenticate(ctx context.Context, token string) (authnv1.UserInfo, bool, error) {
@@ -156,12 +145,16 @@ type authzResult struct {
 type accessReviewer struct {
 	client kubernetes.Interface
 	ttls   CacheTTLs
-	cache  *ttlCache[authzResult]
+	cache  *reviewCache[authzResult]
 }
 
 // NewAccessReviewer authorizes requests with SubjectAccessReviews sent through client.
 func NewAccessReviewer(client kubernetes.Interface, ttls CacheTTLs) Authorizer {
-	return &accessReviewer{client: client, ttls: ttls, cache: newTTLCache[authzResult](cacheEntries)}
+	return newAccessReviewer(client, ttls, cacheEntries, nil)
+}
+
+func newAccessReviewer(client kubernetes.Interface, ttls CacheTTLs, size int, clk cache.Clock) *accessReviewer {
+	return &accessReviewer{client: client, ttls: ttls, cache: newReviewCache[authzResult](size, clk)}
 }
 
 func (r *accessReviewer) Authorize(ctx context.Context, user authnv1.UserInfo, verb, path string) (bool, string, error) {

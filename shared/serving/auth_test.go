@@ -91,10 +91,14 @@ func TestProtect(t *testing.T) {
 	}
 }
 
-func TestTTLCache(t *testing.T) {
-	now := time.Unix(1000, 0)
-	c := newTTLCache[int](2)
-	c.now = func() time.Time { return now }
+// testClock is a clock a test moves by hand.
+type testClock struct{ now time.Time }
+
+func (c *testClock) Now() time.Time { return c.now }
+
+func TestReviewCache(t *testing.T) {
+	clk := &testClock{now: time.Unix(1000, 0)}
+	c := newReviewCache[int](2, clk)
 	c.put("a", 1, time.Second)
 	c.put("zero", 9, 0) // a zero TTL caches nothing
 	if v, ok := c.get("a"); !ok || v != 1 {
@@ -103,22 +107,77 @@ func TestTTLCache(t *testing.T) {
 	if _, ok := c.get("zero"); ok {
 		t.Error("zero TTL was cached")
 	}
-	now = now.Add(time.Second)
+	clk.now = clk.now.Add(time.Second + time.Nanosecond)
 	if _, ok := c.get("a"); ok {
 		t.Error("entry outlived its TTL")
 	}
-	// Full: the expired entry goes first, then everything.
+
+	// Full: only the least recently used entry goes, and a read counts as a use.
 	c.put("b", 2, time.Minute)
 	c.put("c", 3, time.Minute)
-	if len(c.entries) != 2 {
-		t.Fatalf("entries = %d, want 2 (expired a dropped)", len(c.entries))
+	if v, ok := c.get("b"); !ok || v != 2 {
+		t.Fatalf("get b = %d %v", v, ok)
 	}
-	c.put("d", 4, time.Minute)
-	if len(c.entries) != 1 {
-		t.Fatalf("entries = %d, want 1 after a full cache was cleared", len(c.entries))
+	c.put("d", 4, time.Minute) // c is the least recently used now
+	if _, ok := c.get("c"); ok {
+		t.Error("c survived: the least recently used entry was not the one evicted")
 	}
-	if v, ok := c.get("d"); !ok || v != 4 {
-		t.Fatalf("get d = %d %v", v, ok)
+	for k, want := range map[string]int{"b": 2, "d": 4} {
+		if v, ok := c.get(k); !ok || v != want {
+			t.Errorf("get %s = %d %v after one eviction; want %d: only one entry may go", k, v, ok, want)
+		}
+	}
+	// Each entry keeps its own TTL.
+	c.put("short", 5, 10*time.Second)
+	clk.now = clk.now.Add(11 * time.Second)
+	if _, ok := c.get("short"); ok {
+		t.Error("short outlived its 10s TTL")
+	}
+	if _, ok := c.get("d"); !ok {
+		t.Error("d (1m TTL) expired after 11s")
+	}
+}
+
+// TestReviewersKeepRecentCallersWhenFull: a full cache costs one review for the newcomer and
+// one for the caller it evicted, never a review for everyone.
+func TestReviewersKeepRecentCallersWhenFull(t *testing.T) {
+	client := fake.NewClientset()
+	reviewed := map[string]int{}
+	client.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		tr := a.(k8stesting.CreateAction).GetObject().(*authnv1.TokenReview)
+		reviewed[tr.Spec.Token]++
+		tr.Status.Authenticated = true
+		tr.Status.User = authnv1.UserInfo{Username: "user-" + tr.Spec.Token}
+		return true, tr, nil
+	})
+	client.PrependReactor("create", "subjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		sar := a.(k8stesting.CreateAction).GetObject().(*authzv1.SubjectAccessReview)
+		reviewed[sar.Spec.User+" "+sar.Spec.NonResourceAttributes.Path]++
+		sar.Status.Allowed = true
+		return true, sar, nil
+	})
+	authn := newTokenReviewer(client, DefaultCacheTTLs, 2, nil)
+	authz := newAccessReviewer(client, DefaultCacheTTLs, 2, nil)
+	ctx := context.Background()
+	for _, token := range []string{"scraper", "probe", "scraper", "person", "scraper", "probe"} {
+		if u, ok, err := authn.Authenticate(ctx, token); err != nil || !ok || u.Username != "user-"+token {
+			t.Fatalf("token %s: %v %v %v", token, u, ok, err)
+		}
+	}
+	for _, path := range []string{"/metrics", "/debug/pprof/", "/metrics", "/debug/pprof/heap", "/metrics", "/debug/pprof/"} {
+		if ok, _, err := authz.Authorize(ctx, authnv1.UserInfo{Username: "u"}, "get", path); err != nil || !ok {
+			t.Fatalf("path %s: %v %v", path, ok, err)
+		}
+	}
+	// The scraper, used between every newcomer, is never evicted; probe is, once.
+	want := map[string]int{
+		"scraper": 1, "probe": 2, "person": 1,
+		"u /metrics": 1, "u /debug/pprof/": 2, "u /debug/pprof/heap": 1,
+	}
+	for k, n := range want {
+		if reviewed[k] != n {
+			t.Errorf("%q reviewed %d times, want %d (all: %v)", k, reviewed[k], n, reviewed)
+		}
 	}
 }
 
@@ -146,11 +205,9 @@ func TestReviewersCache(t *testing.T) {
 		return true, sar, nil
 	})
 	ttls := CacheTTLs{Authenticated: time.Minute, Unauthenticated: time.Second, Authorized: time.Minute, Unauthorized: time.Second}
-	authn := NewTokenReviewer(client, ttls).(*tokenReviewer)
-	authz := NewAccessReviewer(client, ttls).(*accessReviewer)
-	now := time.Unix(1000, 0)
-	authn.cache.now = func() time.Time { return now }
-	authz.cache.now = func() time.Time { return now }
+	clk := &testClock{now: time.Unix(1000, 0)}
+	authn := newTokenReviewer(client, ttls, cacheEntries, clk)
+	authz := newAccessReviewer(client, ttls, cacheEntries, clk)
 	ctx := context.Background()
 
 	for range 3 {
@@ -170,7 +227,7 @@ func TestReviewersCache(t *testing.T) {
 	if tokenReviews != 2 || accessReviews != 2 {
 		t.Fatalf("reviews = %d token, %d access; want 2 and 2 (one per distinct question)", tokenReviews, accessReviews)
 	}
-	now = now.Add(2 * time.Second) // rejections and denials expired, acceptances not
+	clk.now = clk.now.Add(2 * time.Second) // rejections and denials expired, acceptances not
 	_, _, _ = authn.Authenticate(ctx, "good")
 	_, _, _ = authn.Authenticate(ctx, "bad")
 	_, _, _ = authz.Authorize(ctx, authnv1.UserInfo{Username: "u"}, "get", "/metrics")
@@ -186,5 +243,37 @@ func TestReviewersCache(t *testing.T) {
 	}
 	if tokenReviews != 5 {
 		t.Fatalf("failed reviews = %d, want 2: errors must not be cached", tokenReviews-3)
+	}
+}
+
+// TestZeroTTLsDisableCaching: with every TTL 0, each request is reviewed.
+func TestZeroTTLsDisableCaching(t *testing.T) {
+	client := fake.NewClientset()
+	var tokenReviews, accessReviews int
+	client.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		tokenReviews++
+		tr := a.(k8stesting.CreateAction).GetObject().(*authnv1.TokenReview)
+		tr.Status.Authenticated = tr.Spec.Token == "good"
+		return true, tr, nil
+	})
+	client.PrependReactor("create", "subjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		accessReviews++
+		sar := a.(k8stesting.CreateAction).GetObject().(*authzv1.SubjectAccessReview)
+		sar.Status.Allowed = sar.Spec.NonResourceAttributes.Path == "/metrics"
+		return true, sar, nil
+	})
+	authn := NewTokenReviewer(client, CacheTTLs{})
+	authz := NewAccessReviewer(client, CacheTTLs{})
+	ctx := context.Background()
+	for range 2 {
+		for _, token := range []string{"good", "bad"} {
+			_, _, _ = authn.Authenticate(ctx, token)
+		}
+		for _, path := range []string{"/metrics", "/debug/pprof/"} {
+			_, _, _ = authz.Authorize(ctx, authnv1.UserInfo{Username: "u"}, "get", path)
+		}
+	}
+	if tokenReviews != 4 || accessReviews != 4 {
+		t.Errorf("reviews = %d token, %d access; want 4 and 4 with caching off", tokenReviews, accessReviews)
 	}
 }

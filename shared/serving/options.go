@@ -52,8 +52,9 @@ type Options struct {
 	Port int
 	// BindAddress is the IP to listen on; empty means all interfaces.
 	BindAddress string
-	// CertFile and KeyFile hold a PEM certificate (chain) and its key. Both empty means a
-	// self-signed certificate generated in memory at start.
+	// CertFile and KeyFile hold a PEM certificate (chain) and its key, re-read when they
+	// change (a renewal) without a restart. Both empty means a self-signed certificate
+	// generated in memory at start.
 	CertFile, KeyFile string
 	// MinTLSVersion is VersionTLS12 or VersionTLS13.
 	MinTLSVersion string
@@ -66,8 +67,8 @@ type Options struct {
 	// Profiling serves /debug/pprof (authorized like /metrics).
 	Profiling bool
 
-	// Set by Validate: the parsed certificate and review client configurations.
-	cert                     *tls.Certificate
+	// Set by Validate: the certificate files' loader and review client configurations.
+	certs                    *certLoader
 	authnConfig, authzConfig *rest.Config
 }
 
@@ -103,7 +104,7 @@ func (o *Options) Validate() error {
 	}
 	switch {
 	case o.CertFile == "" && o.KeyFile == "":
-		o.cert = nil
+		o.certs = nil
 	case o.CertFile == "":
 		return &kube.FlagError{Flag: FlagTLSCertFile, Err: errors.New("required with --" + FlagTLSPrivateKeyFile)}
 	case o.KeyFile == "":
@@ -114,11 +115,11 @@ func (o *Options) Validate() error {
 				return &kube.FlagError{Flag: flag, Err: err}
 			}
 		}
-		cert, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile)
+		certs, err := newCertLoader(o.CertFile, o.KeyFile)
 		if err != nil {
-			return &kube.FlagError{Flag: FlagTLSCertFile, Err: fmt.Errorf("loading %s with key %s: %w", o.CertFile, o.KeyFile, err)}
+			return &kube.FlagError{Flag: FlagTLSCertFile, Err: err}
 		}
-		o.cert = &cert
+		o.certs = certs
 	}
 	return nil
 }

@@ -45,17 +45,20 @@ func (s *Server) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx
 // plus /debug/pprof when o.Profiling is set. cfg is the controller's own client configuration,
 // used for reviews unless a review kubeconfig is given. o must have been validated.
 func Start(logger logr.Logger, o *Options, ttls CacheTTLs, cfg *rest.Config, reg prometheus.Registerer, handler http.Handler) (*Server, error) {
-	cert := o.cert
-	if cert == nil {
-		generated, err := selfSigned(time.Now())
+	tlsConfig := &tls.Config{MinVersion: tlsVersions[o.MinTLSVersion]}
+	if o.certs == nil {
+		cert, err := selfSigned(time.Now())
 		if err != nil {
 			return nil, fmt.Errorf("generating a self-signed serving certificate: %w", err)
 		}
-		cert = generated
+		tlsConfig.Certificates = []tls.Certificate{*cert}
 		logger.Info("No --"+FlagTLSCertFile+" given: serving a self-signed certificate generated at start",
 			"sha256", Fingerprint(cert.Certificate[0]))
 	} else {
-		logger.Info("Serving the given certificate", "file", o.CertFile, "sha256", Fingerprint(cert.Certificate[0]))
+		o.certs.setLogger(logger)
+		tlsConfig.GetCertificate = o.certs.getCertificate
+		logger.Info("Serving the given certificate, reloaded when its files change", "file", o.CertFile,
+			"sha256", Fingerprint(o.certs.current().Certificate[0]))
 	}
 
 	authnClient, err := reviewClient(cfg, o.authnConfig, "authentication")
@@ -94,10 +97,7 @@ func Start(logger logr.Logger, o *Options, ttls CacheTTLs, cfg *rest.Config, reg
 		srv: &http.Server{
 			Handler:           protected,
 			ReadHeaderTimeout: 10 * time.Second,
-			TLSConfig: &tls.Config{
-				MinVersion:   tlsVersions[o.MinTLSVersion],
-				Certificates: []tls.Certificate{*cert},
-			},
+			TLSConfig:         tlsConfig,
 			// TLS handshake failures (probes, port scans) are not worth more than a debug line.
 			ErrorLog: log.New(logWriter{logger.V(2)}, "", 0),
 		},

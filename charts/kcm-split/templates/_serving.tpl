@@ -7,7 +7,9 @@ Each binary serves /metrics, /healthz, /readyz and /livez over HTTPS on --secure
 port). /metrics needs a bearer token the controller checks with a TokenReview and a
 SubjectAccessReview (get on the non-resource URL /metrics: the built-in system:monitoring role
 has it); the health paths are open, so kubelet probes need no credentials. The certificate is
-self-signed at start unless serving.tlsSecretName names a kubernetes.io/tls Secret.
+self-signed at start unless serving.tlsSecretName names a kubernetes.io/tls Secret. That Secret
+is mounted whole, never with subPath, so the kubelet updates the files on renewal and the
+binary reloads them: no checksum annotation or restart is needed.
 */}}
 
 {{/* Command-line flags for serving. */}}
