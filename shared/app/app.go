@@ -289,7 +289,7 @@ func run(parent context.Context, spec Spec, c *cli.Context, stderr io.Writer) er
 		return usageError{err}
 	}
 	defer func() { _ = zl.Sync() }()
-	if err := klog2.RouteKlog(logger, o.log.Level); err != nil {
+	if err := klog2.RouteKlog(logger, o.log); err != nil {
 		return usageError{err}
 	}
 	logger = logger.WithName(spec.ID)
