@@ -183,10 +183,9 @@ type vmoduleSink struct {
 
 var _ logr.CallDepthLogSink = &vmoduleSink{}
 
-func (s *vmoduleSink) Init(info logr.RuntimeInfo) {
-	s.depth = info.CallDepth
-	s.LogSink.Init(info)
-}
+// Init records the call depth only: the zapr sink inside was initialised by its own logger
+// already, and a second Init would shift its "caller" by another frame.
+func (s *vmoduleSink) Init(info logr.RuntimeInfo) { s.depth = info.CallDepth }
 
 func (s *vmoduleSink) Enabled(level int) bool {
 	if !s.LogSink.Enabled(level) {

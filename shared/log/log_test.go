@@ -179,6 +179,9 @@ func TestVModule(t *testing.T) {
 	if !strings.Contains(buf.String(), `"msg":"vmodule line"`) {
 		t.Errorf("V(3) line not written: %q", buf.String())
 	}
+	if !strings.Contains(buf.String(), `"caller":"log/log_test.go:`) {
+		t.Errorf("V(3) line does not name its caller: %q", buf.String())
+	}
 	// A klog line passes klog's check and then the sink's, which must find the same file.
 	klog.SetLogger(l)
 	defer klog.ClearLogger()
