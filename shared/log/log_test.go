@@ -139,8 +139,7 @@ func TestKlogLinesShowVerbosity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// klog's logger is routed once per process; klog.NewKlogr would use that one, so the
-	// test writes through klog's own V with the logger set for this call.
+	// RouteKlog routes klog once per process, maybe to another test's logger: set this one.
 	if err := RouteKlog(l, o); err != nil {
 		t.Fatal(err)
 	}
@@ -188,6 +187,9 @@ func TestVModule(t *testing.T) {
 	klog.V(3).InfoS("klog vmodule line")
 	if !strings.Contains(buf.String(), `"msg":"klog vmodule line"`) {
 		t.Errorf("klog V(3) line not written: %q", buf.String())
+	}
+	if strings.Count(buf.String(), `"caller":"log/log_test.go:`) != 2 {
+		t.Errorf("the klog line does not name its caller: %q", buf.String())
 	}
 	// Another file: the global verbosity only.
 	if otherFileEnabled(l, 2) {
