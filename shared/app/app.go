@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -202,6 +203,9 @@ type options struct {
 	secure   serving.Options
 	ttls     serving.CacheTTLs
 	shutdown time.Duration
+	// ignored lists the older logging flags given together with the upstream flag that
+	// overrides them, to be logged once the logger exists.
+	ignored [][2]string
 }
 
 func parseOptions(spec Spec, c *cli.Context) (options, error) {
@@ -222,7 +226,7 @@ func parseOptions(spec Spec, c *cli.Context) (options, error) {
 			RetryPeriod:   c.Duration(FlagRetryPeriod),
 			ShutdownGrace: c.Duration(FlagShutdownGracePeriod),
 		},
-		log:     klog2.Options{Level: c.String(FlagLogLevel), Format: c.String(FlagLogFormat)},
+		log:     klog2.Options{Level: c.String(FlagLogLevel), VModule: c.String(FlagVModule), Format: c.String(FlagLogFormat)},
 		metrics: c.String(FlagMetricsBindAddress),
 		health:  c.String(FlagHealthBindAddress),
 		secure: serving.Options{
@@ -244,11 +248,8 @@ func parseOptions(spec Spec, c *cli.Context) (options, error) {
 		},
 		shutdown: c.Duration(FlagShutdownGracePeriod),
 	}
-	if _, err := klog2.ParseLevel(o.log.Level); err != nil {
-		return o, &FlagError{Flag: FlagLogLevel, Err: err}
-	}
-	if err := klog2.ValidateFormat(o.log.Format); err != nil {
-		return o, &FlagError{Flag: FlagLogFormat, Err: err}
+	if err := o.parseLogging(c); err != nil {
+		return o, err
 	}
 	if err := o.kube.Validate(); err != nil {
 		return o, err
@@ -286,6 +287,41 @@ func parseOptions(spec Spec, c *cli.Context) (options, error) {
 	return o, nil
 }
 
+// parseLogging settles the logging options. Upstream's flags win over kcm-split's older
+// names: --v over --log-level, --logging-format over --log-format, wherever each was given
+// (command line or environment), so a --v added to a manifest that already passes
+// --log-level takes effect.
+func (o *options) parseLogging(c *cli.Context) error {
+	levelFlag := FlagLogLevel
+	if c.IsSet(FlagV) {
+		v := c.Int(FlagV)
+		if v < 0 || v > klog2.MaxVerbosity {
+			return &FlagError{Flag: FlagV, Err: fmt.Errorf("%d is not a verbosity 0-%d", v, klog2.MaxVerbosity)}
+		}
+		if c.IsSet(FlagLogLevel) {
+			o.ignored = append(o.ignored, [2]string{FlagLogLevel, FlagV})
+		}
+		o.log.Level, levelFlag = strconv.Itoa(v), FlagV
+	}
+	if _, err := klog2.ParseLevel(o.log.Level); err != nil {
+		return &FlagError{Flag: levelFlag, Err: err}
+	}
+	if _, err := klog2.ParseVModule(o.log.VModule); err != nil {
+		return &FlagError{Flag: FlagVModule, Err: err}
+	}
+	formatFlag := FlagLogFormat
+	if c.IsSet(FlagLoggingFormat) || !c.IsSet(FlagLogFormat) {
+		if c.IsSet(FlagLoggingFormat) && c.IsSet(FlagLogFormat) {
+			o.ignored = append(o.ignored, [2]string{FlagLogFormat, FlagLoggingFormat})
+		}
+		o.log.Format, formatFlag = c.String(FlagLoggingFormat), FlagLoggingFormat
+	}
+	if err := klog2.ValidateFormat(o.log.Format); err != nil {
+		return &FlagError{Flag: formatFlag, Err: err}
+	}
+	return nil
+}
+
 func run(parent context.Context, spec Spec, c *cli.Context, stderr io.Writer) error {
 	o, err := parseOptions(spec, c)
 	if err != nil {
@@ -296,10 +332,13 @@ func run(parent context.Context, spec Spec, c *cli.Context, stderr io.Writer) er
 		return usageError{err}
 	}
 	defer func() { _ = zl.Sync() }()
-	if err := klog2.RouteKlog(logger, o.log.Level); err != nil {
+	if err := klog2.RouteKlog(logger, o.log); err != nil {
 		return usageError{err}
 	}
 	logger = logger.WithName(spec.ID)
+	for _, ig := range o.ignored {
+		logger.Info("Flag overridden by its upstream name", "flag", "--"+ig[0], "by", "--"+ig[1])
+	}
 
 	ctx, stop := signalContext(parent, logger)
 	defer stop()

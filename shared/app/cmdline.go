@@ -36,7 +36,8 @@ type cmdline struct {
 func parseCmdline(name string, flags []cli.Flag, args []string) (cmdline, error) {
 	all := append([]cli.Flag{
 		&cli.BoolFlag{Name: flagHelp, Aliases: []string{"h"}, Usage: "show help"},
-		&cli.BoolFlag{Name: flagVersion, Aliases: []string{"v"}, Usage: "print the version"},
+		// No -v: that is upstream's verbosity flag.
+		&cli.BoolFlag{Name: flagVersion, Usage: "print the version"},
 	}, flags...)
 	set := flag.NewFlagSet(name, flag.ContinueOnError)
 	set.SetOutput(io.Discard)
@@ -88,6 +89,6 @@ func printHelp(w io.Writer, spec Spec, flags []cli.Flag) {
 		}
 		fmt.Fprintln(tw)
 	}
-	fmt.Fprintf(tw, "   --%s, -h\tshow help\n   --%s, -v\tprint the version\n", flagHelp, flagVersion)
+	fmt.Fprintf(tw, "   --%s, -h\tshow help\n   --%s\tprint the version\n", flagHelp, flagVersion)
 	_ = tw.Flush()
 }

@@ -6,10 +6,14 @@ import (
 	"debug/elf"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/urfave/cli/v2"
+	"k8s.io/klog/v2"
+
+	klog2 "github.com/kcm-split/kcm-split/shared/log"
 )
 
 func TestHelpAndVersion(t *testing.T) {
@@ -20,6 +24,9 @@ func TestHelpAndVersion(t *testing.T) {
 		{[]string{"-h"}, []string{"NAME:\n   test-controller - ", "--concurrent-test-syncs value", "(default: 5)", "   Client\n"}},
 		{[]string{"--leader-elect=false", "--help"}, []string{"--kube-api-qps value"}},
 		{[]string{"--version"}, []string{"test-controller version " + Version + "\n"}},
+		{[]string{"-version"}, []string{"test-controller version " + Version + "\n"}},
+		{[]string{"--v=4", "--version"}, []string{"test-controller version " + Version + "\n"}},
+		{[]string{"--help"}, []string{"-v value", "--vmodule value", "--logging-format value", "[$KCM_SPLIT_V]", "--version  "}},
 	} {
 		var out bytes.Buffer
 		if code := Run(context.Background(), testSpec(nil), append([]string{"test-controller"}, tc.args...), &out); code != ExitOK {
@@ -82,6 +89,76 @@ func TestNoReflectMethodLookup(t *testing.T) {
 	}
 	if !sawScheme {
 		t.Error("no client-go scheme symbol: the check is not looking at a real controller binary")
+	}
+}
+
+// Upstream's logging flags reach the logger; kcm-split's older names stay as aliases that
+// the upstream flag overrides, wherever each was given.
+func TestLoggingFlags(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		want    klog2.Options
+		ignored [][2]string
+		// enabled and disabled verbosities at a call site in this file
+		enabled, disabled int
+	}{
+		{name: "defaults", want: klog2.Options{Level: "info", Format: "json"}, enabled: 0, disabled: 1},
+		{name: "--v", args: []string{"--v=4"}, want: klog2.Options{Level: "4", Format: "json"}, enabled: 4, disabled: 5},
+		{name: "-v", args: []string{"-v=4"}, want: klog2.Options{Level: "4", Format: "json"}, enabled: 4, disabled: 5},
+		{name: "-v value", args: []string{"-v", "2"}, want: klog2.Options{Level: "2", Format: "json"}, enabled: 2, disabled: 3},
+		{name: "--v=0", args: []string{"--v=0"}, want: klog2.Options{Level: "0", Format: "json"}, enabled: 0, disabled: 1},
+		{name: "--log-level alias", args: []string{"--log-level=2"}, want: klog2.Options{Level: "2", Format: "json"}, enabled: 2, disabled: 3},
+		{name: "--log-level debug", args: []string{"--log-level=debug"}, want: klog2.Options{Level: "debug", Format: "json"}, enabled: 1, disabled: 2},
+		{name: "--v wins over --log-level", args: []string{"--log-level=2", "--v=4"}, want: klog2.Options{Level: "4", Format: "json"}, ignored: [][2]string{{"log-level", "v"}}, enabled: 4, disabled: 5},
+		{name: "--v wins whatever the order", args: []string{"--v=1", "--log-level=6"}, want: klog2.Options{Level: "1", Format: "json"}, ignored: [][2]string{{"log-level", "v"}}, enabled: 1, disabled: 2},
+		{name: "env KCM_SPLIT_V", env: map[string]string{"KCM_SPLIT_V": "3"}, want: klog2.Options{Level: "3", Format: "json"}, enabled: 3, disabled: 4},
+		{name: "env KCM_SPLIT_V wins over --log-level", args: []string{"--log-level=2"}, env: map[string]string{"KCM_SPLIT_V": "5"}, want: klog2.Options{Level: "5", Format: "json"}, ignored: [][2]string{{"log-level", "v"}}, enabled: 5, disabled: 6},
+		{name: "--vmodule", args: []string{"--vmodule=foo=3"}, want: klog2.Options{Level: "info", VModule: "foo=3", Format: "json"}, enabled: 0, disabled: 1},
+		{name: "--vmodule naming this file", args: []string{"--v=1", "--vmodule=cmdline_test=3,other=5"}, want: klog2.Options{Level: "1", VModule: "cmdline_test=3,other=5", Format: "json"}, enabled: 3, disabled: 4},
+		{name: "env KCM_SPLIT_VMODULE", env: map[string]string{"KCM_SPLIT_VMODULE": "foo=2"}, want: klog2.Options{Level: "info", VModule: "foo=2", Format: "json"}, enabled: 0, disabled: 1},
+		{name: "--logging-format=json", args: []string{"--logging-format=json"}, want: klog2.Options{Level: "info", Format: "json"}, enabled: 0, disabled: 1},
+		{name: "--logging-format=text", args: []string{"--logging-format=text"}, want: klog2.Options{Level: "info", Format: "text"}, enabled: 0, disabled: 1},
+		{name: "--log-format alias", args: []string{"--log-format=console"}, want: klog2.Options{Level: "info", Format: "console"}, enabled: 0, disabled: 1},
+		{name: "--logging-format wins over --log-format", args: []string{"--log-format=console", "--logging-format=json"}, want: klog2.Options{Level: "info", Format: "json"}, ignored: [][2]string{{"log-format", "logging-format"}}, enabled: 0, disabled: 1},
+		{name: "env KCM_SPLIT_LOGGING_FORMAT", env: map[string]string{"KCM_SPLIT_LOGGING_FORMAT": "text"}, want: klog2.Options{Level: "info", Format: "text"}, enabled: 0, disabled: 1},
+		{name: "env KCM_SPLIT_LOG_FORMAT", env: map[string]string{"KCM_SPLIT_LOG_FORMAT": "console"}, want: klog2.Options{Level: "info", Format: "console"}, enabled: 0, disabled: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			spec := testSpec(nil)
+			cl, err := parseCmdline(spec.ID, withEnv(append(commonFlags(spec), spec.Flags...)), tc.args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o, err := parseOptions(spec, cl.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o.log != tc.want {
+				t.Errorf("log options = %+v, want %+v", o.log, tc.want)
+			}
+			if !reflect.DeepEqual(o.ignored, tc.ignored) {
+				t.Errorf("ignored = %v, want %v", o.ignored, tc.ignored)
+			}
+			_, logger, err := klog2.New(o.log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := klog2.RouteKlog(logger, o.log); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = klog2.RouteKlog(logger, klog2.Options{Level: "info"}) })
+			if !logger.V(tc.enabled).Enabled() || logger.V(tc.disabled).Enabled() {
+				t.Errorf("logger V(%d) enabled = %v, V(%d) = %v; want true, false", tc.enabled, logger.V(tc.enabled).Enabled(), tc.disabled, logger.V(tc.disabled).Enabled())
+			}
+			if tc.enabled > 0 && (!klog.V(klog.Level(tc.enabled)).Enabled() || klog.V(klog.Level(tc.disabled)).Enabled()) {
+				t.Errorf("klog V(%d) enabled = %v, V(%d) = %v; want true, false", tc.enabled, klog.V(klog.Level(tc.enabled)).Enabled(), tc.disabled, klog.V(klog.Level(tc.disabled)).Enabled())
+			}
+		})
 	}
 }
 

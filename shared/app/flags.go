@@ -27,8 +27,11 @@ const (
 	FlagLeaseName           = "leader-elect-resource-name"
 	FlagMetricsBindAddress  = "metrics-bind-address"
 	FlagHealthBindAddress   = "health-probe-bind-address"
-	FlagLogLevel            = "log-level"
-	FlagLogFormat           = "log-format"
+	FlagV                   = "v"
+	FlagVModule             = "vmodule"
+	FlagLoggingFormat       = "logging-format"
+	FlagLogLevel            = "log-level"  // kcm-split's older name of --v; --v wins
+	FlagLogFormat           = "log-format" // kcm-split's older name of --logging-format; --logging-format wins
 	FlagShutdownGracePeriod = "shutdown-grace-period"
 	FlagMinResyncPeriod     = "min-resync-period"
 	FlagAuthnCacheTTL       = "authentication-token-webhook-cache-ttl"
@@ -78,8 +81,11 @@ func commonFlags(spec Spec) []cli.Flag {
 		&cli.StringFlag{Name: FlagHealthBindAddress, Category: "Plain HTTP serving", Usage: "address serving /healthz, /readyz and /livez over plain HTTP; empty means the metrics address; port 0 disables"},
 		&cli.DurationFlag{Name: FlagShutdownGracePeriod, Category: "Serving", Value: 20 * time.Second, Usage: "how long to let workers finish after SIGTERM before releasing the Lease and exiting"},
 
-		&cli.StringFlag{Name: FlagLogLevel, Category: "Logging", Value: "info", Usage: "debug, info, warn, error, or a verbosity 0-10 (4 logs every sync)"},
-		&cli.StringFlag{Name: FlagLogFormat, Category: "Logging", Value: "json", Usage: "json or console"},
+		&cli.IntFlag{Name: FlagV, Category: "Logging", Usage: "log verbosity 0-10: 2 logs retries, 4 every sync, 6 and up client-go's requests (-v=4 and --v=4 alike)"},
+		&cli.StringFlag{Name: FlagVModule, Category: "Logging", Usage: "comma-separated list of pattern=N giving source files their own verbosity; the pattern matches a file name without .go (or a path, with a /), * and ? as wildcards"},
+		&cli.StringFlag{Name: FlagLoggingFormat, Category: "Logging", Value: "json", Usage: "json or text"},
+		&cli.StringFlag{Name: FlagLogLevel, Category: "Logging", Value: "info", Usage: "older name of --v, which wins when both are given: a verbosity 0-10, or debug (1), info (0), warn, error"},
+		&cli.StringFlag{Name: FlagLogFormat, Category: "Logging", Value: "json", Usage: "older name of --logging-format, which wins when both are given: json, or console (the same as text)"},
 	}
 }
 
