@@ -541,7 +541,8 @@ func binaryFlags(t *testing.T, alias, binary string) map[string]flagInfo {
 			category = strings.TrimSpace(line)
 			continue
 		}
-		if m := helpLine.FindStringSubmatch(line); m != nil {
+		// --help and --version, printed last, are the command line's own, not a category's.
+		if m := helpLine.FindStringSubmatch(line); m != nil && m[1] != "help" && m[1] != "version" {
 			flags[m[1]] = flagInfo{category: category, def: m[2]}
 		}
 	}
