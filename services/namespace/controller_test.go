@@ -342,8 +342,10 @@ func TestSyncChecksTheLiveNamespaceBeforeEveryPageOfDeletes(t *testing.T) {
 			} else if err != nil {
 				t.Fatalf("sync = %v, want nil: the namespace it worked on is gone", err)
 			}
-			if n := f.content.count(configMaps, "ns"); n != tc.left {
-				t.Fatalf("%d ConfigMaps left, want %d", n, tc.left)
+			// The one page allowed before the replacement may go to another resource of the
+			// pass (their order is not fixed): at most tc.left fewer, never more deleted.
+			if n := f.content.count(configMaps, "ns"); n < tc.left || (tc.okGets == 1 && n != tc.left) {
+				t.Fatalf("%d ConfigMaps left, want %d (at least)", n, tc.left)
 			}
 			for _, w := range f.writes() {
 				if w == "create/finalize" {
