@@ -122,7 +122,12 @@ func TestReviewCache(t *testing.T) {
 	if _, ok := c.get("c"); ok {
 		t.Error("c survived: the least recently used entry was not the one evicted")
 	}
-	for k, want := range map[string]int{"b": 2, "d": 4} {
+	// In this order, so that d is the most recently used when "short" comes in below.
+	for _, kv := range []struct {
+		k    string
+		want int
+	}{{"b", 2}, {"d", 4}} {
+		k, want := kv.k, kv.want
 		if v, ok := c.get(k); !ok || v != want {
 			t.Errorf("get %s = %d %v after one eviction; want %d: only one entry may go", k, v, ok, want)
 		}
