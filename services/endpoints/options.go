@@ -56,30 +56,23 @@ func (o Options) Validate() error {
 	return nil
 }
 
-// flags returns new flag values on every call: app.Main adds environment variables to them
-// in place, so they must not be shared between Specs.
-func flags() []cli.Flag {
-	d := DefaultOptions()
+// Flags returns the controller's flags, each bound to its field of o; their defaults are o's
+// values. New flag values on every call: app.Run adds environment variables to them in place.
+func (o *Options) Flags() []cli.Flag {
 	return []cli.Flag{
 		&cli.IntFlag{
-			Name:     FlagConcurrentSyncs,
-			Category: "Controller",
-			Value:    d.ConcurrentSyncs,
-			Usage:    "number of Services whose Endpoints are synced concurrently; more is faster but costs CPU and API calls",
+			Name:        FlagConcurrentSyncs,
+			Destination: &o.ConcurrentSyncs,
+			Category:    "Controller",
+			Value:       o.ConcurrentSyncs,
+			Usage:       "number of Services whose Endpoints are synced concurrently; more is faster but costs CPU and API calls",
 		},
 		&cli.DurationFlag{
-			Name:     FlagBatchPeriod,
-			Category: "Controller",
-			Value:    d.BatchPeriod,
-			Usage:    "delay before syncing a Service after a Pod change, so that several Pod changes make one Endpoints update; 0 syncs at once",
+			Name:        FlagBatchPeriod,
+			Destination: &o.BatchPeriod,
+			Category:    "Controller",
+			Value:       o.BatchPeriod,
+			Usage:       "delay before syncing a Service after a Pod change, so that several Pod changes make one Endpoints update; 0 syncs at once",
 		},
-	}
-}
-
-// optionsFrom reads the controller's flags.
-func optionsFrom(c *cli.Context) Options {
-	return Options{
-		ConcurrentSyncs: c.Int(FlagConcurrentSyncs),
-		BatchPeriod:     c.Duration(FlagBatchPeriod),
 	}
 }

@@ -3,7 +3,6 @@ package endpoints
 import (
 	"context"
 
-	"github.com/urfave/cli/v2"
 	"k8s.io/client-go/informers"
 
 	"github.com/kcm-split/kcm-split/shared/app"
@@ -12,22 +11,19 @@ import (
 
 // Spec describes the endpoints-controller binary to app.Main.
 func Spec() app.Spec {
+	opts := DefaultOptions()
 	return app.Spec{
 		ID:          ControllerID,
 		Usage:       "keeps the Endpoints of every Service with a selector in line with the Pods it selects",
 		DefaultPort: DefaultPort,
-		Flags:       flags(),
-		Validate: func(c *cli.Context) error {
-			return optionsFrom(c).Validate()
-		},
-		Run: run,
+		Options:     &opts,
+		Run:         func(ctx context.Context, rt *app.Runtime) error { return run(ctx, rt, opts) },
 	}
 }
 
 // run is called only while this process holds the Lease: it owns the informers, so a standby
 // replica watches nothing.
-func run(ctx context.Context, rt *app.Runtime) error {
-	opts := optionsFrom(rt.CLI)
+func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 	factory := informers.NewSharedInformerFactoryWithOptions(rt.Client, rt.ResyncPeriod(), informers.WithTransform(cacheTransform))
 	c := New(
 		factory.Core().V1().Pods(),

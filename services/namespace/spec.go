@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/urfave/cli/v2"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/metadata"
@@ -17,6 +16,7 @@ import (
 
 // Spec describes the namespace-controller binary to app.Main.
 func Spec() app.Spec {
+	opts := DefaultOptions()
 	return app.Spec{
 		ID:          ControllerID,
 		Usage:       "deletes everything in a deleted namespace, Pods first, then finalizes it",
@@ -24,11 +24,8 @@ func Spec() app.Spec {
 		// Many small calls per namespace: see DefaultQPS.
 		DefaultQPS:   DefaultQPS,
 		DefaultBurst: DefaultBurst,
-		Flags:        flags(),
-		Validate: func(c *cli.Context) error {
-			return optionsFrom(c).Validate()
-		},
-		Run: run,
+		Options:      &opts,
+		Run:          func(ctx context.Context, rt *app.Runtime) error { return run(ctx, rt, opts) },
 	}
 }
 
@@ -40,8 +37,7 @@ var (
 
 // run is called only while this process holds the Lease: it owns the informers, so a standby
 // replica watches nothing.
-func run(ctx context.Context, rt *app.Runtime) error {
-	opts := optionsFrom(rt.CLI)
+func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 	client := rt.Client
 	meta, err := metadata.NewForConfig(rt.Config)
 	if err != nil {

@@ -128,88 +128,65 @@ func (o Options) Validate() error {
 	return err
 }
 
-// flags returns new flag values on every call: app.Main adds environment variables to them
-// in place, so they must not be shared between Specs.
-func flags() []cli.Flag {
-	d := DefaultOptions()
+// Flags returns the controller's flags, each bound to its field of o; their defaults are o's
+// values. New flag values on every call: app.Run adds environment variables to them in place.
+func (o *Options) Flags() []cli.Flag {
 	return []cli.Flag{
 		&cli.DurationFlag{
-			Name: FlagMonitorPeriod, Category: "Controller", Value: d.MonitorPeriod,
+			Name: FlagMonitorPeriod, Destination: &o.MonitorPeriod, Category: "Controller", Value: o.MonitorPeriod,
 			Usage: "how often every Node's health is checked; deadlines are also tracked per Node, so detection does not wait for this period",
 		},
 		&cli.DurationFlag{
-			Name: FlagMonitorGracePeriod, Category: "Controller", Value: d.MonitorGracePeriod,
+			Name: FlagMonitorGracePeriod, Destination: &o.MonitorGracePeriod, Category: "Controller", Value: o.MonitorGracePeriod,
 			Usage: "how long a Node may post no Ready heartbeat and renew no Lease before it is marked Unknown; at least --" + FlagMonitorPeriod,
 		},
 		&cli.DurationFlag{
-			Name: FlagStartupGracePeriod, Category: "Controller", Value: d.StartupGracePeriod,
+			Name: FlagStartupGracePeriod, Destination: &o.StartupGracePeriod, Category: "Controller", Value: o.StartupGracePeriod,
 			Usage: "grace period for a Node that has never reported, instead of --" + FlagMonitorGracePeriod + "; at least --" + FlagMonitorPeriod,
 		},
 		&cli.Float64Flag{
-			Name: FlagEvictionRate, Category: "Controller", Value: d.EvictionRate,
+			Name: FlagEvictionRate, Destination: &o.EvictionRate, Category: "Controller", Value: o.EvictionRate,
 			Usage: "Nodes per second given a NoExecute taint in a zone that is healthy (or fully down while another zone is healthy)",
 		},
 		&cli.Float64Flag{
-			Name: FlagSecondaryEvictionRate, Category: "Controller", Value: d.SecondaryEvictionRate,
+			Name: FlagSecondaryEvictionRate, Destination: &o.SecondaryEvictionRate, Category: "Controller", Value: o.SecondaryEvictionRate,
 			Usage: "Nodes per second given a NoExecute taint in a partially disrupted zone larger than --" + FlagLargeClusterThreshold,
 		},
 		&cli.IntFlag{
-			Name: FlagLargeClusterThreshold, Category: "Controller", Value: d.LargeClusterThreshold,
+			Name: FlagLargeClusterThreshold, Destination: &o.LargeClusterThreshold, Category: "Controller", Value: o.LargeClusterThreshold,
 			Usage: "zone size above which a partially disrupted zone keeps tainting at --" + FlagSecondaryEvictionRate + "; smaller ones stop",
 		},
 		&cli.Float64Flag{
-			Name: FlagUnhealthyZoneThreshold, Category: "Controller", Value: d.UnhealthyZoneThreshold,
+			Name: FlagUnhealthyZoneThreshold, Destination: &o.UnhealthyZoneThreshold, Category: "Controller", Value: o.UnhealthyZoneThreshold,
 			Usage: "fraction (0..1) of not-Ready Nodes, more than 2, at which a zone is partially disrupted",
 		},
 		&cli.BoolFlag{
-			Name: FlagEnableTaintEviction, Category: "Controller", Value: d.TaintEviction,
+			Name: FlagEnableTaintEviction, Destination: &o.TaintEviction, Category: "Controller", Value: o.TaintEviction,
 			Usage: "delete Pods that do not tolerate a NoExecute taint of their Node (upstream's taint-eviction-controller)",
 		},
 		&cli.BoolFlag{
-			Name: ipam.FlagAllocateNodeCIDRs, Category: "Controller: node IPAM",
+			Name: ipam.FlagAllocateNodeCIDRs, Destination: &o.IPAM.Allocate, Category: "Controller: node IPAM",
 			Usage: "give every Node without one a Pod range (spec.podCIDRs) from --" + ipam.FlagClusterCIDR + " (upstream's node-ipam-controller)",
 		},
 		&cli.StringFlag{
-			Name: ipam.FlagClusterCIDR, Category: "Controller: node IPAM",
+			Name: ipam.FlagClusterCIDR, Destination: &o.IPAM.ClusterCIDR, Category: "Controller: node IPAM",
 			Usage: "CIDR the Nodes' Pod ranges are cut from: one, or an IPv4,IPv6 pair for dual-stack Nodes",
 		},
 		&cli.IntFlag{
-			Name: ipam.FlagNodeCIDRMaskSize, Category: "Controller: node IPAM",
+			Name: ipam.FlagNodeCIDRMaskSize, Destination: &o.IPAM.MaskSize, Category: "Controller: node IPAM",
 			Usage: "prefix length of each Node's range in a single-stack cluster; 0 means 24 for IPv4, 64 for IPv6",
 		},
 		&cli.IntFlag{
-			Name: ipam.FlagNodeCIDRMaskSizeIPv4, Category: "Controller: node IPAM",
+			Name: ipam.FlagNodeCIDRMaskSizeIPv4, Destination: &o.IPAM.MaskSizeIPv4, Category: "Controller: node IPAM",
 			Usage: "prefix length of each Node's IPv4 range; 0 means 24",
 		},
 		&cli.IntFlag{
-			Name: ipam.FlagNodeCIDRMaskSizeIPv6, Category: "Controller: node IPAM",
+			Name: ipam.FlagNodeCIDRMaskSizeIPv6, Destination: &o.IPAM.MaskSizeIPv6, Category: "Controller: node IPAM",
 			Usage: "prefix length of each Node's IPv6 range; 0 means 64",
 		},
 		&cli.StringFlag{
-			Name: ipam.FlagServiceClusterIPRange, Category: "Controller: node IPAM",
+			Name: ipam.FlagServiceClusterIPRange, Destination: &o.IPAM.ServiceCIDR, Category: "Controller: node IPAM",
 			Usage: "the Service CIDR (or an IPv4,IPv6 pair): no Node gets a range overlapping it",
-		},
-	}
-}
-
-// optionsFrom reads the controller's flags.
-func optionsFrom(c *cli.Context) Options {
-	return Options{
-		MonitorPeriod:          c.Duration(FlagMonitorPeriod),
-		MonitorGracePeriod:     c.Duration(FlagMonitorGracePeriod),
-		StartupGracePeriod:     c.Duration(FlagStartupGracePeriod),
-		EvictionRate:           c.Float64(FlagEvictionRate),
-		SecondaryEvictionRate:  c.Float64(FlagSecondaryEvictionRate),
-		LargeClusterThreshold:  c.Int(FlagLargeClusterThreshold),
-		UnhealthyZoneThreshold: c.Float64(FlagUnhealthyZoneThreshold),
-		TaintEviction:          c.Bool(FlagEnableTaintEviction),
-		IPAM: ipam.Options{
-			Allocate:     c.Bool(ipam.FlagAllocateNodeCIDRs),
-			ClusterCIDR:  c.String(ipam.FlagClusterCIDR),
-			MaskSize:     c.Int(ipam.FlagNodeCIDRMaskSize),
-			MaskSizeIPv4: c.Int(ipam.FlagNodeCIDRMaskSizeIPv4),
-			MaskSizeIPv6: c.Int(ipam.FlagNodeCIDRMaskSizeIPv6),
-			ServiceCIDR:  c.String(ipam.FlagServiceClusterIPRange),
 		},
 	}
 }

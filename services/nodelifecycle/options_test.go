@@ -1,13 +1,8 @@
 package nodelifecycle
 
 import (
-	"context"
-	"errors"
-	"io"
 	"testing"
 	"time"
-
-	"github.com/urfave/cli/v2"
 
 	"github.com/kcm-split/kcm-split/services/nodelifecycle/ipam"
 	"github.com/kcm-split/kcm-split/shared/app"
@@ -72,25 +67,23 @@ func TestBadFlagsExitWithUsageCode(t *testing.T) {
 }
 
 func TestIPAMFlagsReachTheOptions(t *testing.T) {
-	// Parsed through the binary's own flag set: names, values and defaults.
-	// Validate sees them and stops the run before it connects anywhere.
+	// Parsed through the binary's own flag set (names, values and defaults) into its Options.
 	spec := Spec()
-	var got ipam.Options
-	spec.Validate = func(c *cli.Context) error {
-		got = optionsFrom(c).IPAM
-		return &app.FlagError{Flag: "stop", Err: errors.New("captured")}
-	}
-	args := []string{spec.ID, "--allocate-node-cidrs", "--cluster-cidr=10.0.0.0/16,fd00::/48",
+	args := []string{"--allocate-node-cidrs", "--cluster-cidr=10.0.0.0/16,fd00::/48",
 		"--node-cidr-mask-size-ipv4=26", "--node-cidr-mask-size-ipv6=60", "--service-cluster-ip-range=10.96.0.0/12"}
-	if code := app.Run(context.Background(), spec, args, io.Discard); code != app.ExitUsage {
-		t.Fatalf("exit %d", code)
+	if err := app.Parse(spec, args); err != nil {
+		t.Fatalf("valid flags refused: %v", err)
 	}
+	got := spec.Options.(*Options).IPAM
 	want := ipam.Options{Allocate: true, ClusterCIDR: "10.0.0.0/16,fd00::/48", MaskSizeIPv4: 26, MaskSizeIPv6: 60, ServiceCIDR: "10.96.0.0/12"}
 	if got != want {
 		t.Errorf("IPAM options %+v, want %+v", got, want)
 	}
-	if _, err := want.Config(); err != nil {
-		t.Errorf("valid flags refused: %v", err)
+	// The other settings keep their defaults.
+	rest := *spec.Options.(*Options)
+	rest.IPAM = ipam.Options{}
+	if rest != DefaultOptions() {
+		t.Errorf("other options %+v, want the defaults %+v", rest, DefaultOptions())
 	}
 }
 

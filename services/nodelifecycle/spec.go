@@ -3,7 +3,6 @@ package nodelifecycle
 import (
 	"context"
 
-	"github.com/urfave/cli/v2"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -16,6 +15,7 @@ import (
 
 // Spec describes the nodelifecycle-controller binary to app.Main.
 func Spec() app.Spec {
+	opts := DefaultOptions()
 	return app.Spec{
 		ID:          ControllerID,
 		Usage:       "marks silent Nodes Unknown, taints Nodes from their conditions, taints unreachable Nodes NoExecute at a zone-aware rate, evicts the Pods that do not tolerate it, and (with --allocate-node-cidrs) gives Nodes their Pod ranges",
@@ -23,18 +23,14 @@ func Spec() app.Spec {
 		// Three upstream controllers' budgets in one: see DefaultQPS.
 		DefaultQPS:   DefaultQPS,
 		DefaultBurst: DefaultBurst,
-		Flags:        flags(),
-		Validate: func(c *cli.Context) error {
-			return optionsFrom(c).Validate()
-		},
-		Run: run,
+		Options:      &opts,
+		Run:          func(ctx context.Context, rt *app.Runtime) error { return run(ctx, rt, opts) },
 	}
 }
 
 // run is called only while this process holds the Lease: it owns the informers, so a standby
 // replica watches nothing.
-func run(ctx context.Context, rt *app.Runtime) error {
-	opts := optionsFrom(rt.CLI)
+func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 	client := rt.Client
 	resync := rt.ResyncPeriod()
 	transform := informers.WithTransform(cacheTransform)

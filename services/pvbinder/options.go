@@ -74,30 +74,23 @@ func (o Options) Validate() error {
 	return nil
 }
 
-// flags returns new flag values on every call: app.Main adds environment variables to them
-// in place, so they must not be shared between Specs.
-func flags() []cli.Flag {
-	d := DefaultOptions()
+// Flags returns the controller's flags, each bound to its field of o; their defaults are o's
+// values. New flag values on every call: app.Run adds environment variables to them in place.
+func (o *Options) Flags() []cli.Flag {
 	return []cli.Flag{
 		&cli.DurationFlag{
-			Name:     FlagSyncPeriod,
-			Category: "Controller",
-			Value:    d.SyncPeriod,
-			Usage:    "how often every PersistentVolume and PersistentVolumeClaim is re-examined without an event",
+			Name:        FlagSyncPeriod,
+			Destination: &o.SyncPeriod,
+			Category:    "Controller",
+			Value:       o.SyncPeriod,
+			Usage:       "how often every PersistentVolume and PersistentVolumeClaim is re-examined without an event",
 		},
 		&cli.IntFlag{
-			Name:     FlagWorkers,
-			Category: "Controller",
-			Value:    d.Workers,
-			Usage:    "number of workers per queue (volumes, claims); claims bind in parallel, never two to one volume",
+			Name:        FlagWorkers,
+			Destination: &o.Workers,
+			Category:    "Controller",
+			Value:       o.Workers,
+			Usage:       "number of workers per queue (volumes, claims); claims bind in parallel, never two to one volume",
 		},
-	}
-}
-
-// optionsFrom reads the controller's flags.
-func optionsFrom(c *cli.Context) Options {
-	return Options{
-		SyncPeriod: c.Duration(FlagSyncPeriod),
-		Workers:    c.Int(FlagWorkers),
 	}
 }

@@ -3,7 +3,6 @@ package pvbinder
 import (
 	"context"
 
-	"github.com/urfave/cli/v2"
 	"k8s.io/client-go/informers"
 
 	"github.com/kcm-split/kcm-split/shared/app"
@@ -12,6 +11,7 @@ import (
 
 // Spec describes the pv-binder-controller binary to app.Main.
 func Spec() app.Spec {
+	opts := DefaultOptions()
 	return app.Spec{
 		ID:          ControllerID,
 		Usage:       "binds PersistentVolumeClaims to PersistentVolumes and releases volumes whose claims are gone",
@@ -19,17 +19,13 @@ func Spec() app.Spec {
 		// A static bind costs five writes: see DefaultQPS.
 		DefaultQPS:   DefaultQPS,
 		DefaultBurst: DefaultBurst,
-		Flags:        flags(),
-		Validate: func(c *cli.Context) error {
-			return optionsFrom(c).Validate()
-		},
-		Run: run,
+		Options:      &opts,
+		Run:          func(ctx context.Context, rt *app.Runtime) error { return run(ctx, rt, opts) },
 	}
 }
 
 // run is called only while this process holds the Lease.
-func run(ctx context.Context, rt *app.Runtime) error {
-	opts := optionsFrom(rt.CLI)
+func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 	factory := informers.NewSharedInformerFactoryWithOptions(rt.Client, rt.ResyncPeriod(), informers.WithTransform(informer.DropManagedFields))
 	c := New(
 		factory.Core().V1().PersistentVolumes(),

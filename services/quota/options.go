@@ -74,44 +74,37 @@ func (o Options) Validate() error {
 	return nil
 }
 
-// flags returns new flag values on every call: app.Main adds environment variables to them
-// in place, so they must not be shared between Specs.
-func flags() []cli.Flag {
-	d := DefaultOptions()
+// Flags returns the controller's flags, each bound to its field of o; their defaults are o's
+// values. New flag values on every call: app.Run adds environment variables to them in place.
+func (o *Options) Flags() []cli.Flag {
 	return []cli.Flag{
 		&cli.IntFlag{
-			Name:     FlagConcurrentSyncs,
-			Category: "Controller",
-			Value:    d.ConcurrentSyncs,
-			Usage:    "number of ResourceQuotas synced concurrently, per queue",
+			Name:        FlagConcurrentSyncs,
+			Destination: &o.ConcurrentSyncs,
+			Category:    "Controller",
+			Value:       o.ConcurrentSyncs,
+			Usage:       "number of ResourceQuotas synced concurrently, per queue",
 		},
 		&cli.DurationFlag{
-			Name:     FlagSyncPeriod,
-			Category: "Controller",
-			Value:    d.SyncPeriod,
-			Usage:    "period for recalculating the usage of every quota from scratch; 0 disables it",
+			Name:        FlagSyncPeriod,
+			Destination: &o.SyncPeriod,
+			Category:    "Controller",
+			Value:       o.SyncPeriod,
+			Usage:       "period for recalculating the usage of every quota from scratch; 0 disables it",
 		},
 		&cli.DurationFlag{
-			Name:     FlagDiscoveryPeriod,
-			Category: "Controller",
-			Value:    d.DiscoveryPeriod,
-			Usage:    "period for discovering the API's resources again, so that count/<resource> of a CRD created later is counted",
+			Name:        FlagDiscoveryPeriod,
+			Destination: &o.DiscoveryPeriod,
+			Category:    "Controller",
+			Value:       o.DiscoveryPeriod,
+			Usage:       "period for discovering the API's resources again, so that count/<resource> of a CRD created later is counted",
 		},
 		&cli.DurationFlag{
-			Name:     FlagSourceSyncTimeout,
-			Category: "Controller",
-			Value:    d.SourceSyncTimeout,
-			Usage:    "how long a resource type may take to list before quotas tracking it get a warning Event; their other resources are published meanwhile",
+			Name:        FlagSourceSyncTimeout,
+			Destination: &o.SourceSyncTimeout,
+			Category:    "Controller",
+			Value:       o.SourceSyncTimeout,
+			Usage:       "how long a resource type may take to list before quotas tracking it get a warning Event; their other resources are published meanwhile",
 		},
-	}
-}
-
-// optionsFrom reads the controller's flags.
-func optionsFrom(c *cli.Context) Options {
-	return Options{
-		ConcurrentSyncs:   c.Int(FlagConcurrentSyncs),
-		SyncPeriod:        c.Duration(FlagSyncPeriod),
-		DiscoveryPeriod:   c.Duration(FlagDiscoveryPeriod),
-		SourceSyncTimeout: c.Duration(FlagSourceSyncTimeout),
 	}
 }

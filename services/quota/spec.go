@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/urfave/cli/v2"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/metadata"
@@ -15,22 +14,19 @@ import (
 
 // Spec describes the quota-controller binary to app.Main.
 func Spec() app.Spec {
+	opts := DefaultOptions()
 	return app.Spec{
 		ID:          ControllerID,
 		Usage:       "keeps the status (hard limits and observed usage) of every ResourceQuota up to date",
 		DefaultPort: DefaultPort,
-		Flags:       flags(),
-		Validate: func(c *cli.Context) error {
-			return optionsFrom(c).Validate()
-		},
-		Run: run,
+		Options:     &opts,
+		Run:         func(ctx context.Context, rt *app.Runtime) error { return run(ctx, rt, opts) },
 	}
 }
 
 // run is called only while this process holds the Lease: it owns the informers, so a standby
 // replica watches nothing.
-func run(ctx context.Context, rt *app.Runtime) error {
-	opts := optionsFrom(rt.CLI)
+func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 	meta, err := metadata.NewForConfig(rt.Config)
 	if err != nil {
 		return fmt.Errorf("metadata client: %w", err)

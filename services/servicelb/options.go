@@ -84,30 +84,23 @@ func (o Options) Validate() error {
 	return nil
 }
 
-// flags returns new flag values on every call: app.Main adds environment variables to them
-// in place, so they must not be shared between Specs.
-func flags() []cli.Flag {
-	d := DefaultOptions()
+// Flags returns the controller's flags, each bound to its field of o; their defaults are o's
+// values. New flag values on every call: app.Run adds environment variables to them in place.
+func (o *Options) Flags() []cli.Flag {
 	return []cli.Flag{
 		&cli.IntFlag{
-			Name:     FlagConcurrentSyncs,
-			Category: "Controller",
-			Value:    d.ConcurrentSyncs,
-			Usage:    "number of Services synced concurrently; more is faster but costs CPU and API calls",
+			Name:        FlagConcurrentSyncs,
+			Destination: &o.ConcurrentSyncs,
+			Category:    "Controller",
+			Value:       o.ConcurrentSyncs,
+			Usage:       "number of Services synced concurrently; more is faster but costs CPU and API calls",
 		},
 		&cli.StringFlag{
-			Name:     FlagLoadBalancerClass,
-			Category: "Controller",
-			Value:    d.LoadBalancerClass,
-			Usage:    "spec.loadBalancerClass of the Services to serve; empty serves Services with no class",
+			Name:        FlagLoadBalancerClass,
+			Destination: &o.LoadBalancerClass,
+			Category:    "Controller",
+			Value:       o.LoadBalancerClass,
+			Usage:       "spec.loadBalancerClass of the Services to serve; empty serves Services with no class",
 		},
 	}
-}
-
-// optionsFrom reads the controller's flags.
-func optionsFrom(c *cli.Context) Options {
-	o := DefaultOptions()
-	o.ConcurrentSyncs = c.Int(FlagConcurrentSyncs)
-	o.LoadBalancerClass = c.String(FlagLoadBalancerClass)
-	return o
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"sync"
 
-	"github.com/urfave/cli/v2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/discovery"
@@ -20,6 +19,7 @@ import (
 
 // Spec describes the service-lb-controller binary to app.Main.
 func Spec() app.Spec {
+	opts := DefaultOptions()
 	return app.Spec{
 		ID:          ControllerID,
 		Usage:       "gives LoadBalancer Services addresses from IPAddressPools (lb.kcm-split.io), with upstream's service controller contract",
@@ -27,17 +27,13 @@ func Spec() app.Spec {
 		// A new Service costs two writes and two Events: see DefaultQPS.
 		DefaultQPS:   DefaultQPS,
 		DefaultBurst: DefaultBurst,
-		Flags:        flags(),
-		Validate: func(c *cli.Context) error {
-			return optionsFrom(c).Validate()
-		},
-		Run: run,
+		Options:      &opts,
+		Run:          func(ctx context.Context, rt *app.Runtime) error { return run(ctx, rt, opts) },
 	}
 }
 
 // run is called only while this process holds the Lease.
-func run(ctx context.Context, rt *app.Runtime) error {
-	opts := optionsFrom(rt.CLI)
+func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 	dyn, err := dynamic.NewForConfig(rt.Config)
 	if err != nil {
 		return err

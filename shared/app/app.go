@@ -72,37 +72,45 @@ type Spec struct {
 	// upstream's 20 and 30; a controller that costs several writes per object sets its own.
 	DefaultQPS   float32
 	DefaultBurst int
-	// Flags are the controller's own flags under upstream names.
-	Flags []cli.Flag
-	// Validate checks the controller's flags; an error exits with ExitUsage and should name
-	// the flag (see FlagError).
-	Validate func(c *cli.Context) error
+	// Options are the controller's own settings, filled once from its flags. A Spec is
+	// used for one run: parsing writes into Options.
+	Options Options
 	// Run builds informers and the controller and blocks until ctx ends. It is called only
-	// while this process holds the Lease.
+	// while this process holds the Lease; the controller's settings are the Options the
+	// Spec was built with (a closure over them), filled and validated by then.
 	Run func(ctx context.Context, rt *Runtime) error
 }
 
-// Runtime is what Spec.Run gets: flag values, clients, and hooks into health and metrics.
+// Options are a controller's own settings. Flags returns its flags under upstream names,
+// each bound to a field of the receiver (cli's Destination), so parsing fills the struct
+// once and nothing reads a flag back by name; it must return new flag values on every call
+// (parsing adds environment variables to them in place). Validate checks the filled
+// settings; an error exits with ExitUsage and should name the flag (see FlagError).
+type Options interface {
+	Flags() []cli.Flag
+	Validate() error
+}
+
+// Runtime is what Spec.Run gets: clients, and hooks into health and metrics.
 type Runtime struct {
-	CLI      *cli.Context
 	Config   *rest.Config
 	Client   kubernetes.Interface
 	Registry *prometheus.Registry
 	Health   *health.Checks
 	Logger   logr.Logger
 
-	synced atomic.Pointer[func() bool]
-	mu     sync.Mutex
-	events record.EventBroadcaster
-	term   *metrics.TermRegistry
+	minResync time.Duration
+	synced    atomic.Pointer[func() bool]
+	mu        sync.Mutex
+	events    record.EventBroadcaster
+	term      *metrics.TermRegistry
 }
 
 // ResyncPeriod returns a random duration in [--min-resync-period, 2 x --min-resync-period),
 // upstream's choice: informers of different controllers do not resync in lockstep, and keys a
 // queue dropped after too many retries, or objects edited by hand, are reconciled eventually.
 func (rt *Runtime) ResyncPeriod() time.Duration {
-	base := rt.CLI.Duration(FlagMinResyncPeriod)
-	return base + time.Duration(rand.Int64N(int64(base)))
+	return rt.minResync + time.Duration(rand.Int64N(int64(rt.minResync)))
 }
 
 // SetSynced registers the function /readyz asks while this process leads; until it returns
@@ -160,20 +168,19 @@ func Main(spec Spec) {
 // Run is Main without os.Exit: it returns the exit code. SIGINT and SIGTERM end ctx's work
 // gracefully; a second signal exits at once.
 func Run(ctx context.Context, spec Spec, args []string, stderr io.Writer) int {
-	flags := withEnv(append(commonFlags(spec), spec.Flags...))
-	cl, err := parseCmdline(spec.ID, flags, args[1:])
+	o, cl, err := parse(spec, args[1:])
 	switch {
 	case err != nil:
 		fmt.Fprintf(stderr, "%s: %v\n", spec.ID, err)
 		return ExitUsage
 	case cl.help:
-		printHelp(stderr, spec, flags)
+		printHelp(stderr, spec, cl.flags)
 		return ExitOK
 	case cl.version:
 		fmt.Fprintf(stderr, "%s version %s\n", spec.ID, Version)
 		return ExitOK
 	}
-	err = run(ctx, spec, cl.ctx, stderr)
+	err = run(ctx, spec, o, stderr)
 	var ue usageError
 	switch {
 	case err == nil:
@@ -187,104 +194,97 @@ func Run(ctx context.Context, spec Spec, args []string, stderr io.Writer) int {
 	}
 }
 
+// Parse applies the environment and args (without the program name) to spec's flags, filling
+// spec.Options, and validates every setting, common and the controller's, as Run does before
+// it connects anywhere. An error is what Run would print before exiting with ExitUsage.
+func Parse(spec Spec, args []string) error {
+	_, _, err := parse(spec, args)
+	return err
+}
+
+// parse fills the common options and spec.Options from the environment and args, and
+// validates them unless help or the version was asked for.
+func parse(spec Spec, args []string) (*options, cmdline, error) {
+	o := &options{}
+	flags := o.flags(spec)
+	if spec.Options != nil {
+		flags = append(flags, spec.Options.Flags()...)
+	}
+	cl, err := parseCmdline(spec.ID, withEnv(flags), args)
+	if err != nil || cl.help || cl.version {
+		return o, cl, err
+	}
+	return o, cl, o.complete(spec, cl.ctx)
+}
+
 // usageError marks errors that exit with ExitUsage.
 type usageError struct{ err error }
 
 func (u usageError) Error() string { return u.err.Error() }
 func (u usageError) Unwrap() error { return u.err }
 
-// options gathers and validates the common flags.
+// options are the common settings; flags binds each common flag to one of its fields.
 type options struct {
-	kube     kube.Options
-	leader   leader.Config
-	log      klog2.Options
-	metrics  string
-	health   string
-	secure   serving.Options
-	ttls     serving.CacheTTLs
-	shutdown time.Duration
+	kube      kube.Options
+	qps       float64 // kube.QPS, as the flag's type
+	leader    leader.Config
+	log       klog2.Options
+	v         int
+	format    string // --logging-format
+	metrics   string
+	health    string
+	secure    serving.Options
+	allowed   cli.StringSlice // secure.AlwaysAllowPaths, as the flag's type
+	ttls      serving.CacheTTLs
+	shutdown  time.Duration
+	minResync time.Duration
 	// ignored lists the older logging flags given together with the upstream flag that
 	// overrides them, to be logged once the logger exists.
 	ignored [][2]string
 }
 
-func parseOptions(spec Spec, c *cli.Context) (options, error) {
-	o := options{
-		kube: kube.Options{
-			Kubeconfig:  c.String(FlagKubeconfig),
-			Master:      c.String(FlagMaster),
-			QPS:         float32(c.Float64(FlagQPS)),
-			Burst:       c.Int(FlagBurst),
-			ContentType: c.String(FlagContentType),
-		},
-		leader: leader.Config{
-			Enabled:       c.Bool(FlagLeaderElect),
-			Namespace:     c.String(FlagLeaseNamespace),
-			Name:          c.String(FlagLeaseName),
-			LeaseDuration: c.Duration(FlagLeaseDuration),
-			RenewDeadline: c.Duration(FlagRenewDeadline),
-			RetryPeriod:   c.Duration(FlagRetryPeriod),
-			ShutdownGrace: c.Duration(FlagShutdownGracePeriod),
-		},
-		log:     klog2.Options{Level: c.String(FlagLogLevel), VModule: c.String(FlagVModule), Format: c.String(FlagLogFormat)},
-		metrics: c.String(FlagMetricsBindAddress),
-		health:  c.String(FlagHealthBindAddress),
-		secure: serving.Options{
-			Port:                     c.Int(serving.FlagSecurePort),
-			BindAddress:              c.String(serving.FlagBindAddress),
-			CertFile:                 c.String(serving.FlagTLSCertFile),
-			KeyFile:                  c.String(serving.FlagTLSPrivateKeyFile),
-			MinTLSVersion:            c.String(serving.FlagTLSMinVersion),
-			AuthenticationKubeconfig: c.String(serving.FlagAuthenticationKubconfig),
-			AuthorizationKubeconfig:  c.String(serving.FlagAuthorizationKubconfig),
-			AlwaysAllowPaths:         c.StringSlice(serving.FlagAlwaysAllowPaths),
-			Profiling:                c.Bool(serving.FlagProfiling),
-		},
-		ttls: serving.CacheTTLs{
-			Authenticated:   c.Duration(FlagAuthnCacheTTL),
-			Unauthenticated: serving.DefaultCacheTTLs.Unauthenticated,
-			Authorized:      c.Duration(FlagAuthzAllowedTTL),
-			Unauthorized:    c.Duration(FlagAuthzDeniedTTL),
-		},
-		shutdown: c.Duration(FlagShutdownGracePeriod),
-	}
+// complete settles what the flags filled and validates it all, the controller's Options last.
+// c tells which flags were given (command line or environment); no value is read from it.
+func (o *options) complete(spec Spec, c *cli.Context) error {
+	o.kube.QPS = float32(o.qps)
+	o.leader.ShutdownGrace = o.shutdown
+	o.secure.AlwaysAllowPaths = o.allowed.Value()
+	o.ttls.Unauthenticated = serving.DefaultCacheTTLs.Unauthenticated
 	if err := o.parseLogging(c); err != nil {
-		return o, err
+		return err
 	}
 	if err := o.kube.Validate(); err != nil {
-		return o, err
+		return err
 	}
 	if err := o.leader.Validate(); err != nil {
-		return o, err
+		return err
 	}
 	for flag, addr := range map[string]string{FlagMetricsBindAddress: o.metrics, FlagHealthBindAddress: o.health} {
 		if addr == "" {
 			continue
 		}
 		if _, _, err := net.SplitHostPort(addr); err != nil {
-			return o, &FlagError{Flag: flag, Err: err}
+			return &FlagError{Flag: flag, Err: err}
 		}
 	}
 	if err := o.secure.Validate(); err != nil {
-		return o, err
+		return err
 	}
 	for flag, d := range map[string]time.Duration{FlagAuthnCacheTTL: o.ttls.Authenticated, FlagAuthzAllowedTTL: o.ttls.Authorized, FlagAuthzDeniedTTL: o.ttls.Unauthorized} {
 		if d < 0 {
-			return o, &FlagError{Flag: flag, Err: fmt.Errorf("%s is negative (0 turns the cache off)", d)}
+			return &FlagError{Flag: flag, Err: fmt.Errorf("%s is negative (0 turns the cache off)", d)}
 		}
 	}
-	if d := c.Duration(FlagMinResyncPeriod); d <= 0 {
-		return o, &FlagError{Flag: FlagMinResyncPeriod, Err: fmt.Errorf("%s must be positive", d)}
+	if o.minResync <= 0 {
+		return &FlagError{Flag: FlagMinResyncPeriod, Err: fmt.Errorf("%s must be positive", o.minResync)}
 	}
 	if o.shutdown < 0 {
-		return o, &FlagError{Flag: FlagShutdownGracePeriod, Err: fmt.Errorf("%s is negative", o.shutdown)}
+		return &FlagError{Flag: FlagShutdownGracePeriod, Err: fmt.Errorf("%s is negative", o.shutdown)}
 	}
-	if spec.Validate != nil {
-		if err := spec.Validate(c); err != nil {
-			return o, err
-		}
+	if spec.Options != nil {
+		return spec.Options.Validate()
 	}
-	return o, nil
+	return nil
 }
 
 // parseLogging settles the logging options. Upstream's flags win over kcm-split's older
@@ -294,7 +294,7 @@ func parseOptions(spec Spec, c *cli.Context) (options, error) {
 func (o *options) parseLogging(c *cli.Context) error {
 	levelFlag := FlagLogLevel
 	if c.IsSet(FlagV) {
-		v := c.Int(FlagV)
+		v := o.v
 		if v < 0 || v > klog2.MaxVerbosity {
 			return &FlagError{Flag: FlagV, Err: fmt.Errorf("%d is not a verbosity 0-%d", v, klog2.MaxVerbosity)}
 		}
@@ -314,7 +314,7 @@ func (o *options) parseLogging(c *cli.Context) error {
 		if c.IsSet(FlagLoggingFormat) && c.IsSet(FlagLogFormat) {
 			o.ignored = append(o.ignored, [2]string{FlagLogFormat, FlagLoggingFormat})
 		}
-		o.log.Format, formatFlag = c.String(FlagLoggingFormat), FlagLoggingFormat
+		o.log.Format, formatFlag = o.format, FlagLoggingFormat
 	}
 	if err := klog2.ValidateFormat(o.log.Format); err != nil {
 		return &FlagError{Flag: formatFlag, Err: err}
@@ -322,11 +322,7 @@ func (o *options) parseLogging(c *cli.Context) error {
 	return nil
 }
 
-func run(parent context.Context, spec Spec, c *cli.Context, stderr io.Writer) error {
-	o, err := parseOptions(spec, c)
-	if err != nil {
-		return usageError{err}
-	}
+func run(parent context.Context, spec Spec, o *options, stderr io.Writer) error {
 	zl, logger, err := klog2.New(o.log)
 	if err != nil {
 		return usageError{err}
@@ -374,7 +370,7 @@ func run(parent context.Context, spec Spec, c *cli.Context, stderr io.Writer) er
 	if err != nil {
 		return fmt.Errorf("building client: %w", err)
 	}
-	rt := &Runtime{CLI: c, Config: ctrlCfg, Client: client, Health: checks, Logger: logger, term: &metrics.TermRegistry{}}
+	rt := &Runtime{minResync: o.minResync, Config: ctrlCfg, Client: client, Health: checks, Logger: logger, term: &metrics.TermRegistry{}}
 
 	checks.Add("leaderElection", elector.Check, health.Healthz, health.Livez)
 	checks.Add("apiserver", contact.Check(apiserverUnreachableAfter), health.Readyz)
@@ -394,7 +390,7 @@ func run(parent context.Context, spec Spec, c *cli.Context, stderr io.Writer) er
 		return nil
 	}, health.Readyz)
 
-	srv, err := serve(logger, o, cfg, reg, rt.term, checks)
+	srv, err := serve(logger, *o, cfg, reg, rt.term, checks)
 	if err != nil {
 		return err
 	}

@@ -23,18 +23,29 @@ var env *testenv.Env
 
 func TestMain(m *testing.M) { testenv.Main(m, &env) }
 
+// testOptions are a test controller's settings: one flag of its own, and any extra flags.
+type testOptions struct {
+	workers int
+	extra   []cli.Flag
+}
+
+func (o *testOptions) Flags() []cli.Flag {
+	return append([]cli.Flag{&cli.IntFlag{Name: "concurrent-test-syncs", Value: 5, Destination: &o.workers, Usage: "workers"}}, o.extra...)
+}
+
+func (o *testOptions) Validate() error {
+	if o.workers < 1 {
+		return &FlagError{Flag: "concurrent-test-syncs", Err: fmt.Errorf("%d must be at least 1", o.workers)}
+	}
+	return nil
+}
+
 func testSpec(run func(ctx context.Context, rt *Runtime) error) Spec {
 	return Spec{
 		ID:          "test-controller",
 		DefaultPort: 0,
-		Flags:       []cli.Flag{&cli.IntFlag{Name: "concurrent-test-syncs", Value: 5, Usage: "workers"}},
-		Validate: func(c *cli.Context) error {
-			if c.Int("concurrent-test-syncs") < 1 {
-				return &FlagError{Flag: "concurrent-test-syncs", Err: fmt.Errorf("%d must be at least 1", c.Int("concurrent-test-syncs"))}
-			}
-			return nil
-		},
-		Run: run,
+		Options:     &testOptions{},
+		Run:         run,
 	}
 }
 

@@ -27,6 +27,7 @@ const (
 // cmdline is the parsed command line.
 type cmdline struct {
 	ctx     *cli.Context
+	flags   []cli.Flag // without the built-in ones, for help
 	help    bool
 	version bool
 }
@@ -49,7 +50,7 @@ func parseCmdline(name string, flags []cli.Flag, args []string) (cmdline, error)
 	}
 	if err := set.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) { // -help, -h
-			return cmdline{help: true}, nil
+			return cmdline{help: true, flags: flags}, nil
 		}
 		return cmdline{}, err
 	}
@@ -57,7 +58,7 @@ func parseCmdline(name string, flags []cli.Flag, args []string) (cmdline, error)
 	if c.NArg() > 0 {
 		return cmdline{}, fmt.Errorf("unexpected arguments: %v", c.Args().Slice())
 	}
-	return cmdline{ctx: c, help: c.Bool(flagHelp), version: c.Bool(flagVersion)}, nil
+	return cmdline{ctx: c, flags: flags, help: c.Bool(flagHelp), version: c.Bool(flagVersion)}, nil
 }
 
 // printHelp writes what --help shows: name, usage, version, then the flags by category in

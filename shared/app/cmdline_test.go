@@ -44,7 +44,7 @@ func TestHelpAndVersion(t *testing.T) {
 // Hidden flags stay out of --help.
 func TestHelpHidesHiddenFlags(t *testing.T) {
 	spec := testSpec(nil)
-	spec.Flags = append(spec.Flags, newHiddenFlag())
+	spec.Options.(*testOptions).extra = []cli.Flag{newHiddenFlag()}
 	var out bytes.Buffer
 	if code := Run(context.Background(), spec, []string{"test-controller", "--help"}, &out); code != ExitOK {
 		t.Fatalf("exit %d", code)
@@ -130,11 +130,7 @@ func TestLoggingFlags(t *testing.T) {
 				t.Setenv(k, v)
 			}
 			spec := testSpec(nil)
-			cl, err := parseCmdline(spec.ID, withEnv(append(commonFlags(spec), spec.Flags...)), tc.args)
-			if err != nil {
-				t.Fatal(err)
-			}
-			o, err := parseOptions(spec, cl.ctx)
+			o, _, err := parse(spec, tc.args)
 			if err != nil {
 				t.Fatal(err)
 			}

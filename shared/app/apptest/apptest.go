@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -93,25 +94,43 @@ type ValidateCase[O Validator] struct {
 	WantFlag string
 }
 
-// CheckSpec checks what every service's Spec must be: its ID and DefaultPort, a Run and a
-// Validate, and new flag values on every call (app.Run adds environment variables to the
-// flags in place, so two Specs must not share them).
+// CheckSpec checks what every service's Spec must be: its ID and DefaultPort, a Run and
+// Options, Options of its own on every call (parsing writes into them, and adds environment
+// variables to their flags in place, so two Specs must share neither), and every flag of the
+// Options bound to a field (a Destination), so no value is read back by a flag's name.
 func CheckSpec(t testing.TB, spec func() app.Spec, id string, port int) {
 	t.Helper()
 	s := spec()
-	if s.ID != id || s.DefaultPort != port || s.Run == nil || s.Validate == nil {
-		t.Errorf("Spec: ID %q, DefaultPort %d, Run set %v, Validate set %v; want %q, %d, both set",
-			s.ID, s.DefaultPort, s.Run != nil, s.Validate != nil, id, port)
-	}
-	again := spec()
-	if len(again.Flags) != len(s.Flags) {
-		t.Errorf("Spec: %d flags, then %d", len(s.Flags), len(again.Flags))
+	if s.ID != id || s.DefaultPort != port || s.Run == nil || s.Options == nil {
+		t.Errorf("Spec: ID %q, DefaultPort %d, Run set %v, Options set %v; want %q, %d, both set",
+			s.ID, s.DefaultPort, s.Run != nil, s.Options != nil, id, port)
 		return
 	}
-	for i, f := range s.Flags {
-		if again.Flags[i] == f {
-			t.Errorf("two Specs share the value of flag %v", f.Names())
+	again := spec()
+	if v := reflect.ValueOf(s.Options); v.Kind() != reflect.Pointer {
+		t.Errorf("Spec: Options is a %T, want a pointer its flags can be bound to", s.Options)
+	} else if reflect.ValueOf(again.Options).Pointer() == v.Pointer() {
+		t.Errorf("two Specs share their Options (%T)", s.Options)
+	}
+	flags, flagsAgain := s.Options.Flags(), again.Options.Flags()
+	if len(flagsAgain) != len(flags) {
+		t.Errorf("Spec: %d flags, then %d", len(flags), len(flagsAgain))
+		return
+	}
+	bound := map[uintptr]string{}
+	for i, f := range flags {
+		if flagsAgain[i] == f {
+			t.Errorf("two calls of Flags share the value of flag %v", f.Names())
 		}
+		d := reflect.ValueOf(f).Elem().FieldByName("Destination")
+		if !d.IsValid() || d.IsNil() {
+			t.Errorf("flag --%s is bound to no field (no Destination)", f.Names()[0])
+			continue
+		}
+		if other, dup := bound[d.Pointer()]; dup {
+			t.Errorf("flags --%s and --%s are bound to the same field", other, f.Names()[0])
+		}
+		bound[d.Pointer()] = f.Names()[0]
 	}
 }
 

@@ -42,16 +42,35 @@ func (r *recorder) want(t *testing.T, substrs ...string) {
 
 const flagWorkers = "concurrent-test-syncs"
 
+// workerOptions are a controller's settings with one flag; validate decides what their
+// Validate says about it.
+type workerOptions struct {
+	workers  int
+	validate func(workers int) error
+}
+
+func (o *workerOptions) Flags() []cli.Flag {
+	return []cli.Flag{&cli.IntFlag{Name: flagWorkers, Value: 5, Destination: &o.workers}}
+}
+
+func (o *workerOptions) Validate() error { return o.validate(o.workers) }
+
+// flagsOf are Options whose flags a test chooses.
+type flagsOf struct {
+	n     int
+	flags func(*flagsOf) []cli.Flag
+}
+
+func (o *flagsOf) Flags() []cli.Flag { return o.flags(o) }
+func (o *flagsOf) Validate() error   { return nil }
+
 // spec is a controller with one flag; validate decides what its Validate says about it.
 func spec(validate func(workers int) error) func() app.Spec {
 	return func() app.Spec {
 		return app.Spec{
-			ID:    "apptest-controller",
-			Flags: []cli.Flag{&cli.IntFlag{Name: flagWorkers, Value: 5}},
-			Validate: func(c *cli.Context) error {
-				return validate(c.Int(flagWorkers))
-			},
-			Run: func(context.Context, *app.Runtime) error { return errors.New("Run was reached") },
+			ID:      "apptest-controller",
+			Options: &workerOptions{validate: validate},
+			Run:     func(context.Context, *app.Runtime) error { return errors.New("Run was reached") },
 		}
 	}
 }
@@ -176,6 +195,37 @@ func TestCheckSpec(t *testing.T) {
 	shared := right()
 	r = &recorder{TB: t}
 	CheckSpec(r, func() app.Spec { return shared }, "apptest-controller", 0)
+	r.want(t, "two Specs share their Options")
+
+	// A flag whose value is read back by name is bound to no field.
+	r = &recorder{TB: t}
+	CheckSpec(r, func() app.Spec {
+		s := right()
+		s.Options = &flagsOf{flags: func(*flagsOf) []cli.Flag { return []cli.Flag{&cli.IntFlag{Name: flagWorkers}} }}
+		return s
+	}, "apptest-controller", 0)
+	r.want(t, "flag --"+flagWorkers+" is bound to no field")
+
+	// Two flags filling one field: the second would silently overwrite the first.
+	r = &recorder{TB: t}
+	CheckSpec(r, func() app.Spec {
+		s := right()
+		s.Options = &flagsOf{flags: func(o *flagsOf) []cli.Flag {
+			return []cli.Flag{&cli.IntFlag{Name: "a", Destination: &o.n}, &cli.IntFlag{Name: "b", Destination: &o.n}}
+		}}
+		return s
+	}, "apptest-controller", 0)
+	r.want(t, "flags --a and --b are bound to the same field")
+
+	// Flags must be new values on every call.
+	var n int
+	one := &cli.IntFlag{Name: flagWorkers, Destination: &n}
+	r = &recorder{TB: t}
+	CheckSpec(r, func() app.Spec {
+		s := right()
+		s.Options = &flagsOf{flags: func(*flagsOf) []cli.Flag { return []cli.Flag{one} }}
+		return s
+	}, "apptest-controller", 0)
 	r.want(t, "share the value of flag ["+flagWorkers+"]")
 
 	r = &recorder{TB: t}
