@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	storagehelpers "k8s.io/component-helpers/storage/volume"
 	"k8s.io/klog/v2"
 
 	"github.com/kcm-split/kcm-split/shared/worker"
@@ -53,7 +54,7 @@ func (c *Controller) syncClaimKey(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	if !metav1.HasAnnotation(claim.ObjectMeta, AnnBindCompleted) {
+	if !metav1.HasAnnotation(claim.ObjectMeta, storagehelpers.AnnBindCompleted) {
 		return c.syncUnboundClaim(ctx, key, claim)
 	}
 	return c.syncBoundClaim(ctx, claim)
@@ -118,9 +119,9 @@ func (c *Controller) syncUnboundClaim(ctx context.Context, key string, claim *v1
 	if updated, err := c.assignDefaultClass(ctx, key, claim); err != nil || updated {
 		return err
 	}
-	class := claimClass(claim)
+	class := storagehelpers.GetPersistentVolumeClaimClass(claim)
 	switch {
-	case delayBinding && !metav1.HasAnnotation(claim.ObjectMeta, AnnSelectedNode):
+	case delayBinding && !metav1.HasAnnotation(claim.ObjectMeta, storagehelpers.AnnSelectedNode):
 		// The scheduler pre-binds a PV (or asks for one with selected-node); either change
 		// brings the claim back. Bind wake-ups would only repeat this event.
 		c.waiting.remove(key)
@@ -156,12 +157,12 @@ func (c *Controller) syncRequestedVolume(ctx context.Context, claim *v1.Persiste
 			return err
 		}
 		return c.bindReserving(ctx, pv, claim)
-	case boundToClaim(pv, claim):
+	case storagehelpers.IsVolumeBoundToClaim(pv, claim):
 		return c.bindReserving(ctx, pv, claim)
 	default:
 		msg := fmt.Sprintf("volume %q already bound to a different claim.", pv.Name)
 		c.recorder.Event(claim, v1.EventTypeWarning, ReasonFailedBinding, msg)
-		if metav1.HasAnnotation(claim.ObjectMeta, AnnBoundByController) {
+		if metav1.HasAnnotation(claim.ObjectMeta, storagehelpers.AnnBoundByController) {
 			// This binder named the volume for this claim, yet the volume names another:
 			// only a bug or a hand edit gets here. Keep retrying; say so loudly.
 			return fmt.Errorf("claim %s names volume %s, which is bound to %s", key, pv.Name, refKey(pv.Spec.ClaimRef))
@@ -226,13 +227,13 @@ func (c *Controller) bind(ctx context.Context, chosen *v1.PersistentVolume, clai
 	dirty := false
 	if claim.Spec.VolumeName != pv.Name {
 		updated.Spec.VolumeName = pv.Name
-		if !metav1.HasAnnotation(updated.ObjectMeta, AnnBoundByController) {
-			metav1.SetMetaDataAnnotation(&updated.ObjectMeta, AnnBoundByController, "yes")
+		if !metav1.HasAnnotation(updated.ObjectMeta, storagehelpers.AnnBoundByController) {
+			metav1.SetMetaDataAnnotation(&updated.ObjectMeta, storagehelpers.AnnBoundByController, "yes")
 		}
 		dirty = true
 	}
-	if !metav1.HasAnnotation(updated.ObjectMeta, AnnBindCompleted) {
-		metav1.SetMetaDataAnnotation(&updated.ObjectMeta, AnnBindCompleted, "yes")
+	if !metav1.HasAnnotation(updated.ObjectMeta, storagehelpers.AnnBindCompleted) {
+		metav1.SetMetaDataAnnotation(&updated.ObjectMeta, storagehelpers.AnnBindCompleted, "yes")
 		dirty = true
 	}
 	if dirty {
@@ -261,19 +262,19 @@ func (c *Controller) bindVolume(ctx context.Context, name string, claim *v1.Pers
 	if err != nil {
 		return nil, err
 	}
-	if pv.Spec.ClaimRef != nil && !boundToClaim(pv, claim) {
+	if pv.Spec.ClaimRef != nil && !storagehelpers.IsVolumeBoundToClaim(pv, claim) {
 		// Taken since the choice, by a process whose write we have now seen.
 		return nil, worker.RequeueAfter(takenRetry)
 	}
-	bound := boundToClaim(pv, claim)
+	bound := storagehelpers.IsVolumeBoundToClaim(pv, claim)
 	needRef := pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.UID != claim.UID
 	// A PV pre-bound by a user keeps saying so: only a PV this binder chose for the claim
 	// is marked bound-by-controller (and may be unbound by it later).
-	needMark := !bound && !metav1.HasAnnotation(pv.ObjectMeta, AnnBoundByController)
+	needMark := !bound && !metav1.HasAnnotation(pv.ObjectMeta, storagehelpers.AnnBoundByController)
 	if needRef || needMark {
 		updated := pv.DeepCopy()
 		if needMark {
-			metav1.SetMetaDataAnnotation(&updated.ObjectMeta, AnnBoundByController, "yes")
+			metav1.SetMetaDataAnnotation(&updated.ObjectMeta, storagehelpers.AnnBoundByController, "yes")
 		}
 		updated.Spec.ClaimRef = &v1.ObjectReference{
 			Kind:            "PersistentVolumeClaim",
@@ -343,7 +344,7 @@ func (c *Controller) updateClaimStatus(ctx context.Context, key string, claim *v
 // delayBinding reports whether the claim's class binds at the first consumer. A class that
 // does not exist binds immediately, as upstream; one without a binding mode is an error.
 func (c *Controller) delayBinding(claim *v1.PersistentVolumeClaim) (bool, error) {
-	name := claimClass(claim)
+	name := storagehelpers.GetPersistentVolumeClaimClass(claim)
 	if name == "" {
 		return false, nil
 	}
@@ -363,7 +364,7 @@ func (c *Controller) delayBinding(claim *v1.PersistentVolumeClaim) (bool, error)
 // assignDefaultClass gives a claim created without any class the default class, once one
 // exists. True means the claim was updated (its update event brings it back).
 func (c *Controller) assignDefaultClass(ctx context.Context, key string, claim *v1.PersistentVolumeClaim) (bool, error) {
-	if claimHasClass(claim) {
+	if storagehelpers.PersistentVolumeClaimHasClass(claim) {
 		return false, nil
 	}
 	classes, err := c.classLister.List(labels.Everything())
@@ -406,10 +407,10 @@ func (c *Controller) provision(ctx context.Context, key string, claim *v1.Persis
 			fmt.Sprintf("no volume plugin matched name: %s", class.Provisioner))
 		return nil
 	}
-	if claim.Annotations[AnnStorageProvisioner] != class.Provisioner || claim.Annotations[AnnBetaStorageProvisioner] != class.Provisioner {
+	if claim.Annotations[storagehelpers.AnnStorageProvisioner] != class.Provisioner || claim.Annotations[storagehelpers.AnnBetaStorageProvisioner] != class.Provisioner {
 		updated := claim.DeepCopy()
-		metav1.SetMetaDataAnnotation(&updated.ObjectMeta, AnnStorageProvisioner, class.Provisioner)
-		metav1.SetMetaDataAnnotation(&updated.ObjectMeta, AnnBetaStorageProvisioner, class.Provisioner)
+		metav1.SetMetaDataAnnotation(&updated.ObjectMeta, storagehelpers.AnnStorageProvisioner, class.Provisioner)
+		metav1.SetMetaDataAnnotation(&updated.ObjectMeta, storagehelpers.AnnBetaStorageProvisioner, class.Provisioner)
 		written, err := c.client.CoreV1().PersistentVolumeClaims(claim.Namespace).Update(ctx, updated, metav1.UpdateOptions{})
 		if err != nil {
 			c.recorder.Event(claim, v1.EventTypeWarning, ReasonProvisioningFailed, fmt.Sprintf("Error saving claim: %v", err))

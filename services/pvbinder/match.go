@@ -11,80 +11,19 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	storagehelpers "k8s.io/component-helpers/storage/volume"
+	"k8s.io/utils/ptr"
 )
 
-// Annotations, upstream's keys: other components (kube-scheduler, external provisioners,
-// kubectl) read and write them.
+// Annotations that k8s.io/component-helpers/storage/volume does not define (the rest are
+// used from there): no shared library serves the default-class and resize keys.
 const (
-	AnnBindCompleted          = "pv.kubernetes.io/bind-completed"
-	AnnBoundByController      = "pv.kubernetes.io/bound-by-controller"
-	AnnDynamicallyProvisioned = "pv.kubernetes.io/provisioned-by"
-	AnnMigratedTo             = "pv.kubernetes.io/migrated-to"
-	AnnStorageProvisioner     = "volume.kubernetes.io/storage-provisioner"
-	AnnBetaStorageProvisioner = "volume.beta.kubernetes.io/storage-provisioner"
-	AnnSelectedNode           = "volume.kubernetes.io/selected-node"
-	AnnBetaStorageClass       = "volume.beta.kubernetes.io/storage-class"
-	AnnDefaultClass           = "storageclass.kubernetes.io/is-default-class"
-	AnnBetaDefaultClass       = "storageclass.beta.kubernetes.io/is-default-class"
-	AnnPreResizeCapacity      = "volume.alpha.kubernetes.io/pre-resize-capacity"
+	AnnDefaultClass      = "storageclass.kubernetes.io/is-default-class"
+	AnnBetaDefaultClass  = "storageclass.beta.kubernetes.io/is-default-class"
+	AnnPreResizeCapacity = "volume.alpha.kubernetes.io/pre-resize-capacity"
 )
 
-// claimClass is the class a claim asks for; "" means no class. The beta annotation, when
-// present, wins over the field, as upstream.
-func claimClass(c *v1.PersistentVolumeClaim) string {
-	if class, ok := c.Annotations[AnnBetaStorageClass]; ok {
-		return class
-	}
-	if c.Spec.StorageClassName != nil {
-		return *c.Spec.StorageClassName
-	}
-	return ""
-}
-
-// claimHasClass reports whether the claim chose a class, even the empty one: only claims
-// that did not get the default class.
-func claimHasClass(c *v1.PersistentVolumeClaim) bool {
-	_, ok := c.Annotations[AnnBetaStorageClass]
-	return ok || c.Spec.StorageClassName != nil
-}
-
-// volumeClass is the class of a PV; "" means none.
-func volumeClass(pv *v1.PersistentVolume) string {
-	if class, ok := pv.Annotations[AnnBetaStorageClass]; ok {
-		return class
-	}
-	return pv.Spec.StorageClassName
-}
-
-// boundToClaim reports whether pv's claimRef names claim: same namespace and name, and the
-// same UID unless the claimRef has none (a PV pre-bound by a user to a claim by name).
-func boundToClaim(pv *v1.PersistentVolume, claim *v1.PersistentVolumeClaim) bool {
-	ref := pv.Spec.ClaimRef
-	if ref == nil || ref.Name != claim.Name || ref.Namespace != claim.Namespace {
-		return false
-	}
-	return ref.UID == "" || ref.UID == claim.UID
-}
-
-func volumeModeOf(m *v1.PersistentVolumeMode) v1.PersistentVolumeMode {
-	if m == nil {
-		// Objects written by an older apiserver may lack the defaulted field.
-		return v1.PersistentVolumeFilesystem
-	}
-	return *m
-}
-
-func modeMismatch(claim *v1.PersistentVolumeClaim, pv *v1.PersistentVolume) bool {
-	return volumeModeOf(claim.Spec.VolumeMode) != volumeModeOf(pv.Spec.VolumeMode)
-}
-
-func attributesClass(p *string) string {
-	if p == nil {
-		return ""
-	}
-	return *p
-}
-
+// requested and capacityOf read the storage quantity; component-helpers has no accessor.
 func requested(claim *v1.PersistentVolumeClaim) resource.Quantity {
 	return claim.Spec.Resources.Requests[v1.ResourceStorage]
 }
@@ -93,16 +32,9 @@ func capacityOf(pv *v1.PersistentVolume) resource.Quantity {
 	return pv.Spec.Capacity[v1.ResourceStorage]
 }
 
-// hasModes reports whether pv offers every access mode the claim asks for.
-func hasModes(pv *v1.PersistentVolume, claim *v1.PersistentVolumeClaim) bool {
-	for _, m := range claim.Spec.AccessModes {
-		if !slices.Contains(pv.Spec.AccessModes, m) {
-			return false
-		}
-	}
-	return true
-}
-
+// checkSatisfies stays here: component-helpers has no whole-claim check (upstream keeps its own
+// in the controller), so it is composed from the library's per-field checks.
+//
 // checkSatisfies says why pv cannot serve claim, or nil. It is the check for a claim that
 // names its volume (spec.volumeName); the messages are upstream's, shown in VolumeMismatch
 // events.
@@ -114,16 +46,16 @@ func checkSatisfies(pv *v1.PersistentVolume, claim *v1.PersistentVolumeClaim) er
 	if have.Value() < want.Value() {
 		return fmt.Errorf("requested PV is too small")
 	}
-	if volumeClass(pv) != claimClass(claim) {
+	if storagehelpers.GetPersistentVolumeClass(pv) != storagehelpers.GetPersistentVolumeClaimClass(claim) {
 		return fmt.Errorf("storageClassName does not match")
 	}
-	if attributesClass(claim.Spec.VolumeAttributesClassName) != attributesClass(pv.Spec.VolumeAttributesClassName) {
+	if ptr.Deref(claim.Spec.VolumeAttributesClassName, "") != ptr.Deref(pv.Spec.VolumeAttributesClassName, "") {
 		return fmt.Errorf("volumeAttributesClassName does not match")
 	}
-	if modeMismatch(claim, pv) {
+	if storagehelpers.CheckVolumeModeMismatches(&claim.Spec, &pv.Spec) {
 		return fmt.Errorf("incompatible volumeMode")
 	}
-	if !hasModes(pv, claim) {
+	if !storagehelpers.CheckAccessModes(claim, pv) {
 		return fmt.Errorf("incompatible accessMode")
 	}
 	return nil
@@ -167,22 +99,22 @@ func findBestMatch(claim *v1.PersistentVolumeClaim, pvs []*v1.PersistentVolume, 
 		selector = s
 	}
 	want := requested(claim)
-	class := claimClass(claim)
-	vac := attributesClass(claim.Spec.VolumeAttributesClassName)
+	class := storagehelpers.GetPersistentVolumeClaimClass(claim)
+	vac := ptr.Deref(claim.Spec.VolumeAttributesClassName, "")
 
 	// fits holds for the checks every candidate, pre-bound or not, must pass.
 	fits := func(pv *v1.PersistentVolume) bool {
 		have := capacityOf(pv)
-		return have.Cmp(want) >= 0 && !modeMismatch(claim, pv) &&
-			attributesClass(pv.Spec.VolumeAttributesClassName) == vac && pv.DeletionTimestamp == nil
+		return have.Cmp(want) >= 0 && !storagehelpers.CheckVolumeModeMismatches(&claim.Spec, &pv.Spec) &&
+			ptr.Deref(pv.Spec.VolumeAttributesClassName, "") == vac && pv.DeletionTimestamp == nil
 	}
 
 	groups := map[string][]*v1.PersistentVolume{}
 	for _, pv := range pvs {
-		if !hasModes(pv, claim) {
+		if !storagehelpers.CheckAccessModes(claim, pv) {
 			continue
 		}
-		if boundToClaim(pv, claim) && fits(pv) {
+		if storagehelpers.IsVolumeBoundToClaim(pv, claim) && fits(pv) {
 			return pv, nil
 		}
 		key := modeSetKey(pv.Spec.AccessModes)
@@ -202,7 +134,7 @@ func findBestMatch(claim *v1.PersistentVolumeClaim, pvs []*v1.PersistentVolume, 
 		var best *v1.PersistentVolume
 		for _, pv := range groups[k] {
 			if pv.Spec.ClaimRef != nil || pv.Status.Phase != v1.VolumeAvailable || !fits(pv) ||
-				volumeClass(pv) != class || (skip != nil && skip(pv)) {
+				storagehelpers.GetPersistentVolumeClass(pv) != class || (skip != nil && skip(pv)) {
 				continue
 			}
 			if selector != nil && !selector.Matches(labels.Set(pv.Labels)) {
@@ -228,7 +160,8 @@ func findBestMatch(claim *v1.PersistentVolumeClaim, pvs []*v1.PersistentVolume, 
 // claim; it decides which waiting claim a new PV wakes. Waking a claim that then picks
 // another PV costs one sync and no API call.
 func couldServe(pv *v1.PersistentVolume, claim *v1.PersistentVolumeClaim) bool {
-	if volumeClass(pv) != claimClass(claim) || !hasModes(pv, claim) || modeMismatch(claim, pv) {
+	if storagehelpers.GetPersistentVolumeClass(pv) != storagehelpers.GetPersistentVolumeClaimClass(claim) ||
+		!storagehelpers.CheckAccessModes(claim, pv) || storagehelpers.CheckVolumeModeMismatches(&claim.Spec, &pv.Spec) {
 		return false
 	}
 	want, have := requested(claim), capacityOf(pv)

@@ -34,7 +34,7 @@ func TestFindBestMatch(t *testing.T) {
 			[]*v1.PersistentVolume{makePV("a", "1Gi"), makePV("b", "2Gi", pvClass("fast")), makePV("c", "1Gi", pvClass("slow"))}, false, "", "b"},
 		{"no class matches no class only", makeClaim("c", "1Gi"),
 			[]*v1.PersistentVolume{makePV("a", "1Gi", pvClass("fast")), makePV("b", "2Gi")}, false, "", "b"},
-		{"beta class annotation wins over the field", makeClaim("c", "1Gi", claimAnn(AnnBetaStorageClass, "gold")),
+		{"beta class annotation wins over the field", makeClaim("c", "1Gi", claimAnn(v1.BetaStorageClassAnnotation, "gold")),
 			[]*v1.PersistentVolume{makePV("a", "1Gi"), makePV("b", "1Gi", pvClass("gold"))}, false, "", "b"},
 		{"volume mode must be equal", makeClaim("c", "1Gi", claimBlock()),
 			[]*v1.PersistentVolume{makePV("a", "1Gi"), makePV("b", "2Gi", pvBlock())}, false, "", "b"},
