@@ -61,7 +61,8 @@ func checkSatisfies(pv *v1.PersistentVolume, claim *v1.PersistentVolumeClaim) er
 	return nil
 }
 
-// modeSetKey names a PV's set of access modes independently of order and repetition.
+// modeSetKey names a PV's set of access modes independently of order and repetition. No
+// library serves it: upstream's access-mode string helper is in k8s.io/kubernetes itself.
 func modeSetKey(modes []v1.PersistentVolumeAccessMode) string {
 	s := make([]string, 0, len(modes))
 	for _, m := range modes {
@@ -71,57 +72,47 @@ func modeSetKey(modes []v1.PersistentVolumeAccessMode) string {
 	return strings.Join(slices.Compact(s), ",")
 }
 
-// findBestMatch picks the PV for an unbound claim that names no volume, by upstream's rules:
+// findBestMatch picks the PV for an unbound claim that names no volume. Which PVs fit, and
+// the smallest-fits choice, are the library's FindMatchingVolume, as upstream; around it:
 //
+//   - Only PVs offering every access mode the claim asks for are considered (the library
+//     leaves access modes to its caller outside the scheduler).
 //   - A PV whose claimRef already names the claim wins (pre-bound by a user, by the
 //     scheduler, or half-bound by a binder that crashed), provided its size, volume mode and
 //     attributes class fit and it is not being deleted. Upstream checks this per access-mode
 //     group and may pick a plain PV of a narrower group instead; checking every group first
 //     means a half-finished bind is always completed, never abandoned for another PV.
-//   - Otherwise PVs are grouped by their set of access modes; only sets containing every mode
-//     the claim asks for qualify, and the groups are tried from the fewest modes up, so a
-//     claim does not take a more capable PV while a plainer one fits.
-//   - In a group, the smallest PV that is Available, unclaimed, not being deleted, of the
-//     claim's class, volume mode and attributes class, with capacity >= the request and
-//     labels matching the claim's selector wins. Equal sizes go to the lowest name, so the
-//     choice is deterministic.
+//   - Otherwise PVs are grouped by their set of access modes, and the groups are tried from
+//     the fewest modes up, so a claim does not take a more capable PV while a plainer one
+//     fits. In a group the library takes the smallest Available, unclaimed PV of the claim's
+//     class, volume mode and attributes class that holds the request and matches the claim's
+//     selector; the group is sorted by name, so equal sizes go to the lowest name.
 //   - delayBinding (WaitForFirstConsumer) claims only take pre-bound PVs: the scheduler
 //     chooses their PVs once it knows the node.
 //
-// skip excludes PVs already promised to another claim by a bind in flight.
+// skip excludes PVs already promised to another claim by a bind in flight; it does not apply
+// to a PV pre-bound to this claim.
 func findBestMatch(claim *v1.PersistentVolumeClaim, pvs []*v1.PersistentVolume, delayBinding bool, skip func(*v1.PersistentVolume) bool) (*v1.PersistentVolume, error) {
-	var selector labels.Selector
-	if claim.Spec.Selector != nil {
-		s, err := metav1.LabelSelectorAsSelector(claim.Spec.Selector)
-		if err != nil {
-			return nil, fmt.Errorf("claim %s/%s has an invalid selector: %w", claim.Namespace, claim.Name, err)
-		}
-		selector = s
-	}
-	want := requested(claim)
-	class := storagehelpers.GetPersistentVolumeClaimClass(claim)
-	vac := ptr.Deref(claim.Spec.VolumeAttributesClassName, "")
-
-	// fits holds for the checks every candidate, pre-bound or not, must pass.
-	fits := func(pv *v1.PersistentVolume) bool {
-		have := capacityOf(pv)
-		return have.Cmp(want) >= 0 && !storagehelpers.CheckVolumeModeMismatches(&claim.Spec, &pv.Spec) &&
-			ptr.Deref(pv.Spec.VolumeAttributesClassName, "") == vac && pv.DeletionTimestamp == nil
-	}
-
-	groups := map[string][]*v1.PersistentVolume{}
+	candidates := make([]*v1.PersistentVolume, 0, len(pvs))
 	for _, pv := range pvs {
-		if !storagehelpers.CheckAccessModes(claim, pv) {
-			continue
+		if storagehelpers.CheckAccessModes(claim, pv) {
+			candidates = append(candidates, pv)
 		}
-		if storagehelpers.IsVolumeBoundToClaim(pv, claim) && fits(pv) {
-			return pv, nil
+	}
+	// With delayBinding set, the library returns only a PV pre-bound to the claim.
+	pv, err := storagehelpers.FindMatchingVolume(claim, candidates, nil, nil, true, vacEnabled)
+	if err != nil || pv != nil || delayBinding {
+		return pv, err
+	}
+
+	slices.SortFunc(candidates, func(a, b *v1.PersistentVolume) int { return cmp.Compare(a.Name, b.Name) })
+	groups := map[string][]*v1.PersistentVolume{}
+	for _, pv := range candidates {
+		if skip != nil && skip(pv) {
+			continue
 		}
 		key := modeSetKey(pv.Spec.AccessModes)
 		groups[key] = append(groups[key], pv)
-	}
-	if delayBinding {
-		return nil, nil
 	}
 	keys := make([]string, 0, len(groups))
 	for k := range groups {
@@ -131,30 +122,17 @@ func findBestMatch(claim *v1.PersistentVolumeClaim, pvs []*v1.PersistentVolume, 
 		return cmp.Or(cmp.Compare(strings.Count(a, ","), strings.Count(b, ",")), cmp.Compare(a, b))
 	})
 	for _, k := range keys {
-		var best *v1.PersistentVolume
-		for _, pv := range groups[k] {
-			if pv.Spec.ClaimRef != nil || pv.Status.Phase != v1.VolumeAvailable || !fits(pv) ||
-				storagehelpers.GetPersistentVolumeClass(pv) != class || (skip != nil && skip(pv)) {
-				continue
-			}
-			if selector != nil && !selector.Matches(labels.Set(pv.Labels)) {
-				continue
-			}
-			if best == nil {
-				best = pv
-				continue
-			}
-			a, b := capacityOf(pv), capacityOf(best)
-			if c := a.Cmp(b); c < 0 || (c == 0 && pv.Name < best.Name) {
-				best = pv
-			}
-		}
-		if best != nil {
-			return best, nil
+		pv, err := storagehelpers.FindMatchingVolume(claim, groups[k], nil, nil, false, vacEnabled)
+		if err != nil || pv != nil {
+			return pv, err
 		}
 	}
 	return nil, nil
 }
+
+// vacEnabled is the VolumeAttributesClass feature, GA and on by default since 1.34: the
+// attributes class of claim and PV must match.
+const vacEnabled = true
 
 // couldServe is a cheap test of whether an Available, unclaimed pv might be chosen for
 // claim; it decides which waiting claim a new PV wakes. Waking a claim that then picks
