@@ -9,7 +9,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -66,7 +65,9 @@ func (c *Controller) syncUnboundClaim(ctx context.Context, key string, claim *v1
 	if claim.Spec.VolumeName != "" {
 		return c.syncRequestedVolume(ctx, claim)
 	}
-	delayBinding, err := c.delayBinding(claim)
+	// A class that does not exist binds immediately, as upstream; one without a binding mode
+	// is an error.
+	delayBinding, err := storagehelpers.IsDelayBindingMode(claim, c.classLister)
 	if err != nil {
 		return err
 	}
@@ -121,7 +122,7 @@ func (c *Controller) syncUnboundClaim(ctx context.Context, key string, claim *v1
 	}
 	class := storagehelpers.GetPersistentVolumeClaimClass(claim)
 	switch {
-	case delayBinding && !metav1.HasAnnotation(claim.ObjectMeta, storagehelpers.AnnSelectedNode):
+	case delayBinding && !storagehelpers.IsDelayBindingProvisioning(claim):
 		// The scheduler pre-binds a PV (or asks for one with selected-node); either change
 		// brings the claim back. Bind wake-ups would only repeat this event.
 		c.waiting.remove(key)
@@ -266,24 +267,13 @@ func (c *Controller) bindVolume(ctx context.Context, name string, claim *v1.Pers
 		// Taken since the choice, by a process whose write we have now seen.
 		return nil, worker.RequeueAfter(takenRetry)
 	}
-	bound := storagehelpers.IsVolumeBoundToClaim(pv, claim)
-	needRef := pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.UID != claim.UID
-	// A PV pre-bound by a user keeps saying so: only a PV this binder chose for the claim
-	// is marked bound-by-controller (and may be unbound by it later).
-	needMark := !bound && !metav1.HasAnnotation(pv.ObjectMeta, storagehelpers.AnnBoundByController)
-	if needRef || needMark {
-		updated := pv.DeepCopy()
-		if needMark {
-			metav1.SetMetaDataAnnotation(&updated.ObjectMeta, storagehelpers.AnnBoundByController, "yes")
-		}
-		updated.Spec.ClaimRef = &v1.ObjectReference{
-			Kind:            "PersistentVolumeClaim",
-			APIVersion:      "v1",
-			Namespace:       claim.Namespace,
-			Name:            claim.Name,
-			UID:             claim.UID,
-			ResourceVersion: claim.ResourceVersion,
-		}
+	// The library sets claimRef (kind, name, namespace, UID, resourceVersion) and marks a PV
+	// this binder chose as bound-by-controller; a PV pre-bound by a user keeps saying so.
+	updated, dirty, err := storagehelpers.GetBindVolumeToClaim(pv, claim)
+	if err != nil {
+		return nil, err
+	}
+	if dirty {
 		// Conditioned on pv.ResourceVersion: if the PV changed since it was read (another
 		// binder claimed it), this fails with a conflict instead of overwriting.
 		written, err := c.client.CoreV1().PersistentVolumes().Update(ctx, updated, metav1.UpdateOptions{})
@@ -339,26 +329,6 @@ func (c *Controller) updateClaimStatus(ctx context.Context, key string, claim *v
 	}
 	c.claims.store(key, written)
 	return written, nil
-}
-
-// delayBinding reports whether the claim's class binds at the first consumer. A class that
-// does not exist binds immediately, as upstream; one without a binding mode is an error.
-func (c *Controller) delayBinding(claim *v1.PersistentVolumeClaim) (bool, error) {
-	name := storagehelpers.GetPersistentVolumeClaimClass(claim)
-	if name == "" {
-		return false, nil
-	}
-	class, err := c.classLister.Get(name)
-	if apierrors.IsNotFound(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	if class.VolumeBindingMode == nil {
-		return false, fmt.Errorf("VolumeBindingMode not set for StorageClass %q", name)
-	}
-	return *class.VolumeBindingMode == storagev1.VolumeBindingWaitForFirstConsumer, nil
 }
 
 // assignDefaultClass gives a claim created without any class the default class, once one

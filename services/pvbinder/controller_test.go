@@ -25,6 +25,9 @@ func assertBound(t *testing.T, api *apiServer, claimName, pvName string, byContr
 	if pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.Name != claimName || pv.Spec.ClaimRef.UID != claim.UID {
 		t.Errorf("pv %s claimRef = %+v, want %s/%s", pvName, pv.Spec.ClaimRef, claimName, claim.UID)
 	}
+	if ref := pv.Spec.ClaimRef; ref != nil && (ref.Kind != "PersistentVolumeClaim" || ref.APIVersion != "v1" || ref.Namespace != claim.Namespace) {
+		t.Errorf("pv %s claimRef = %+v, want a v1 PersistentVolumeClaim in %s", pvName, ref, claim.Namespace)
+	}
 	if pv.Status.Phase != v1.VolumeBound {
 		t.Errorf("pv %s phase %s, want Bound", pvName, pv.Status.Phase)
 	}
