@@ -23,7 +23,7 @@ const (
 	AnnPreResizeCapacity = "volume.alpha.kubernetes.io/pre-resize-capacity"
 )
 
-// requested and capacityOf read the storage quantity; component-helpers has no accessor.
+// No library serves this: component-helpers has no storage-quantity accessor.
 func requested(claim *v1.PersistentVolumeClaim) resource.Quantity {
 	return claim.Spec.Resources.Requests[v1.ResourceStorage]
 }
@@ -32,8 +32,7 @@ func capacityOf(pv *v1.PersistentVolume) resource.Quantity {
 	return pv.Spec.Capacity[v1.ResourceStorage]
 }
 
-// checkSatisfies stays here: component-helpers has no whole-claim check (upstream keeps its own
-// in the controller), so it is composed from the library's per-field checks.
+// No library serves this: component-helpers has no whole-claim check (upstream's is its controller's).
 //
 // checkSatisfies says why pv cannot serve claim, or nil. It is the check for a claim that
 // names its volume (spec.volumeName); the messages are upstream's, shown in VolumeMismatch
@@ -61,8 +60,9 @@ func checkSatisfies(pv *v1.PersistentVolume, claim *v1.PersistentVolumeClaim) er
 	return nil
 }
 
-// modeSetKey names a PV's set of access modes independently of order and repetition. No
-// library serves it: upstream's access-mode string helper is in k8s.io/kubernetes itself.
+// No library serves this: upstream's access-mode string helper is in k8s.io/kubernetes itself.
+//
+// modeSetKey names a PV's set of access modes independently of order and repetition.
 func modeSetKey(modes []v1.PersistentVolumeAccessMode) string {
 	s := make([]string, 0, len(modes))
 	for _, m := range modes {
@@ -134,6 +134,8 @@ func findBestMatch(claim *v1.PersistentVolumeClaim, pvs []*v1.PersistentVolume, 
 // attributes class of claim and PV must match.
 const vacEnabled = true
 
+// No library serves this: FindMatchingVolume takes only Available PVs, this also judges arriving ones.
+//
 // couldServe is a cheap test of whether an Available, unclaimed pv might be chosen for
 // claim; it decides which waiting claim a new PV wakes. Waking a claim that then picks
 // another PV costs one sync and no API call.
@@ -155,6 +157,8 @@ func couldServe(pv *v1.PersistentVolume, claim *v1.PersistentVolumeClaim) bool {
 	return true
 }
 
+// No library serves this: it is this controller's own wake-up rule.
+//
 // arriving reports whether pv is new and unclaimed: the volume loop is about to make it
 // Available.
 func arriving(pv *v1.PersistentVolume) bool {
@@ -162,6 +166,8 @@ func arriving(pv *v1.PersistentVolume) bool {
 		(pv.Status.Phase == v1.VolumePending || pv.Status.Phase == "")
 }
 
+// No library serves this: upstream's default-class lookup is in k8s.io/kubernetes itself.
+//
 // defaultClass returns the default StorageClass: of those annotated as default, the newest,
 // and of equally new ones the first by name (upstream's rule when an admin leaves two
 // defaults for a while during a switch). Nil when there is none.
