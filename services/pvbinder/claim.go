@@ -9,12 +9,12 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	storagehelpers "k8s.io/component-helpers/storage/volume"
 	"k8s.io/klog/v2"
 
 	"github.com/kcm-split/kcm-split/shared/worker"
@@ -53,7 +53,7 @@ func (c *Controller) syncClaimKey(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	if !metav1.HasAnnotation(claim.ObjectMeta, AnnBindCompleted) {
+	if !metav1.HasAnnotation(claim.ObjectMeta, storagehelpers.AnnBindCompleted) {
 		return c.syncUnboundClaim(ctx, key, claim)
 	}
 	return c.syncBoundClaim(ctx, claim)
@@ -65,7 +65,9 @@ func (c *Controller) syncUnboundClaim(ctx context.Context, key string, claim *v1
 	if claim.Spec.VolumeName != "" {
 		return c.syncRequestedVolume(ctx, claim)
 	}
-	delayBinding, err := c.delayBinding(claim)
+	// A class that does not exist binds immediately, as upstream; one without a binding mode
+	// is an error.
+	delayBinding, err := storagehelpers.IsDelayBindingMode(claim, c.classLister)
 	if err != nil {
 		return err
 	}
@@ -118,9 +120,9 @@ func (c *Controller) syncUnboundClaim(ctx context.Context, key string, claim *v1
 	if updated, err := c.assignDefaultClass(ctx, key, claim); err != nil || updated {
 		return err
 	}
-	class := claimClass(claim)
+	class := storagehelpers.GetPersistentVolumeClaimClass(claim)
 	switch {
-	case delayBinding && !metav1.HasAnnotation(claim.ObjectMeta, AnnSelectedNode):
+	case delayBinding && !storagehelpers.IsDelayBindingProvisioning(claim):
 		// The scheduler pre-binds a PV (or asks for one with selected-node); either change
 		// brings the claim back. Bind wake-ups would only repeat this event.
 		c.waiting.remove(key)
@@ -156,12 +158,12 @@ func (c *Controller) syncRequestedVolume(ctx context.Context, claim *v1.Persiste
 			return err
 		}
 		return c.bindReserving(ctx, pv, claim)
-	case boundToClaim(pv, claim):
+	case storagehelpers.IsVolumeBoundToClaim(pv, claim):
 		return c.bindReserving(ctx, pv, claim)
 	default:
 		msg := fmt.Sprintf("volume %q already bound to a different claim.", pv.Name)
 		c.recorder.Event(claim, v1.EventTypeWarning, ReasonFailedBinding, msg)
-		if metav1.HasAnnotation(claim.ObjectMeta, AnnBoundByController) {
+		if metav1.HasAnnotation(claim.ObjectMeta, storagehelpers.AnnBoundByController) {
 			// This binder named the volume for this claim, yet the volume names another:
 			// only a bug or a hand edit gets here. Keep retrying; say so loudly.
 			return fmt.Errorf("claim %s names volume %s, which is bound to %s", key, pv.Name, refKey(pv.Spec.ClaimRef))
@@ -226,13 +228,13 @@ func (c *Controller) bind(ctx context.Context, chosen *v1.PersistentVolume, clai
 	dirty := false
 	if claim.Spec.VolumeName != pv.Name {
 		updated.Spec.VolumeName = pv.Name
-		if !metav1.HasAnnotation(updated.ObjectMeta, AnnBoundByController) {
-			metav1.SetMetaDataAnnotation(&updated.ObjectMeta, AnnBoundByController, "yes")
+		if !metav1.HasAnnotation(updated.ObjectMeta, storagehelpers.AnnBoundByController) {
+			metav1.SetMetaDataAnnotation(&updated.ObjectMeta, storagehelpers.AnnBoundByController, "yes")
 		}
 		dirty = true
 	}
-	if !metav1.HasAnnotation(updated.ObjectMeta, AnnBindCompleted) {
-		metav1.SetMetaDataAnnotation(&updated.ObjectMeta, AnnBindCompleted, "yes")
+	if !metav1.HasAnnotation(updated.ObjectMeta, storagehelpers.AnnBindCompleted) {
+		metav1.SetMetaDataAnnotation(&updated.ObjectMeta, storagehelpers.AnnBindCompleted, "yes")
 		dirty = true
 	}
 	if dirty {
@@ -261,28 +263,17 @@ func (c *Controller) bindVolume(ctx context.Context, name string, claim *v1.Pers
 	if err != nil {
 		return nil, err
 	}
-	if pv.Spec.ClaimRef != nil && !boundToClaim(pv, claim) {
+	if pv.Spec.ClaimRef != nil && !storagehelpers.IsVolumeBoundToClaim(pv, claim) {
 		// Taken since the choice, by a process whose write we have now seen.
 		return nil, worker.RequeueAfter(takenRetry)
 	}
-	bound := boundToClaim(pv, claim)
-	needRef := pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.UID != claim.UID
-	// A PV pre-bound by a user keeps saying so: only a PV this binder chose for the claim
-	// is marked bound-by-controller (and may be unbound by it later).
-	needMark := !bound && !metav1.HasAnnotation(pv.ObjectMeta, AnnBoundByController)
-	if needRef || needMark {
-		updated := pv.DeepCopy()
-		if needMark {
-			metav1.SetMetaDataAnnotation(&updated.ObjectMeta, AnnBoundByController, "yes")
-		}
-		updated.Spec.ClaimRef = &v1.ObjectReference{
-			Kind:            "PersistentVolumeClaim",
-			APIVersion:      "v1",
-			Namespace:       claim.Namespace,
-			Name:            claim.Name,
-			UID:             claim.UID,
-			ResourceVersion: claim.ResourceVersion,
-		}
+	// The library sets claimRef (kind, name, namespace, UID, resourceVersion) and marks a PV
+	// this binder chose as bound-by-controller; a PV pre-bound by a user keeps saying so.
+	updated, dirty, err := storagehelpers.GetBindVolumeToClaim(pv, claim)
+	if err != nil {
+		return nil, err
+	}
+	if dirty {
 		// Conditioned on pv.ResourceVersion: if the PV changed since it was read (another
 		// binder claimed it), this fails with a conflict instead of overwriting.
 		written, err := c.client.CoreV1().PersistentVolumes().Update(ctx, updated, metav1.UpdateOptions{})
@@ -340,30 +331,10 @@ func (c *Controller) updateClaimStatus(ctx context.Context, key string, claim *v
 	return written, nil
 }
 
-// delayBinding reports whether the claim's class binds at the first consumer. A class that
-// does not exist binds immediately, as upstream; one without a binding mode is an error.
-func (c *Controller) delayBinding(claim *v1.PersistentVolumeClaim) (bool, error) {
-	name := claimClass(claim)
-	if name == "" {
-		return false, nil
-	}
-	class, err := c.classLister.Get(name)
-	if apierrors.IsNotFound(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	if class.VolumeBindingMode == nil {
-		return false, fmt.Errorf("VolumeBindingMode not set for StorageClass %q", name)
-	}
-	return *class.VolumeBindingMode == storagev1.VolumeBindingWaitForFirstConsumer, nil
-}
-
 // assignDefaultClass gives a claim created without any class the default class, once one
 // exists. True means the claim was updated (its update event brings it back).
 func (c *Controller) assignDefaultClass(ctx context.Context, key string, claim *v1.PersistentVolumeClaim) (bool, error) {
-	if claimHasClass(claim) {
+	if storagehelpers.PersistentVolumeClaimHasClass(claim) {
 		return false, nil
 	}
 	classes, err := c.classLister.List(labels.Everything())
@@ -406,10 +377,10 @@ func (c *Controller) provision(ctx context.Context, key string, claim *v1.Persis
 			fmt.Sprintf("no volume plugin matched name: %s", class.Provisioner))
 		return nil
 	}
-	if claim.Annotations[AnnStorageProvisioner] != class.Provisioner || claim.Annotations[AnnBetaStorageProvisioner] != class.Provisioner {
+	if claim.Annotations[storagehelpers.AnnStorageProvisioner] != class.Provisioner || claim.Annotations[storagehelpers.AnnBetaStorageProvisioner] != class.Provisioner {
 		updated := claim.DeepCopy()
-		metav1.SetMetaDataAnnotation(&updated.ObjectMeta, AnnStorageProvisioner, class.Provisioner)
-		metav1.SetMetaDataAnnotation(&updated.ObjectMeta, AnnBetaStorageProvisioner, class.Provisioner)
+		metav1.SetMetaDataAnnotation(&updated.ObjectMeta, storagehelpers.AnnStorageProvisioner, class.Provisioner)
+		metav1.SetMetaDataAnnotation(&updated.ObjectMeta, storagehelpers.AnnBetaStorageProvisioner, class.Provisioner)
 		written, err := c.client.CoreV1().PersistentVolumeClaims(claim.Namespace).Update(ctx, updated, metav1.UpdateOptions{})
 		if err != nil {
 			c.recorder.Event(claim, v1.EventTypeWarning, ReasonProvisioningFailed, fmt.Sprintf("Error saving claim: %v", err))

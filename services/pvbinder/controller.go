@@ -49,6 +49,7 @@ import (
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+	storagehelpers "k8s.io/component-helpers/storage/volume"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/keymutex"
 
@@ -267,7 +268,7 @@ func (c *Controller) onClass(obj any) {
 		if claim.Spec.VolumeName != "" || claim.Status.Phase == v1.ClaimBound {
 			continue
 		}
-		if !claimHasClass(claim) || claimClass(claim) == class.Name {
+		if !storagehelpers.PersistentVolumeClaimHasClass(claim) || storagehelpers.GetPersistentVolumeClaimClass(claim) == class.Name {
 			c.claimQueue.Add(claimKey(claim.Namespace, claim.Name))
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	storagehelpers "k8s.io/component-helpers/storage/volume"
 )
 
 // assertBound checks every field a completed bind of claim to pv writes.
@@ -24,17 +25,20 @@ func assertBound(t *testing.T, api *apiServer, claimName, pvName string, byContr
 	if pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.Name != claimName || pv.Spec.ClaimRef.UID != claim.UID {
 		t.Errorf("pv %s claimRef = %+v, want %s/%s", pvName, pv.Spec.ClaimRef, claimName, claim.UID)
 	}
+	if ref := pv.Spec.ClaimRef; ref != nil && (ref.Kind != "PersistentVolumeClaim" || ref.APIVersion != "v1" || ref.Namespace != claim.Namespace) {
+		t.Errorf("pv %s claimRef = %+v, want a v1 PersistentVolumeClaim in %s", pvName, ref, claim.Namespace)
+	}
 	if pv.Status.Phase != v1.VolumeBound {
 		t.Errorf("pv %s phase %s, want Bound", pvName, pv.Status.Phase)
 	}
-	if got := metav1.HasAnnotation(pv.ObjectMeta, AnnBoundByController); got != byController {
+	if got := metav1.HasAnnotation(pv.ObjectMeta, storagehelpers.AnnBoundByController); got != byController {
 		t.Errorf("pv %s bound-by-controller = %v, want %v", pvName, got, byController)
 	}
 	if claim.Spec.VolumeName != pvName {
 		t.Errorf("claim %s volumeName %q, want %q", claimName, claim.Spec.VolumeName, pvName)
 	}
-	if claim.Annotations[AnnBindCompleted] != "yes" {
-		t.Errorf("claim %s lacks %s", claimName, AnnBindCompleted)
+	if claim.Annotations[storagehelpers.AnnBindCompleted] != "yes" {
+		t.Errorf("claim %s lacks %s", claimName, storagehelpers.AnnBindCompleted)
 	}
 	if claim.Status.Phase != v1.ClaimBound {
 		t.Errorf("claim %s phase %s, want Bound", claimName, claim.Status.Phase)
@@ -55,7 +59,7 @@ func TestBindStatic(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertBound(t, api, "data", "fit", true)
-	if !metav1.HasAnnotation(api.claim(t, "data").ObjectMeta, AnnBoundByController) {
+	if !metav1.HasAnnotation(api.claim(t, "data").ObjectMeta, storagehelpers.AnnBoundByController) {
 		t.Error("claim lacks bound-by-controller")
 	}
 	// Four writes: PV claimRef, PV phase, claim volumeName, claim status. One sync does them all.
@@ -132,14 +136,14 @@ func TestHalfBoundPVReleasedWhenClaimDeleted(t *testing.T) {
 // TestUnbindReservationOfClaimBoundElsewhere: two binders raced and left a claimRef on a PV
 // whose claim is bound to another PV; the volume sync frees it.
 func TestUnbindReservationOfClaimBoundElsewhere(t *testing.T) {
-	claim := makeClaim("c", "1Gi", claimVolume("a"), claimAnn(AnnBindCompleted, "yes"), claimAnn(AnnBoundByController, "yes"), claimPhase(v1.ClaimBound))
+	claim := makeClaim("c", "1Gi", claimVolume("a"), claimAnn(storagehelpers.AnnBindCompleted, "yes"), claimAnn(storagehelpers.AnnBoundByController, "yes"), claimPhase(v1.ClaimBound))
 	api := newAPIServer(
-		makePV("a", "1Gi", pvRef("c", claim.UID), pvPhase(v1.VolumeBound), pvAnn(AnnBoundByController, "yes")),
-		makePV("b", "1Gi", pvRef("c", claim.UID), pvPhase(v1.VolumeBound), pvAnn(AnnBoundByController, "yes")),
+		makePV("a", "1Gi", pvRef("c", claim.UID), pvPhase(v1.VolumeBound), pvAnn(storagehelpers.AnnBoundByController, "yes")),
+		makePV("b", "1Gi", pvRef("c", claim.UID), pvPhase(v1.VolumeBound), pvAnn(storagehelpers.AnnBoundByController, "yes")),
 		claim)
 	f := newFixture(t, api)
 	f.settle()
-	if pv := api.pv(t, "b"); pv.Spec.ClaimRef != nil || pv.Status.Phase != v1.VolumeAvailable || metav1.HasAnnotation(pv.ObjectMeta, AnnBoundByController) {
+	if pv := api.pv(t, "b"); pv.Spec.ClaimRef != nil || pv.Status.Phase != v1.VolumeAvailable || metav1.HasAnnotation(pv.ObjectMeta, storagehelpers.AnnBoundByController) {
 		t.Errorf("b not freed: %+v %s %v", pv.Spec.ClaimRef, pv.Status.Phase, pv.Annotations)
 	}
 	if c := api.claim(t, "c"); c.Spec.VolumeName != "a" || c.Status.Phase != v1.ClaimBound {
@@ -162,7 +166,7 @@ func TestPreBound(t *testing.T) {
 		f := newFixture(t, api)
 		f.settle()
 		assertBound(t, api, "c", "mine", true)
-		if metav1.HasAnnotation(api.claim(t, "c").ObjectMeta, AnnBoundByController) {
+		if metav1.HasAnnotation(api.claim(t, "c").ObjectMeta, storagehelpers.AnnBoundByController) {
 			t.Error("a claim the user bound is marked bound-by-controller")
 		}
 	})
@@ -191,7 +195,7 @@ func TestPreBound(t *testing.T) {
 
 func TestReclaim(t *testing.T) {
 	bound := func(name string, opts ...pvOpt) *v1.PersistentVolume {
-		return makePV(name, "1Gi", append([]pvOpt{pvRef("gone-"+name, "uid-gone"), pvPhase(v1.VolumeBound), pvAnn(AnnBoundByController, "yes")}, opts...)...)
+		return makePV(name, "1Gi", append([]pvOpt{pvRef("gone-"+name, "uid-gone"), pvPhase(v1.VolumeBound), pvAnn(storagehelpers.AnnBoundByController, "yes")}, opts...)...)
 	}
 	csi := func(pv *v1.PersistentVolume) {
 		pv.Spec.PersistentVolumeSource = v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: "d.example.com", VolumeHandle: "h"}}
@@ -203,10 +207,10 @@ func TestReclaim(t *testing.T) {
 		wantEvent string
 	}{
 		{"retain", bound("r"), v1.VolumeReleased, ""},
-		{"delete by external provisioner", bound("e", pvPolicy(v1.PersistentVolumeReclaimDelete), pvAnn(AnnDynamicallyProvisioned, "example.com/p")), v1.VolumeReleased, ""},
+		{"delete by external provisioner", bound("e", pvPolicy(v1.PersistentVolumeReclaimDelete), pvAnn(storagehelpers.AnnDynamicallyProvisioned, "example.com/p")), v1.VolumeReleased, ""},
 		{"delete by CSI driver", bound("c", pvPolicy(v1.PersistentVolumeReclaimDelete), csi), v1.VolumeReleased, ""},
 		{"delete with nothing to do it", bound("n", pvPolicy(v1.PersistentVolumeReclaimDelete)), v1.VolumeFailed, "Warning VolumeFailedDelete"},
-		{"delete by an in-tree plugin", bound("i", pvPolicy(v1.PersistentVolumeReclaimDelete), pvAnn(AnnDynamicallyProvisioned, "kubernetes.io/gce-pd")), v1.VolumeFailed, "Warning VolumeFailedDelete no deletable volume plugin matched name: kubernetes.io/gce-pd"},
+		{"delete by an in-tree plugin", bound("i", pvPolicy(v1.PersistentVolumeReclaimDelete), pvAnn(storagehelpers.AnnDynamicallyProvisioned, "kubernetes.io/gce-pd")), v1.VolumeFailed, "Warning VolumeFailedDelete no deletable volume plugin matched name: kubernetes.io/gce-pd"},
 		{"recycle", bound("y", pvPolicy(v1.PersistentVolumeReclaimRecycle)), v1.VolumeFailed, "Warning VolumeFailedRecycle"},
 	}
 	for _, tt := range tests {
@@ -237,7 +241,7 @@ func TestReclaim(t *testing.T) {
 
 func TestClaimLostAndMisbound(t *testing.T) {
 	boundClaim := func(name, volume string) *v1.PersistentVolumeClaim {
-		return makeClaim(name, "1Gi", claimVolume(volume), claimAnn(AnnBindCompleted, "yes"), claimPhase(v1.ClaimBound))
+		return makeClaim(name, "1Gi", claimVolume(volume), claimAnn(storagehelpers.AnnBindCompleted, "yes"), claimPhase(v1.ClaimBound))
 	}
 	t.Run("PV gone", func(t *testing.T) {
 		api := newAPIServer(boundClaim("c", "vanished"))
@@ -272,14 +276,14 @@ func TestProvisioningAndWaitForFirstConsumer(t *testing.T) {
 		f := newFixture(t, api)
 		f.settle()
 		c := api.claim(t, "c")
-		if c.Annotations[AnnStorageProvisioner] != "example.com/p" || c.Annotations[AnnBetaStorageProvisioner] != "example.com/p" {
+		if c.Annotations[storagehelpers.AnnStorageProvisioner] != "example.com/p" || c.Annotations[storagehelpers.AnnBetaStorageProvisioner] != "example.com/p" {
 			t.Errorf("annotations %v", c.Annotations)
 		}
 		if ev := strings.Join(f.events(), "\n"); !strings.Contains(ev, "Normal ExternalProvisioning Waiting for a volume to be created either by the external provisioner 'example.com/p'") {
 			t.Errorf("events %q", ev)
 		}
 		// The provisioner creates a PV pre-bound to the claim.
-		pv := makePV("pvc-1", "1Gi", pvClass("ext"), pvRef("c", c.UID), pvPhase(v1.VolumePending), pvAnn(AnnDynamicallyProvisioned, "example.com/p"))
+		pv := makePV("pvc-1", "1Gi", pvClass("ext"), pvRef("c", c.UID), pvPhase(v1.VolumePending), pvAnn(storagehelpers.AnnDynamicallyProvisioned, "example.com/p"))
 		if _, err := api.CoreV1().PersistentVolumes().Create(context.Background(), pv, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -300,7 +304,7 @@ func TestProvisioningAndWaitForFirstConsumer(t *testing.T) {
 		f := newFixture(t, api)
 		f.settle()
 		c := api.claim(t, "c")
-		if c.Spec.VolumeName != "" || c.Annotations[AnnStorageProvisioner] != "" {
+		if c.Spec.VolumeName != "" || c.Annotations[storagehelpers.AnnStorageProvisioner] != "" {
 			t.Fatalf("did not wait: %+v", c)
 		}
 		if ev := strings.Join(f.events(), "\n"); !strings.Contains(ev, "Normal WaitForFirstConsumer waiting for first consumer to be created before binding") {
@@ -308,12 +312,12 @@ func TestProvisioningAndWaitForFirstConsumer(t *testing.T) {
 		}
 		// The scheduler picks a node.
 		c = c.DeepCopy()
-		metav1.SetMetaDataAnnotation(&c.ObjectMeta, AnnSelectedNode, "node-1")
+		metav1.SetMetaDataAnnotation(&c.ObjectMeta, storagehelpers.AnnSelectedNode, "node-1")
 		if _, err := api.CoreV1().PersistentVolumeClaims(testNS).Update(context.Background(), c, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		f.settle()
-		if got := api.claim(t, "c").Annotations[AnnStorageProvisioner]; got != "example.com/p" {
+		if got := api.claim(t, "c").Annotations[storagehelpers.AnnStorageProvisioner]; got != "example.com/p" {
 			t.Errorf("storage-provisioner %q after selected-node", got)
 		}
 		if pv := api.pv(t, "a"); pv.Spec.ClaimRef != nil {
@@ -505,7 +509,7 @@ func TestClaimWaitsSilentlyForArrivingPV(t *testing.T) {
 	}
 	f.settle()
 	assertBound(t, api, "c", "new", true)
-	if a := api.claim(t, "c").Annotations[AnnStorageProvisioner]; a != "" {
+	if a := api.claim(t, "c").Annotations[storagehelpers.AnnStorageProvisioner]; a != "" {
 		t.Errorf("asked the provisioner for a volume although one was arriving: %q", a)
 	}
 }

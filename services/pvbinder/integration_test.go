@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	storagehelpers "k8s.io/component-helpers/storage/volume"
 
 	"github.com/kcm-split/kcm-split/services/pvbinder"
 	"github.com/kcm-split/kcm-split/shared/testenv"
@@ -213,7 +214,7 @@ func TestStaticBindEveryAnnotationAndPhase(t *testing.T) {
 	created := createClaim(t, c, claim(ns, "data", ns, "1Gi"))
 
 	got := waitClaim(t, c, ns, "data", "Bound", boundTo(ns+"-a"))
-	for _, k := range []string{pvbinder.AnnBindCompleted, pvbinder.AnnBoundByController} {
+	for _, k := range []string{storagehelpers.AnnBindCompleted, storagehelpers.AnnBoundByController} {
 		if got.Annotations[k] != "yes" {
 			t.Errorf("claim annotation %s = %q", k, got.Annotations[k])
 		}
@@ -228,7 +229,7 @@ func TestStaticBindEveryAnnotationAndPhase(t *testing.T) {
 	if p.Spec.ClaimRef == nil || p.Spec.ClaimRef.UID != created.UID || p.Spec.ClaimRef.Name != "data" || p.Spec.ClaimRef.Namespace != ns {
 		t.Errorf("claimRef %+v", p.Spec.ClaimRef)
 	}
-	if p.Annotations[pvbinder.AnnBoundByController] != "yes" {
+	if p.Annotations[storagehelpers.AnnBoundByController] != "yes" {
 		t.Errorf("PV annotations %v", p.Annotations)
 	}
 	if p.Status.LastPhaseTransitionTime == nil {
@@ -279,18 +280,18 @@ func TestPreBoundBothWays(t *testing.T) {
 	got := waitClaim(t, c, ns, "later", "bound to the PV reserved for it", boundTo(ns+"-reserved"))
 	// The binder set the claim's volumeName, so the claim says bound-by-controller; the
 	// PV's claimRef was the user's, so the PV does not.
-	if got.Annotations[pvbinder.AnnBoundByController] != "yes" {
+	if got.Annotations[storagehelpers.AnnBoundByController] != "yes" {
 		t.Error("claim bound by the binder lacks bound-by-controller")
 	}
 	p := waitPV(t, c, ns+"-reserved", "Bound", phase(corev1.VolumeBound))
-	if _, ok := p.Annotations[pvbinder.AnnBoundByController]; ok || p.Spec.ClaimRef.UID != got.UID {
+	if _, ok := p.Annotations[storagehelpers.AnnBoundByController]; ok || p.Spec.ClaimRef.UID != got.UID {
 		t.Errorf("reserved PV: %s", describePV(p))
 	}
 	// Claim naming its volume.
 	createPV(t, c, pv(ns+"-named", ns, "9Gi"))
 	createClaim(t, c, claim(ns, "named", ns, "1Gi", func(p *corev1.PersistentVolumeClaim) { p.Spec.VolumeName = ns + "-named" }))
 	named := waitClaim(t, c, ns, "named", "bound to the volume it names", boundTo(ns+"-named"))
-	if _, ok := named.Annotations[pvbinder.AnnBoundByController]; ok {
+	if _, ok := named.Annotations[storagehelpers.AnnBoundByController]; ok {
 		t.Error("a claim whose volumeName the user set is marked bound-by-controller")
 	}
 	// Claim naming a volume that is too small: VolumeMismatch.
@@ -307,7 +308,7 @@ func TestReclaimPolicies(t *testing.T) {
 	createPV(t, c, pv(ns+"-retain", ns, "1Gi"))
 	createPV(t, c, pv(ns+"-ext", ns, "2Gi", func(p *corev1.PersistentVolume) {
 		p.Spec.PersistentVolumeReclaimPolicy = corev1.PersistentVolumeReclaimDelete
-		p.Annotations = map[string]string{pvbinder.AnnDynamicallyProvisioned: "example.com/test-provisioner"}
+		p.Annotations = map[string]string{storagehelpers.AnnDynamicallyProvisioned: "example.com/test-provisioner"}
 	}))
 	createPV(t, c, pv(ns+"-orphan", ns, "3Gi", func(p *corev1.PersistentVolume) {
 		p.Spec.PersistentVolumeReclaimPolicy = corev1.PersistentVolumeReclaimDelete
@@ -389,7 +390,7 @@ func provide(t *testing.T, c kubernetes.Interface, pvc *corev1.PersistentVolumeC
 	name := "pvc-" + string(pvc.UID)
 	createPV(t, c, pv(name, *pvc.Spec.StorageClassName, "1Gi", func(p *corev1.PersistentVolume) {
 		p.Spec.PersistentVolumeReclaimPolicy = corev1.PersistentVolumeReclaimDelete
-		p.Annotations = map[string]string{pvbinder.AnnDynamicallyProvisioned: provisioner}
+		p.Annotations = map[string]string{storagehelpers.AnnDynamicallyProvisioned: provisioner}
 		p.Spec.ClaimRef = &corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: pvc.Namespace, Name: pvc.Name, UID: pvc.UID, ResourceVersion: pvc.ResourceVersion}
 	}))
 	return name
@@ -401,7 +402,7 @@ func TestExternalProvisioningRoundTrip(t *testing.T) {
 	createClass(t, c, ns, prov, storagev1.VolumeBindingImmediate, false)
 	createClaim(t, c, claim(ns, "dyn", ns, "1Gi"))
 	got := waitClaim(t, c, ns, "dyn", "annotated for the provisioner", func(p *corev1.PersistentVolumeClaim) bool {
-		return p.Annotations[pvbinder.AnnStorageProvisioner] == prov && p.Annotations[pvbinder.AnnBetaStorageProvisioner] == prov
+		return p.Annotations[storagehelpers.AnnStorageProvisioner] == prov && p.Annotations[storagehelpers.AnnBetaStorageProvisioner] == prov
 	})
 	waitEvent(t, c, ns, "dyn", pvbinder.ReasonExternalProvisioning)
 	name := provide(t, c, got, prov)
@@ -422,16 +423,16 @@ func TestWaitForFirstConsumer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Spec.VolumeName != "" || got.Annotations[pvbinder.AnnStorageProvisioner] != "" {
+	if got.Spec.VolumeName != "" || got.Annotations[storagehelpers.AnnStorageProvisioner] != "" {
 		t.Fatalf("did not wait for a consumer: %+v", got)
 	}
 	// The scheduler picked a node.
-	metav1.SetMetaDataAnnotation(&got.ObjectMeta, pvbinder.AnnSelectedNode, "node-1")
+	metav1.SetMetaDataAnnotation(&got.ObjectMeta, storagehelpers.AnnSelectedNode, "node-1")
 	if _, err := c.CoreV1().PersistentVolumeClaims(ns).Update(context.Background(), got, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	got = waitClaim(t, c, ns, "late", "handed to the provisioner", func(p *corev1.PersistentVolumeClaim) bool {
-		return p.Annotations[pvbinder.AnnStorageProvisioner] == prov
+		return p.Annotations[storagehelpers.AnnStorageProvisioner] == prov
 	})
 	name := provide(t, c, got, prov)
 	waitClaim(t, c, ns, "late", "bound", boundTo(name))
@@ -449,7 +450,7 @@ func TestDefaultClassAppliedToClasslessClaims(t *testing.T) {
 		return p.Spec.StorageClassName != nil && *p.Spec.StorageClassName == ns+"-default"
 	})
 	waitClaim(t, c, ns, "classless", "handed to the default class's provisioner", func(p *corev1.PersistentVolumeClaim) bool {
-		return p.Annotations[pvbinder.AnnStorageProvisioner] == "example.com/default"
+		return p.Annotations[storagehelpers.AnnStorageProvisioner] == "example.com/default"
 	})
 }
 

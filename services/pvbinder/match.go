@@ -11,80 +11,19 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	storagehelpers "k8s.io/component-helpers/storage/volume"
+	"k8s.io/utils/ptr"
 )
 
-// Annotations, upstream's keys: other components (kube-scheduler, external provisioners,
-// kubectl) read and write them.
+// Annotations that k8s.io/component-helpers/storage/volume does not define (the rest are
+// used from there): no shared library serves the default-class and resize keys.
 const (
-	AnnBindCompleted          = "pv.kubernetes.io/bind-completed"
-	AnnBoundByController      = "pv.kubernetes.io/bound-by-controller"
-	AnnDynamicallyProvisioned = "pv.kubernetes.io/provisioned-by"
-	AnnMigratedTo             = "pv.kubernetes.io/migrated-to"
-	AnnStorageProvisioner     = "volume.kubernetes.io/storage-provisioner"
-	AnnBetaStorageProvisioner = "volume.beta.kubernetes.io/storage-provisioner"
-	AnnSelectedNode           = "volume.kubernetes.io/selected-node"
-	AnnBetaStorageClass       = "volume.beta.kubernetes.io/storage-class"
-	AnnDefaultClass           = "storageclass.kubernetes.io/is-default-class"
-	AnnBetaDefaultClass       = "storageclass.beta.kubernetes.io/is-default-class"
-	AnnPreResizeCapacity      = "volume.alpha.kubernetes.io/pre-resize-capacity"
+	AnnDefaultClass      = "storageclass.kubernetes.io/is-default-class"
+	AnnBetaDefaultClass  = "storageclass.beta.kubernetes.io/is-default-class"
+	AnnPreResizeCapacity = "volume.alpha.kubernetes.io/pre-resize-capacity"
 )
 
-// claimClass is the class a claim asks for; "" means no class. The beta annotation, when
-// present, wins over the field, as upstream.
-func claimClass(c *v1.PersistentVolumeClaim) string {
-	if class, ok := c.Annotations[AnnBetaStorageClass]; ok {
-		return class
-	}
-	if c.Spec.StorageClassName != nil {
-		return *c.Spec.StorageClassName
-	}
-	return ""
-}
-
-// claimHasClass reports whether the claim chose a class, even the empty one: only claims
-// that did not get the default class.
-func claimHasClass(c *v1.PersistentVolumeClaim) bool {
-	_, ok := c.Annotations[AnnBetaStorageClass]
-	return ok || c.Spec.StorageClassName != nil
-}
-
-// volumeClass is the class of a PV; "" means none.
-func volumeClass(pv *v1.PersistentVolume) string {
-	if class, ok := pv.Annotations[AnnBetaStorageClass]; ok {
-		return class
-	}
-	return pv.Spec.StorageClassName
-}
-
-// boundToClaim reports whether pv's claimRef names claim: same namespace and name, and the
-// same UID unless the claimRef has none (a PV pre-bound by a user to a claim by name).
-func boundToClaim(pv *v1.PersistentVolume, claim *v1.PersistentVolumeClaim) bool {
-	ref := pv.Spec.ClaimRef
-	if ref == nil || ref.Name != claim.Name || ref.Namespace != claim.Namespace {
-		return false
-	}
-	return ref.UID == "" || ref.UID == claim.UID
-}
-
-func volumeModeOf(m *v1.PersistentVolumeMode) v1.PersistentVolumeMode {
-	if m == nil {
-		// Objects written by an older apiserver may lack the defaulted field.
-		return v1.PersistentVolumeFilesystem
-	}
-	return *m
-}
-
-func modeMismatch(claim *v1.PersistentVolumeClaim, pv *v1.PersistentVolume) bool {
-	return volumeModeOf(claim.Spec.VolumeMode) != volumeModeOf(pv.Spec.VolumeMode)
-}
-
-func attributesClass(p *string) string {
-	if p == nil {
-		return ""
-	}
-	return *p
-}
-
+// No library serves this: component-helpers has no storage-quantity accessor.
 func requested(claim *v1.PersistentVolumeClaim) resource.Quantity {
 	return claim.Spec.Resources.Requests[v1.ResourceStorage]
 }
@@ -93,16 +32,8 @@ func capacityOf(pv *v1.PersistentVolume) resource.Quantity {
 	return pv.Spec.Capacity[v1.ResourceStorage]
 }
 
-// hasModes reports whether pv offers every access mode the claim asks for.
-func hasModes(pv *v1.PersistentVolume, claim *v1.PersistentVolumeClaim) bool {
-	for _, m := range claim.Spec.AccessModes {
-		if !slices.Contains(pv.Spec.AccessModes, m) {
-			return false
-		}
-	}
-	return true
-}
-
+// No library serves this: component-helpers has no whole-claim check (upstream's is its controller's).
+//
 // checkSatisfies says why pv cannot serve claim, or nil. It is the check for a claim that
 // names its volume (spec.volumeName); the messages are upstream's, shown in VolumeMismatch
 // events.
@@ -114,21 +45,23 @@ func checkSatisfies(pv *v1.PersistentVolume, claim *v1.PersistentVolumeClaim) er
 	if have.Value() < want.Value() {
 		return fmt.Errorf("requested PV is too small")
 	}
-	if volumeClass(pv) != claimClass(claim) {
+	if storagehelpers.GetPersistentVolumeClass(pv) != storagehelpers.GetPersistentVolumeClaimClass(claim) {
 		return fmt.Errorf("storageClassName does not match")
 	}
-	if attributesClass(claim.Spec.VolumeAttributesClassName) != attributesClass(pv.Spec.VolumeAttributesClassName) {
+	if ptr.Deref(claim.Spec.VolumeAttributesClassName, "") != ptr.Deref(pv.Spec.VolumeAttributesClassName, "") {
 		return fmt.Errorf("volumeAttributesClassName does not match")
 	}
-	if modeMismatch(claim, pv) {
+	if storagehelpers.CheckVolumeModeMismatches(&claim.Spec, &pv.Spec) {
 		return fmt.Errorf("incompatible volumeMode")
 	}
-	if !hasModes(pv, claim) {
+	if !storagehelpers.CheckAccessModes(claim, pv) {
 		return fmt.Errorf("incompatible accessMode")
 	}
 	return nil
 }
 
+// No library serves this: upstream's access-mode string helper is in k8s.io/kubernetes itself.
+//
 // modeSetKey names a PV's set of access modes independently of order and repetition.
 func modeSetKey(modes []v1.PersistentVolumeAccessMode) string {
 	s := make([]string, 0, len(modes))
@@ -139,57 +72,47 @@ func modeSetKey(modes []v1.PersistentVolumeAccessMode) string {
 	return strings.Join(slices.Compact(s), ",")
 }
 
-// findBestMatch picks the PV for an unbound claim that names no volume, by upstream's rules:
+// findBestMatch picks the PV for an unbound claim that names no volume. Which PVs fit, and
+// the smallest-fits choice, are the library's FindMatchingVolume, as upstream; around it:
 //
+//   - Only PVs offering every access mode the claim asks for are considered (the library
+//     leaves access modes to its caller outside the scheduler).
 //   - A PV whose claimRef already names the claim wins (pre-bound by a user, by the
 //     scheduler, or half-bound by a binder that crashed), provided its size, volume mode and
 //     attributes class fit and it is not being deleted. Upstream checks this per access-mode
 //     group and may pick a plain PV of a narrower group instead; checking every group first
 //     means a half-finished bind is always completed, never abandoned for another PV.
-//   - Otherwise PVs are grouped by their set of access modes; only sets containing every mode
-//     the claim asks for qualify, and the groups are tried from the fewest modes up, so a
-//     claim does not take a more capable PV while a plainer one fits.
-//   - In a group, the smallest PV that is Available, unclaimed, not being deleted, of the
-//     claim's class, volume mode and attributes class, with capacity >= the request and
-//     labels matching the claim's selector wins. Equal sizes go to the lowest name, so the
-//     choice is deterministic.
+//   - Otherwise PVs are grouped by their set of access modes, and the groups are tried from
+//     the fewest modes up, so a claim does not take a more capable PV while a plainer one
+//     fits. In a group the library takes the smallest Available, unclaimed PV of the claim's
+//     class, volume mode and attributes class that holds the request and matches the claim's
+//     selector; the group is sorted by name, so equal sizes go to the lowest name.
 //   - delayBinding (WaitForFirstConsumer) claims only take pre-bound PVs: the scheduler
 //     chooses their PVs once it knows the node.
 //
-// skip excludes PVs already promised to another claim by a bind in flight.
+// skip excludes PVs already promised to another claim by a bind in flight; it does not apply
+// to a PV pre-bound to this claim.
 func findBestMatch(claim *v1.PersistentVolumeClaim, pvs []*v1.PersistentVolume, delayBinding bool, skip func(*v1.PersistentVolume) bool) (*v1.PersistentVolume, error) {
-	var selector labels.Selector
-	if claim.Spec.Selector != nil {
-		s, err := metav1.LabelSelectorAsSelector(claim.Spec.Selector)
-		if err != nil {
-			return nil, fmt.Errorf("claim %s/%s has an invalid selector: %w", claim.Namespace, claim.Name, err)
-		}
-		selector = s
-	}
-	want := requested(claim)
-	class := claimClass(claim)
-	vac := attributesClass(claim.Spec.VolumeAttributesClassName)
-
-	// fits holds for the checks every candidate, pre-bound or not, must pass.
-	fits := func(pv *v1.PersistentVolume) bool {
-		have := capacityOf(pv)
-		return have.Cmp(want) >= 0 && !modeMismatch(claim, pv) &&
-			attributesClass(pv.Spec.VolumeAttributesClassName) == vac && pv.DeletionTimestamp == nil
-	}
-
-	groups := map[string][]*v1.PersistentVolume{}
+	candidates := make([]*v1.PersistentVolume, 0, len(pvs))
 	for _, pv := range pvs {
-		if !hasModes(pv, claim) {
-			continue
+		if storagehelpers.CheckAccessModes(claim, pv) {
+			candidates = append(candidates, pv)
 		}
-		if boundToClaim(pv, claim) && fits(pv) {
-			return pv, nil
+	}
+	// With delayBinding set, the library returns only a PV pre-bound to the claim.
+	pv, err := storagehelpers.FindMatchingVolume(claim, candidates, nil, nil, true, vacEnabled)
+	if err != nil || pv != nil || delayBinding {
+		return pv, err
+	}
+
+	slices.SortFunc(candidates, func(a, b *v1.PersistentVolume) int { return cmp.Compare(a.Name, b.Name) })
+	groups := map[string][]*v1.PersistentVolume{}
+	for _, pv := range candidates {
+		if skip != nil && skip(pv) {
+			continue
 		}
 		key := modeSetKey(pv.Spec.AccessModes)
 		groups[key] = append(groups[key], pv)
-	}
-	if delayBinding {
-		return nil, nil
 	}
 	keys := make([]string, 0, len(groups))
 	for k := range groups {
@@ -199,36 +122,26 @@ func findBestMatch(claim *v1.PersistentVolumeClaim, pvs []*v1.PersistentVolume, 
 		return cmp.Or(cmp.Compare(strings.Count(a, ","), strings.Count(b, ",")), cmp.Compare(a, b))
 	})
 	for _, k := range keys {
-		var best *v1.PersistentVolume
-		for _, pv := range groups[k] {
-			if pv.Spec.ClaimRef != nil || pv.Status.Phase != v1.VolumeAvailable || !fits(pv) ||
-				volumeClass(pv) != class || (skip != nil && skip(pv)) {
-				continue
-			}
-			if selector != nil && !selector.Matches(labels.Set(pv.Labels)) {
-				continue
-			}
-			if best == nil {
-				best = pv
-				continue
-			}
-			a, b := capacityOf(pv), capacityOf(best)
-			if c := a.Cmp(b); c < 0 || (c == 0 && pv.Name < best.Name) {
-				best = pv
-			}
-		}
-		if best != nil {
-			return best, nil
+		pv, err := storagehelpers.FindMatchingVolume(claim, groups[k], nil, nil, false, vacEnabled)
+		if err != nil || pv != nil {
+			return pv, err
 		}
 	}
 	return nil, nil
 }
 
+// vacEnabled is the VolumeAttributesClass feature, GA and on by default since 1.34: the
+// attributes class of claim and PV must match.
+const vacEnabled = true
+
+// No library serves this: FindMatchingVolume takes only Available PVs, this also judges arriving ones.
+//
 // couldServe is a cheap test of whether an Available, unclaimed pv might be chosen for
 // claim; it decides which waiting claim a new PV wakes. Waking a claim that then picks
 // another PV costs one sync and no API call.
 func couldServe(pv *v1.PersistentVolume, claim *v1.PersistentVolumeClaim) bool {
-	if volumeClass(pv) != claimClass(claim) || !hasModes(pv, claim) || modeMismatch(claim, pv) {
+	if storagehelpers.GetPersistentVolumeClass(pv) != storagehelpers.GetPersistentVolumeClaimClass(claim) ||
+		!storagehelpers.CheckAccessModes(claim, pv) || storagehelpers.CheckVolumeModeMismatches(&claim.Spec, &pv.Spec) {
 		return false
 	}
 	want, have := requested(claim), capacityOf(pv)
@@ -244,6 +157,8 @@ func couldServe(pv *v1.PersistentVolume, claim *v1.PersistentVolumeClaim) bool {
 	return true
 }
 
+// No library serves this: it is this controller's own wake-up rule.
+//
 // arriving reports whether pv is new and unclaimed: the volume loop is about to make it
 // Available.
 func arriving(pv *v1.PersistentVolume) bool {
@@ -251,6 +166,8 @@ func arriving(pv *v1.PersistentVolume) bool {
 		(pv.Status.Phase == v1.VolumePending || pv.Status.Phase == "")
 }
 
+// No library serves this: upstream's default-class lookup is in k8s.io/kubernetes itself.
+//
 // defaultClass returns the default StorageClass: of those annotated as default, the newest,
 // and of equally new ones the first by name (upstream's rule when an admin leaves two
 // defaults for a while during a switch). Nil when there is none.

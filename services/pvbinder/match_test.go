@@ -34,7 +34,7 @@ func TestFindBestMatch(t *testing.T) {
 			[]*v1.PersistentVolume{makePV("a", "1Gi"), makePV("b", "2Gi", pvClass("fast")), makePV("c", "1Gi", pvClass("slow"))}, false, "", "b"},
 		{"no class matches no class only", makeClaim("c", "1Gi"),
 			[]*v1.PersistentVolume{makePV("a", "1Gi", pvClass("fast")), makePV("b", "2Gi")}, false, "", "b"},
-		{"beta class annotation wins over the field", makeClaim("c", "1Gi", claimAnn(AnnBetaStorageClass, "gold")),
+		{"beta class annotation wins over the field", makeClaim("c", "1Gi", claimAnn(v1.BetaStorageClassAnnotation, "gold")),
 			[]*v1.PersistentVolume{makePV("a", "1Gi"), makePV("b", "1Gi", pvClass("gold"))}, false, "", "b"},
 		{"volume mode must be equal", makeClaim("c", "1Gi", claimBlock()),
 			[]*v1.PersistentVolume{makePV("a", "1Gi"), makePV("b", "2Gi", pvBlock())}, false, "", "b"},
@@ -66,6 +66,16 @@ func TestFindBestMatch(t *testing.T) {
 			[]*v1.PersistentVolume{makePV("a", "1Gi"), makePV("b", "2Gi")}, false, "a", "b"},
 		{"no request fits anything", makeClaim("c", "0"),
 			[]*v1.PersistentVolume{makePV("a", "1Gi")}, false, "", "a"},
+		{"attributes class must be equal", makeClaim("c", "1Gi", claimVAC("gold")),
+			[]*v1.PersistentVolume{makePV("a", "1Gi"), makePV("b", "2Gi", pvVAC("gold")), makePV("c", "1Gi", pvVAC("silver"))}, false, "", "b"},
+		{"no attributes class matches none only", makeClaim("c", "1Gi"),
+			[]*v1.PersistentVolume{makePV("a", "1Gi", pvVAC("gold")), makePV("b", "2Gi")}, false, "", "b"},
+		{"pre-bound PV with another attributes class not taken", makeClaim("c", "1Gi"),
+			[]*v1.PersistentVolume{makePV("b", "1Gi", pvRef("c", ""), pvVAC("gold")), makePV("a", "2Gi")}, false, "", "a"},
+		{"pre-bound PV with another access-mode set not taken", makeClaim("c", "1Gi", claimModes(rwx)),
+			[]*v1.PersistentVolume{makePV("b", "1Gi", pvRef("c", "")), makePV("a", "2Gi", pvModes(rwx))}, false, "", "a"},
+		{"a reservation does not hide a PV pre-bound to the claim", makeClaim("c", "1Gi"),
+			[]*v1.PersistentVolume{makePV("a", "1Gi"), makePV("b", "2Gi", pvRef("c", ""))}, false, "b", "b"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -83,6 +93,14 @@ func TestFindBestMatch(t *testing.T) {
 			}
 		})
 	}
+}
+
+func claimVAC(name string) claimOpt {
+	return func(c *v1.PersistentVolumeClaim) { c.Spec.VolumeAttributesClassName = &name }
+}
+
+func pvVAC(name string) pvOpt {
+	return func(pv *v1.PersistentVolume) { pv.Spec.VolumeAttributesClassName = &name }
 }
 
 func TestFindBestMatchBadSelector(t *testing.T) {
@@ -106,6 +124,7 @@ func TestCheckSatisfies(t *testing.T) {
 		{"class", makePV("a", "1Gi", pvClass("x")), makeClaim("c", "1Gi"), "storageClassName does not match"},
 		{"mode", makePV("a", "1Gi", pvBlock()), makeClaim("c", "1Gi"), "incompatible volumeMode"},
 		{"access", makePV("a", "1Gi"), makeClaim("c", "1Gi", claimModes(v1.ReadWriteMany)), "incompatible accessMode"},
+		{"attributes class", makePV("a", "1Gi", pvVAC("gold")), makeClaim("c", "1Gi"), "volumeAttributesClassName does not match"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

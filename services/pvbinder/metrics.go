@@ -5,6 +5,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	storagehelpers "k8s.io/component-helpers/storage/volume"
+	"k8s.io/utils/ptr"
 
 	"github.com/kcm-split/kcm-split/shared/metrics"
 )
@@ -78,7 +80,7 @@ func (c *countCollector) Collect(ch chan<- prometheus.Metric) {
 	bound, unbound := map[string]int{}, map[string]int{}
 	pvs, _ := c.pvs.List(labels.Everything())
 	for _, pv := range pvs {
-		total[pluginMode{pluginName(pv), string(volumeModeOf(pv.Spec.VolumeMode))}]++
+		total[pluginMode{pluginName(pv), string(ptr.Deref(pv.Spec.VolumeMode, v1.PersistentVolumeFilesystem))}]++
 		if pv.Status.Phase == v1.VolumeBound {
 			bound[pv.Spec.StorageClassName]++
 		} else {
@@ -99,7 +101,7 @@ func (c *countCollector) Collect(ch chan<- prometheus.Metric) {
 	boundC, unboundC := map[dims]int{}, map[dims]int{}
 	claims, _ := c.claims.List(labels.Everything())
 	for _, claim := range claims {
-		d := dims{claim.Namespace, claimClass(claim), attributesClass(claim.Spec.VolumeAttributesClassName)}
+		d := dims{claim.Namespace, storagehelpers.GetPersistentVolumeClaimClass(claim), ptr.Deref(claim.Spec.VolumeAttributesClassName, "")}
 		if claim.Status.Phase == v1.ClaimBound {
 			boundC[d]++
 		} else {

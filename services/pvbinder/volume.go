@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	storagehelpers "k8s.io/component-helpers/storage/volume"
 	"k8s.io/klog/v2"
 )
 
@@ -65,7 +66,7 @@ func (c *Controller) syncVolume(ctx context.Context, pv *v1.PersistentVolume) er
 	case claim.Spec.VolumeName == "":
 		// The claim's half of a bind is still to come (or was interrupted): the claim
 		// finishes it. Its volume mode cannot change, so a mismatch can never bind.
-		if modeMismatch(claim, pv) {
+		if storagehelpers.CheckVolumeModeMismatches(&claim.Spec, &pv.Spec) {
 			c.recorder.Event(pv, v1.EventTypeWarning, ReasonVolumeMismatch, fmt.Sprintf(
 				"Cannot bind PersistentVolume to requested PersistentVolumeClaim %q due to incompatible volumeMode.", claim.Name))
 			c.recorder.Event(claim, v1.EventTypeWarning, ReasonVolumeMismatch, fmt.Sprintf(
@@ -82,7 +83,7 @@ func (c *Controller) syncVolume(ctx context.Context, pv *v1.PersistentVolume) er
 		// ended elsewhere (an interrupted bind, two binders racing), or its claim was
 		// re-pointed. A dynamically provisioned PV with Delete goes back to its
 		// provisioner; any other is made Available again.
-		if metav1.HasAnnotation(pv.ObjectMeta, AnnDynamicallyProvisioned) && pv.Spec.PersistentVolumeReclaimPolicy == v1.PersistentVolumeReclaimDelete {
+		if metav1.HasAnnotation(pv.ObjectMeta, storagehelpers.AnnDynamicallyProvisioned) && pv.Spec.PersistentVolumeReclaimPolicy == v1.PersistentVolumeReclaimDelete {
 			if pv.Status.Phase != v1.VolumeReleased && pv.Status.Phase != v1.VolumeFailed {
 				if pv, err = c.setVolumePhase(ctx, pv, v1.VolumeReleased, ""); err != nil {
 					return err
@@ -160,7 +161,7 @@ func (c *Controller) failVolume(ctx context.Context, pv *v1.PersistentVolume, re
 // is marked Failed with an event, so an admin notices.
 func (c *Controller) reclaim(ctx context.Context, pv *v1.PersistentVolume) error {
 	logger := klog.FromContext(ctx)
-	if pv.Annotations[AnnMigratedTo] != "" {
+	if pv.Annotations[storagehelpers.AnnMigratedTo] != "" {
 		return nil // a CSI driver reclaims it
 	}
 	switch pv.Spec.PersistentVolumeReclaimPolicy {
@@ -168,7 +169,7 @@ func (c *Controller) reclaim(ctx context.Context, pv *v1.PersistentVolume) error
 		logger.V(4).Info("Volume is released; policy Retain keeps it for an admin")
 		return nil
 	case v1.PersistentVolumeReclaimDelete:
-		provisioner := pv.Annotations[AnnDynamicallyProvisioned]
+		provisioner := pv.Annotations[storagehelpers.AnnDynamicallyProvisioned]
 		switch {
 		case provisioner != "" && !strings.HasPrefix(provisioner, inTreeProvisionerNamePrefix):
 			logger.V(4).Info("Volume is released; waiting for its external provisioner to delete it", "provisioner", provisioner)
@@ -194,9 +195,9 @@ func (c *Controller) reclaim(ctx context.Context, pv *v1.PersistentVolume) error
 // pre-bound the PV (the user's choice of claim stands), then makes the PV Available.
 func (c *Controller) unbind(ctx context.Context, pv *v1.PersistentVolume) error {
 	updated := pv.DeepCopy()
-	if metav1.HasAnnotation(pv.ObjectMeta, AnnBoundByController) {
+	if metav1.HasAnnotation(pv.ObjectMeta, storagehelpers.AnnBoundByController) {
 		updated.Spec.ClaimRef = nil
-		delete(updated.Annotations, AnnBoundByController)
+		delete(updated.Annotations, storagehelpers.AnnBoundByController)
 		if len(updated.Annotations) == 0 {
 			updated.Annotations = nil
 		}
