@@ -51,9 +51,18 @@ test-e2e: ## Smoke-test `make up`: a Deployment's Pods appear in its Endpoints, 
 test-unit: ## Run only the unit tests (-short skips the real control plane)
 	@for m in $(MODULES); do (cd $$m && go test -short $(GOTEST_FLAGS) ./...); done
 
+.PHONY: generate
+generate: ## Regenerate shared/features' table of kube-controller-manager v1.36's feature gates
+	@cd deploy/tools && $(FEATUREGATES) > $(ROOT)/$(GATES_TABLE)
+
+# The table of gates is generated from k8s.io/kubernetes by the tools module (built as the tools are).
+FEATUREGATES := GOWORK=off CGO_ENABLED=0 go run -trimpath ./featuregates
+GATES_TABLE  := shared/features/zz_generated.gates.go
+
 .PHONY: lint
-lint: ## gofmt, go vet and staticcheck on every module; each service also builds alone (GOWORK=off)
+lint: ## gofmt, go vet and staticcheck on every module; each service also builds alone (GOWORK=off); generated files current
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	@cd deploy/tools && $(FEATUREGATES) | diff -u $(ROOT)/$(GATES_TABLE) - || { echo "$(GATES_TABLE) is stale: run make generate"; exit 1; }
 	@for m in $(MODULES); do \
 		echo "== lint $$m"; \
 		(cd $$m && GOWORK=off go build ./... && go vet ./... && $(BIN)/staticcheck ./...); \

@@ -10,7 +10,10 @@ import (
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
 
+	"k8s.io/component-base/featuregate"
+
 	"github.com/kcm-split/kcm-split/shared/app"
+	"github.com/kcm-split/kcm-split/shared/features"
 	"github.com/kcm-split/kcm-split/shared/informer"
 )
 
@@ -21,6 +24,8 @@ func Spec() app.Spec {
 		ID:          ControllerID,
 		Usage:       "deletes everything in a deleted namespace, Pods first, then finalizes it",
 		DefaultPort: DefaultPort,
+		// a namespace's Pods are deleted before its other content; locked on.
+		FeatureGates: []featuregate.Feature{features.OrderedNamespaceDeletion},
 		// Many small calls per namespace: see DefaultQPS.
 		DefaultQPS:   DefaultQPS,
 		DefaultBurst: DefaultBurst,

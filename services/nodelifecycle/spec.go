@@ -9,7 +9,10 @@ import (
 	"k8s.io/client-go/informers"
 
 	"github.com/kcm-split/kcm-split/services/nodelifecycle/ipam"
+	"k8s.io/component-base/featuregate"
+
 	"github.com/kcm-split/kcm-split/shared/app"
+	"github.com/kcm-split/kcm-split/shared/features"
 	"github.com/kcm-split/kcm-split/shared/informer"
 )
 
@@ -20,6 +23,8 @@ func Spec() app.Spec {
 		ID:          ControllerID,
 		Usage:       "marks silent Nodes Unknown, taints Nodes from their conditions, taints unreachable Nodes NoExecute at a zone-aware rate, evicts the Pods that do not tolerate it, and (with --allocate-node-cidrs) gives Nodes their Pod ranges",
 		DefaultPort: DefaultPort,
+		// NoExecute evictions are the taint-eviction controller's (--enable-taint-eviction); locked on.
+		FeatureGates: []featuregate.Feature{features.SeparateTaintEvictionController},
 		// Three upstream controllers' budgets in one: see DefaultQPS.
 		DefaultQPS:   DefaultQPS,
 		DefaultBurst: DefaultBurst,

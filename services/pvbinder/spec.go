@@ -5,7 +5,10 @@ import (
 
 	"k8s.io/client-go/informers"
 
+	"k8s.io/component-base/featuregate"
+
 	"github.com/kcm-split/kcm-split/shared/app"
+	"github.com/kcm-split/kcm-split/shared/features"
 	"github.com/kcm-split/kcm-split/shared/informer"
 )
 
@@ -16,6 +19,8 @@ func Spec() app.Spec {
 		ID:          ControllerID,
 		Usage:       "binds PersistentVolumeClaims to PersistentVolumes and releases volumes whose claims are gone",
 		DefaultPort: DefaultPort,
+		// a claim binds only a volume of its attributes class; locked on.
+		FeatureGates: []featuregate.Feature{features.VolumeAttributesClass},
 		// A static bind costs five writes: see DefaultQPS.
 		DefaultQPS:   DefaultQPS,
 		DefaultBurst: DefaultBurst,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	resourcehelper "k8s.io/component-helpers/resource"
 	"slices"
 	"sort"
 	"strings"
@@ -240,7 +241,7 @@ func (c *Controller) onQuotaDelete(obj any) {
 func (c *Controller) replenisher(gr schema.GroupResource) cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(old, cur any) {
-			if usageChanged(gr, old, cur, c.now()) {
+			if usageChanged(gr, old, cur, c.now(), c.opts.PodResources) {
 				c.replenish(gr, namespaceOf(cur))
 			}
 		},
@@ -262,12 +263,12 @@ func namespaceOf(obj any) string {
 
 // usageChanged reports whether an update of an object of gr can change any quota's usage.
 // Plain counts change only on create and delete.
-func usageChanged(gr schema.GroupResource, old, cur any, now time.Time) bool {
+func usageChanged(gr schema.GroupResource, old, cur any, now time.Time, charge resourcehelper.PodResourcesOptions) bool {
 	switch gr {
 	case podsResource:
 		o, ok1 := old.(*v1.Pod)
 		n, ok2 := cur.(*v1.Pod)
-		return ok1 && ok2 && podUsageChanged(o, n, now)
+		return ok1 && ok2 && podUsageChanged(o, n, now, charge)
 	case servicesResource:
 		o, ok1 := old.(*v1.Service)
 		n, ok2 := cur.(*v1.Service)
@@ -463,7 +464,7 @@ func (c *Controller) syncQuota(ctx context.Context, qkey string) error {
 			problems = append(problems, problem{gr: gr, names: names, state: stateFailing, reason: err.Error()})
 			continue
 		}
-		used, after := calculate(evaluatorFor(gr), objs, names, scopes, now)
+		used, after := calculate(evaluatorFor(gr, c.opts.PodResources), objs, names, scopes, now)
 		for n, q := range used {
 			fresh[n] = q
 		}

@@ -1,6 +1,8 @@
 package quota
 
 import (
+	"fmt"
+	"github.com/kcm-split/kcm-split/shared/features"
 	"testing"
 	"time"
 
@@ -173,11 +175,41 @@ func TestPodUsage(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, recheck := podUsage(tt.pod, now)
+			got, recheck := podUsage(tt.pod, now, DefaultOptions().PodResources)
 			checkUsage(t, got, tt.want)
 			if recheck != tt.recheck {
 				t.Errorf("recheck = %v, want %v", recheck, tt.recheck)
 			}
+		})
+	}
+}
+
+// --feature-gates=PodLevelResources=false charges a Pod what its containers ask, ignoring
+// spec.resources, as upstream's evaluator does with the gate off; the default charges
+// spec.resources.
+func TestPodLevelResourcesGate(t *testing.T) {
+	now := time.Now()
+	p := pod(
+		containers(container("a", rl("cpu", "100m", "memory", "100Mi"), rl("cpu", "200m"))),
+		func(p *v1.Pod) {
+			p.Spec.Resources = &v1.ResourceRequirements{Requests: rl("cpu", "2", "memory", "1Gi"), Limits: rl("cpu", "3", "memory", "2Gi")}
+		},
+	)
+	for _, tc := range []struct {
+		gates []string
+		want  map[string]string
+	}{
+		{nil, map[string]string{"requests.cpu": "2", "requests.memory": "1Gi", "limits.cpu": "3", "limits.memory": "2Gi"}},
+		{[]string{"PodLevelResources=true"}, map[string]string{"requests.cpu": "2", "limits.cpu": "3"}},
+		{[]string{"PodLevelResources=false"}, map[string]string{"requests.cpu": "100m", "requests.memory": "100Mi", "limits.cpu": "200m", "limits.memory": "-"}},
+	} {
+		t.Run(fmt.Sprint(tc.gates), func(t *testing.T) {
+			gates, err := features.Parse(tc.gates)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := podUsage(p, now, PodResources(gates))
+			checkUsage(t, got, tc.want)
 		})
 	}
 }
@@ -364,7 +396,7 @@ func TestCalculateScopesAndMerge(t *testing.T) {
 		pod(containers(container("a", rl("cpu", "4"), nil)), phase(v1.PodFailed)),
 	}
 	names := []v1.ResourceName{"pods", "requests.cpu", "count/pods"}
-	ev := evaluatorFor(podsResource)
+	ev := evaluatorFor(podsResource, DefaultOptions().PodResources)
 	used, _ := calculate(ev, pods, names, nil, now)
 	checkUsage(t, used, map[string]string{"pods": "3", "requests.cpu": "3", "count/pods": "4"})
 
@@ -378,9 +410,9 @@ func TestCalculateScopesAndMerge(t *testing.T) {
 	checkUsage(t, used, map[string]string{"pods": "1", "requests.cpu": "1", "count/pods": "2"})
 
 	// A type without scopes counts nothing under a scoped quota.
-	used, _ = calculate(evaluatorFor(schema.GroupResource{Resource: "configmaps"}), []any{&metav1.PartialObjectMetadata{}}, []v1.ResourceName{"configmaps"}, scopeRequirements(&spec), now)
+	used, _ = calculate(evaluatorFor(schema.GroupResource{Resource: "configmaps"}, DefaultOptions().PodResources), []any{&metav1.PartialObjectMetadata{}}, []v1.ResourceName{"configmaps"}, scopeRequirements(&spec), now)
 	checkUsage(t, used, map[string]string{"configmaps": "0"})
-	used, _ = calculate(evaluatorFor(schema.GroupResource{Resource: "configmaps"}), []any{&metav1.PartialObjectMetadata{}, &metav1.PartialObjectMetadata{}}, []v1.ResourceName{"configmaps", "count/configmaps"}, nil, now)
+	used, _ = calculate(evaluatorFor(schema.GroupResource{Resource: "configmaps"}, DefaultOptions().PodResources), []any{&metav1.PartialObjectMetadata{}, &metav1.PartialObjectMetadata{}}, []v1.ResourceName{"configmaps", "count/configmaps"}, nil, now)
 	checkUsage(t, used, map[string]string{"configmaps": "2", "count/configmaps": "2"})
 
 	rq := &v1.ResourceQuota{
@@ -439,7 +471,7 @@ func TestPodUsageChanged(t *testing.T) {
 		cur  *v1.Pod
 		want bool
 	}{{"turning Failed", failed, true}, {"a label", relabeled, false}, {"deletion starts", deleting, true}, {"resized", resized, true}} {
-		if got := podUsageChanged(base(), tt.cur, now); got != tt.want {
+		if got := podUsageChanged(base(), tt.cur, now, DefaultOptions().PodResources); got != tt.want {
 			t.Errorf("%s: got %v, want %v", tt.name, got, tt.want)
 		}
 	}

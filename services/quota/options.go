@@ -6,7 +6,11 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"k8s.io/component-base/featuregate"
+	resourcehelper "k8s.io/component-helpers/resource"
+
 	"github.com/kcm-split/kcm-split/shared/app"
+	"github.com/kcm-split/kcm-split/shared/features"
 )
 
 // Names this controller is known by: the single source of truth for the binary, the Lease,
@@ -45,6 +49,19 @@ type Options struct {
 	// SourceSyncTimeout is how long a resource type's informer may take to list before the
 	// quotas tracking it get an Event saying it cannot be counted.
 	SourceSyncTimeout time.Duration
+	// PodResources is what a Pod is charged: set from the feature gates (PodLevelResources,
+	// InPlacePodVerticalScaling), not a flag of its own.
+	PodResources resourcehelper.PodResourcesOptions
+}
+
+// PodResources returns what a Pod is charged under gates, as upstream's pod evaluator
+// decides it: pod-level resources when PodLevelResources is on, and the larger of what
+// containers ask and what the kubelet allocated when InPlacePodVerticalScaling is on.
+func PodResources(gates featuregate.FeatureGate) resourcehelper.PodResourcesOptions {
+	return resourcehelper.PodResourcesOptions{
+		UseStatusResources:    gates.Enabled(features.InPlacePodVerticalScaling),
+		SkipPodLevelResources: !gates.Enabled(features.PodLevelResources),
+	}
 }
 
 // DefaultOptions returns upstream's defaults (and ours for our own flags).
@@ -54,6 +71,7 @@ func DefaultOptions() Options {
 		SyncPeriod:        5 * time.Minute,
 		DiscoveryPeriod:   30 * time.Second,
 		SourceSyncTimeout: 30 * time.Second,
+		PodResources:      PodResources(features.New()),
 	}
 }
 

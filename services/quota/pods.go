@@ -88,24 +88,18 @@ func podChargeable(pod *v1.Pod, now time.Time) (bool, time.Duration) {
 	return true, 0
 }
 
-// podResourceOptions are the apiserver's feature defaults in v1.36: in-place resize is GA, so
-// the resources a kubelet actually allocated count when larger; pod-level resources are on.
-var podResourceOptions = resourcehelper.PodResourcesOptions{
-	UseStatusResources:    true,
-	SkipPodLevelResources: false,
-}
-
 // podUsage returns the usage of one Pod and, when it changes with time alone, after how long.
 // count/pods counts every Pod in storage; everything else, "pods" included, only Pods that
 // are still charged.
-func podUsage(pod *v1.Pod, now time.Time) (v1.ResourceList, time.Duration) {
+// charge says which of the Pod's resources count (see Options.PodResources).
+func podUsage(pod *v1.Pod, now time.Time, charge resourcehelper.PodResourcesOptions) (v1.ResourceList, time.Duration) {
 	out := v1.ResourceList{"count/pods": *resource.NewQuantity(1, resource.DecimalSI)}
 	charged, recheck := podChargeable(pod, now)
 	if !charged {
 		return out, 0
 	}
-	requests := resourcehelper.PodRequests(pod, podResourceOptions)
-	limits := resourcehelper.PodLimits(pod, podResourceOptions)
+	requests := resourcehelper.PodRequests(pod, charge)
+	limits := resourcehelper.PodLimits(pod, charge)
 	out[v1.ResourcePods] = *resource.NewQuantity(1, resource.DecimalSI)
 	for _, r := range []struct{ name, plain, req, lim v1.ResourceName }{
 		{v1.ResourceCPU, v1.ResourceCPU, v1.ResourceRequestsCPU, v1.ResourceLimitsCPU},
@@ -229,7 +223,7 @@ func valueMatches(sel v1.ScopedResourceSelectorRequirement, value string) bool {
 
 // podUsageChanged reports whether an update can change what any quota charges for the Pod:
 // its usage (turning terminal, a resize) or the scopes it falls in.
-func podUsageChanged(old, cur *v1.Pod, now time.Time) bool {
+func podUsageChanged(old, cur *v1.Pod, now time.Time, charge resourcehelper.PodResourcesOptions) bool {
 	if podTerminating(old) != podTerminating(cur) || podBestEffort(old) != podBestEffort(cur) {
 		return true
 	}
@@ -238,7 +232,7 @@ func podUsageChanged(old, cur *v1.Pod, now time.Time) bool {
 	if old.DeletionTimestamp == nil && cur.DeletionTimestamp != nil {
 		return true
 	}
-	a, _ := podUsage(old, now)
-	b, _ := podUsage(cur, now)
+	a, _ := podUsage(old, now, charge)
+	b, _ := podUsage(cur, now, charge)
 	return !equalUsage(a, b)
 }

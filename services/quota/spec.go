@@ -8,7 +8,10 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/metadata"
 
+	"k8s.io/component-base/featuregate"
+
 	"github.com/kcm-split/kcm-split/shared/app"
+	"github.com/kcm-split/kcm-split/shared/features"
 	"github.com/kcm-split/kcm-split/shared/informer"
 )
 
@@ -19,14 +22,17 @@ func Spec() app.Spec {
 		ID:          ControllerID,
 		Usage:       "keeps the status (hard limits and observed usage) of every ResourceQuota up to date",
 		DefaultPort: DefaultPort,
-		Options:     &opts,
-		Run:         func(ctx context.Context, rt *app.Runtime) error { return run(ctx, rt, opts) },
+		// What a Pod is charged: see PodResources.
+		FeatureGates: []featuregate.Feature{features.PodLevelResources, features.InPlacePodVerticalScaling},
+		Options:      &opts,
+		Run:          func(ctx context.Context, rt *app.Runtime) error { return run(ctx, rt, opts) },
 	}
 }
 
 // run is called only while this process holds the Lease: it owns the informers, so a standby
 // replica watches nothing.
 func run(ctx context.Context, rt *app.Runtime, opts Options) error {
+	opts.PodResources = PodResources(rt.Features)
 	meta, err := metadata.NewForConfig(rt.Config)
 	if err != nil {
 		return fmt.Errorf("metadata client: %w", err)

@@ -1,6 +1,7 @@
 package quota
 
 import (
+	resourcehelper "k8s.io/component-helpers/resource"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -20,11 +21,13 @@ type evaluator struct {
 
 // evaluatorFor returns the evaluator of gr: Pods, Services and claims have their own, every
 // other type is an object count.
-func evaluatorFor(gr schema.GroupResource) evaluator {
+func evaluatorFor(gr schema.GroupResource, charge resourcehelper.PodResourcesOptions) evaluator {
 	switch gr {
 	case podsResource:
 		return evaluator{
-			usage: func(obj any, now time.Time) (v1.ResourceList, time.Duration) { return podUsage(obj.(*v1.Pod), now) },
+			usage: func(obj any, now time.Time) (v1.ResourceList, time.Duration) {
+				return podUsage(obj.(*v1.Pod), now, charge)
+			},
 			scope: func(sel v1.ScopedResourceSelectorRequirement, obj any) bool {
 				return podMatchesScope(sel, obj.(*v1.Pod))
 			},

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -29,8 +30,10 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/component-base/featuregate"
 	"k8s.io/klog/v2"
 
+	"github.com/kcm-split/kcm-split/shared/features"
 	"github.com/kcm-split/kcm-split/shared/health"
 	"github.com/kcm-split/kcm-split/shared/kube"
 	"github.com/kcm-split/kcm-split/shared/leader"
@@ -72,6 +75,10 @@ type Spec struct {
 	// upstream's 20 and 30; a controller that costs several writes per object sets its own.
 	DefaultQPS   float32
 	DefaultBurst int
+	// FeatureGates are the gates of --feature-gates that change what this controller does
+	// (upstream's names, see shared/features); any other gate kube-controller-manager knows
+	// is accepted and has no effect.
+	FeatureGates []featuregate.Feature
 	// Options are the controller's own settings, filled once from its flags. A Spec is
 	// used for one run: parsing writes into Options.
 	Options Options
@@ -93,6 +100,8 @@ type Options interface {
 
 // Runtime is what Spec.Run gets: clients, and hooks into health and metrics.
 type Runtime struct {
+	// Features are the --feature-gates in force, for the gates in Spec.FeatureGates.
+	Features featuregate.FeatureGate
 	Config   *rest.Config
 	Client   kubernetes.Interface
 	Registry *prometheus.Registry
@@ -238,6 +247,8 @@ type options struct {
 	ttls      serving.CacheTTLs
 	shutdown  time.Duration
 	minResync time.Duration
+	gateFlags cli.StringSlice // --feature-gates as given
+	gates     featuregate.MutableVersionedFeatureGate
 	// ignored lists the older logging flags given together with the upstream flag that
 	// overrides them, to be logged once the logger exists.
 	ignored [][2]string
@@ -281,6 +292,11 @@ func (o *options) complete(spec Spec, c *cli.Context) error {
 	if o.shutdown < 0 {
 		return &FlagError{Flag: FlagShutdownGracePeriod, Err: fmt.Errorf("%s is negative", o.shutdown)}
 	}
+	gates, err := features.Parse(o.gateFlags.Value())
+	if err != nil {
+		return &FlagError{Flag: FlagFeatureGates, Err: err}
+	}
+	o.gates = gates
 	if spec.Options != nil {
 		return spec.Options.Validate()
 	}
@@ -335,6 +351,11 @@ func run(parent context.Context, spec Spec, o *options, stderr io.Writer) error 
 	for _, ig := range o.ignored {
 		logger.Info("Flag overridden by its upstream name", "flag", "--"+ig[0], "by", "--"+ig[1])
 	}
+	for _, name := range features.Named(o.gateFlags.Value()) {
+		if !slices.Contains(spec.FeatureGates, featuregate.Feature(name)) {
+			logger.Info("Feature gate has no effect on this controller", "gate", name, "actsOn", spec.FeatureGates)
+		}
+	}
 
 	ctx, stop := signalContext(parent, logger)
 	defer stop()
@@ -355,6 +376,7 @@ func run(parent context.Context, spec Spec, o *options, stderr io.Writer) error 
 	cfg.Wrap(contact.Wrap)
 
 	reg := metrics.NewRegistry()
+	metrics.RegisterFeatureGates(reg, o.gates, spec.FeatureGates)
 	checks := health.New()
 	elector, err := leader.New(o.leader, leaderClient(cfg), reg)
 	if err != nil {
@@ -370,7 +392,7 @@ func run(parent context.Context, spec Spec, o *options, stderr io.Writer) error 
 	if err != nil {
 		return fmt.Errorf("building client: %w", err)
 	}
-	rt := &Runtime{minResync: o.minResync, Config: ctrlCfg, Client: client, Health: checks, Logger: logger, term: &metrics.TermRegistry{}}
+	rt := &Runtime{Features: o.gates, minResync: o.minResync, Config: ctrlCfg, Client: client, Health: checks, Logger: logger, term: &metrics.TermRegistry{}}
 
 	checks.Add("leaderElection", elector.Check, health.Healthz, health.Livez)
 	checks.Add("apiserver", contact.Check(apiserverUnreachableAfter), health.Readyz)

@@ -93,6 +93,10 @@ func TestBadFlagsExit2WithOneLine(t *testing.T) {
 		{"bind address not an IP", []string{"--bind-address=example.com"}, nil, "invalid value for --bind-address"},
 		{"missing authentication kubeconfig", []string{"--authentication-kubeconfig=" + filepath.Join(dir, "nope")}, nil, "invalid value for --authentication-kubeconfig"},
 		{"relative always-allow path", []string{"--authorization-always-allow-paths=healthz"}, nil, "invalid value for --authorization-always-allow-paths"},
+		{"unknown feature gate", []string{"--feature-gates=PodLevelResources=false,NoSuchGate=true"}, nil, "invalid value for --feature-gates: unrecognized feature gates: NoSuchGate"},
+		{"locked feature gate", []string{"--feature-gates=OrderedNamespaceDeletion=false"}, nil, "invalid value for --feature-gates"},
+		{"feature gate not a boolean", []string{"--feature-gates=PodLevelResources=yes please"}, nil, "invalid value for --feature-gates"},
+		{"feature gate from env", nil, map[string]string{"KCM_SPLIT_FEATURE_GATES": "Bogus=true"}, "invalid value for --feature-gates: unrecognized feature gates: Bogus"},
 		{"stray argument", []string{"extra"}, nil, "unexpected arguments"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"debug/elf"
+	"github.com/kcm-split/kcm-split/shared/features"
+	"k8s.io/component-base/featuregate"
 	"os/exec"
 	"path/filepath"
 	"reflect"
@@ -160,4 +162,50 @@ func TestLoggingFlags(t *testing.T) {
 
 func newHiddenFlag() *cli.IntFlag {
 	return &cli.IntFlag{Name: "secret-knob", Hidden: true, Usage: "not for users"}
+}
+
+// --feature-gates reaches the gates the controller reads, from the command line (repeated
+// flags add up) or the environment, with kube-controller-manager's defaults for the rest.
+func TestFeatureGates(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want map[featuregate.Feature]bool
+	}{
+		{name: "defaults", want: map[featuregate.Feature]bool{features.PodLevelResources: true, features.OrderedNamespaceDeletion: true}},
+		{name: "flag", args: []string{"--feature-gates=PodLevelResources=false"}, want: map[featuregate.Feature]bool{features.PodLevelResources: false}},
+		{name: "repeated", args: []string{"--feature-gates=PodLevelResources=false", "--feature-gates=DRAAdminAccess=true"},
+			want: map[featuregate.Feature]bool{features.PodLevelResources: false, "DRAAdminAccess": true}},
+		{name: "environment", env: map[string]string{"KCM_SPLIT_FEATURE_GATES": "PodLevelResources=false,DRAAdminAccess=true"},
+			want: map[featuregate.Feature]bool{features.PodLevelResources: false, "DRAAdminAccess": true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			o, _, err := parse(testSpec(nil), tc.args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for g, want := range tc.want {
+				if got := o.gates.Enabled(g); got != want {
+					t.Errorf("%s = %t, want %t", g, got, want)
+				}
+			}
+		})
+	}
+}
+
+// --help says which gates act on the binary, with their defaults.
+func TestFeatureGatesHelp(t *testing.T) {
+	spec := testSpec(nil)
+	spec.FeatureGates = []featuregate.Feature{features.PodLevelResources}
+	var out bytes.Buffer
+	if code := Run(context.Background(), spec, []string{"test-controller", "--help"}, &out); code != ExitOK {
+		t.Fatalf("exit %d", code)
+	}
+	if !strings.Contains(out.String(), "--feature-gates") || !strings.Contains(out.String(), "PodLevelResources=true") {
+		t.Errorf("--help does not show --feature-gates with PodLevelResources=true:\n%s", out.String())
+	}
 }

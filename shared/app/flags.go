@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/kcm-split/kcm-split/shared/features"
 	"github.com/kcm-split/kcm-split/shared/kube"
 	"github.com/kcm-split/kcm-split/shared/serving"
 )
@@ -34,6 +35,7 @@ const (
 	FlagLogFormat           = "log-format" // kcm-split's older name of --logging-format; --logging-format wins
 	FlagShutdownGracePeriod = "shutdown-grace-period"
 	FlagMinResyncPeriod     = "min-resync-period"
+	FlagFeatureGates        = "feature-gates"
 	FlagAuthnCacheTTL       = "authentication-token-webhook-cache-ttl"
 	FlagAuthzAllowedTTL     = "authorization-webhook-cache-authorized-ttl"
 	FlagAuthzDeniedTTL      = "authorization-webhook-cache-unauthorized-ttl"
@@ -82,12 +84,30 @@ func (o *options) flags(spec Spec) []cli.Flag {
 		&cli.StringFlag{Name: FlagHealthBindAddress, Category: "Plain HTTP serving", Destination: &o.health, Usage: "address serving /healthz, /readyz and /livez over plain HTTP; empty means the metrics address; port 0 disables"},
 		&cli.DurationFlag{Name: FlagShutdownGracePeriod, Category: "Serving", Value: 20 * time.Second, Destination: &o.shutdown, Usage: "how long to let workers finish after SIGTERM before releasing the Lease and exiting"},
 
+		&cli.StringSliceFlag{Name: FlagFeatureGates, Category: "Feature gates", Destination: &o.gateFlags, Usage: featureGatesUsage(spec)},
+
 		&cli.IntFlag{Name: FlagV, Category: "Logging", Destination: &o.v, Usage: "log verbosity 0-10: 2 logs retries, 4 every sync, 6 and up client-go's requests (-v=4 and --v=4 alike)"},
 		&cli.StringFlag{Name: FlagVModule, Category: "Logging", Destination: &o.log.VModule, Usage: "comma-separated list of pattern=N giving source files their own verbosity; the pattern matches a file name without .go (or a path, with a /), * and ? as wildcards"},
 		&cli.StringFlag{Name: FlagLoggingFormat, Category: "Logging", Value: "json", Destination: &o.format, Usage: "json or text"},
 		&cli.StringFlag{Name: FlagLogLevel, Category: "Logging", Value: "info", Destination: &o.log.Level, Usage: "older name of --v, which wins when both are given: a verbosity 0-10, or debug (1), info (0), warn, error"},
 		&cli.StringFlag{Name: FlagLogFormat, Category: "Logging", Value: "json", Destination: &o.log.Format, Usage: "older name of --logging-format, which wins when both are given: json, or console (the same as text)"},
 	}
+}
+
+// featureGatesUsage says which gates act on this binary, with their defaults.
+func featureGatesUsage(spec Spec) string {
+	gates := features.New()
+	var acts []string
+	for _, g := range spec.FeatureGates {
+		acts = append(acts, fmt.Sprintf("%s=%t", g, gates.Enabled(g)))
+	}
+	on := "none"
+	if len(acts) > 0 {
+		on = strings.Join(acts, ", ")
+	}
+	return "comma-separated Gate=true|false pairs, kube-controller-manager " + features.Version.String() +
+		"'s gates with its defaults and locks; an unknown gate is refused. Acting on this controller (defaults): " + on +
+		"; the others are accepted and have no effect here"
 }
 
 // withEnv gives every flag its KCM_SPLIT_ environment variable.

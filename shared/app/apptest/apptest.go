@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/kcm-split/kcm-split/shared/app"
+	"github.com/kcm-split/kcm-split/shared/features"
 )
 
 // BadFlag is a command line (and environment) the binary must refuse.
@@ -105,6 +106,11 @@ func CheckSpec(t testing.TB, spec func() app.Spec, id string, port int) {
 		t.Errorf("Spec: ID %q, DefaultPort %d, Run set %v, Options set %v; want %q, %d, both set",
 			s.ID, s.DefaultPort, s.Run != nil, s.Options != nil, id, port)
 		return
+	}
+	for _, g := range s.FeatureGates {
+		if !features.Known(g) {
+			t.Errorf("Spec: feature gate %s is not one of kube-controller-manager's", g)
+		}
 	}
 	again := spec()
 	if v := reflect.ValueOf(s.Options); v.Kind() != reflect.Pointer {
