@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/tools/cache"
+	endpointsliceutil "k8s.io/endpointslice/util"
 )
 
 // Event handlers stay thin: they turn an object into the Service keys it affects and queue
@@ -67,7 +68,7 @@ func (c *Controller) onPodUpdate(oldObj, newObj any) {
 func podChange(old, cur *v1.Pod) (contentChanged, labelsChanged bool) {
 	labelsChanged = !maps.Equal(old.Labels, cur.Labels)
 	contentChanged = !timesEqual(old.DeletionTimestamp, cur.DeletionTimestamp) ||
-		podReady(old) != podReady(cur) ||
+		endpointsliceutil.IsPodReady(old) != endpointsliceutil.IsPodReady(cur) ||
 		isTerminal(old) != isTerminal(cur) ||
 		old.Spec.NodeName != cur.Spec.NodeName ||
 		old.Spec.Hostname != cur.Spec.Hostname ||
