@@ -6,43 +6,11 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/endpointslice"
+	endpointsliceutil "k8s.io/endpointslice/util"
 )
 
-// podInEndpoints reports whether pod belongs in its Services' Endpoints at all, ready or not.
-func podInEndpoints(pod *v1.Pod, publishNotReady bool) bool {
-	// A Succeeded or Failed Pod never serves again, whatever its conditions still say.
-	if pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
-		return false
-	}
-	if pod.Status.PodIP == "" && len(pod.Status.PodIPs) == 0 {
-		return false
-	}
-	// A terminating Pod is normally taken out so clients stop sending it new work during its
-	// grace period. Services that publish not-ready addresses (typically headless Services of
-	// StatefulSets, used for peer discovery) keep it until it is actually gone.
-	if pod.DeletionTimestamp != nil && !publishNotReady {
-		return false
-	}
-	return true
-}
-
-// podReadyCondition returns the Pod's Ready condition, or nil.
-func podReadyCondition(pod *v1.Pod) *v1.PodCondition {
-	for i := range pod.Status.Conditions {
-		if pod.Status.Conditions[i].Type == v1.PodReady {
-			return &pod.Status.Conditions[i]
-		}
-	}
-	return nil
-}
-
-// podReady is the kubelet's verdict: the Ready condition is True.
-func podReady(pod *v1.Pod) bool {
-	c := podReadyCondition(pod)
-	return c != nil && c.Status == v1.ConditionTrue
-}
-
+// No k8s.io/endpointslice function parses IPs (upstream uses k8s.io/utils/net for this).
 // parseIP parses an IP the way the API server's legacy validation accepts it: IPv4 octets may
 // carry leading zeros (read as decimal), and an IPv4-mapped IPv6 address counts as IPv4.
 // Re-printing the result gives the canonical form written into Endpoints.
@@ -71,6 +39,7 @@ func parseIP(s string) (netip.Addr, bool) {
 	return netip.AddrFrom4(b), true
 }
 
+// No k8s.io/endpointslice function serves Endpoints (its IP-family logic is for EndpointSlices).
 // serviceIPFamily is the family of the addresses the Service's Endpoints carry: its primary
 // family. The API server always sets spec.ipFamilies, but an object seen before defaulting
 // (or written by an old client) may lack it; then the cluster IP, or failing that the Pod's
@@ -89,6 +58,7 @@ func serviceIPFamily(svc *v1.Service, pod *v1.Pod) v1.IPFamily {
 	return v1.IPv4Protocol
 }
 
+// No k8s.io/endpointslice function picks a Pod IP for a core/v1 Endpoints address.
 // podIPForService returns the Pod's first IP of the Service's family. A Pod without one
 // (a single-stack Pod behind a Service of the other family, during a dual-stack migration)
 // cannot be reached through this Service and is left out.
@@ -103,6 +73,7 @@ func podIPForService(svc *v1.Service, pod *v1.Pod) (string, bool) {
 	return "", false
 }
 
+// No k8s.io/endpointslice function builds a core/v1 EndpointAddress (only slice endpoints).
 // podAddress builds the Endpoints address of pod for svc.
 func podAddress(svc *v1.Service, pod *v1.Pod) (v1.EndpointAddress, bool) {
 	ip, ok := podIPForService(svc, pod)
@@ -127,45 +98,13 @@ func podAddress(svc *v1.Service, pod *v1.Pod) (v1.EndpointAddress, bool) {
 	}
 	// The hostname makes <hostname>.<service>.<ns>.svc resolvable: DNS publishes it only for
 	// Pods that asked for this Service as their subdomain.
-	if pod.Spec.Hostname != "" && pod.Spec.Subdomain == svc.Name && pod.Namespace == svc.Namespace {
+	if endpointsliceutil.ShouldSetHostname(pod, svc) {
 		addr.Hostname = pod.Spec.Hostname
 	}
 	return addr, true
 }
 
-// targetPort resolves the Service port's targetPort on pod. A number is used as is; a name
-// is looked up among the Pod's container ports of the same protocol, including those of
-// sidecars (restartable init containers), since they serve for the Pod's whole life.
-func targetPort(pod *v1.Pod, sp *v1.ServicePort) (int32, bool) {
-	if sp.TargetPort.Type == intstr.Int {
-		return sp.TargetPort.IntVal, true
-	}
-	name := sp.TargetPort.StrVal
-	find := func(ports []v1.ContainerPort) (int32, bool) {
-		for _, p := range ports {
-			if p.Name == name && p.Protocol == sp.Protocol {
-				return p.ContainerPort, true
-			}
-		}
-		return 0, false
-	}
-	for i := range pod.Spec.Containers {
-		if n, ok := find(pod.Spec.Containers[i].Ports); ok {
-			return n, true
-		}
-	}
-	for i := range pod.Spec.InitContainers {
-		c := &pod.Spec.InitContainers[i]
-		if c.RestartPolicy == nil || *c.RestartPolicy != v1.ContainerRestartPolicyAlways {
-			continue
-		}
-		if n, ok := find(c.Ports); ok {
-			return n, true
-		}
-	}
-	return 0, false
-}
-
+// No k8s.io/endpointslice function computes Endpoints subsets; it serves the rules applied here.
 // desiredSubsets computes the Service's subsets from the Pods its selector matches, in
 // canonical form, before any capacity limit.
 //
@@ -180,14 +119,16 @@ func desiredSubsets(svc *v1.Service, pods []*v1.Pod) []v1.EndpointSubset {
 
 	var raw []v1.EndpointSubset
 	for _, pod := range pods {
-		if !podInEndpoints(pod, publishNotReady) {
+		// A terminal Pod or one without an IP is left out; so is a terminating one, unless the
+		// Service publishes not-ready addresses (peer discovery of StatefulSets relies on it).
+		if !endpointsliceutil.ShouldPodBeInEndpoints(pod, publishNotReady) {
 			continue
 		}
 		addr, ok := podAddress(svc, pod)
 		if !ok {
 			continue
 		}
-		ready := publishNotReady || podReady(pod)
+		ready := publishNotReady || endpointsliceutil.IsPodReady(pod)
 		add := func(ports []v1.EndpointPort) {
 			s := v1.EndpointSubset{Ports: ports}
 			if ready {
@@ -203,11 +144,13 @@ func desiredSubsets(svc *v1.Service, pods []*v1.Pod) []v1.EndpointSubset {
 		}
 		for i := range svc.Spec.Ports {
 			sp := &svc.Spec.Ports[i]
-			n, ok := targetPort(pod, sp)
-			if !ok {
+			// A named target port is looked up among the Pod's container ports of the same
+			// protocol, sidecars (restartable init containers) included.
+			n, err := endpointslice.FindPort(pod, sp)
+			if err != nil {
 				continue
 			}
-			port := v1.EndpointPort{Name: sp.Name, Port: n, Protocol: sp.Protocol}
+			port := v1.EndpointPort{Name: sp.Name, Port: int32(n), Protocol: sp.Protocol}
 			if sp.AppProtocol != nil {
 				// A copy, so the result shares no memory with the informer's Service.
 				app := *sp.AppProtocol

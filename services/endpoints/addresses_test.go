@@ -6,8 +6,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/endpointslice"
+	endpointsliceutil "k8s.io/endpointslice/util"
 )
 
+// TestPodInEndpoints pins the library's inclusion rules as this controller relies on them.
 func TestPodInEndpoints(t *testing.T) {
 	deleting := func(p *v1.Pod) { p.DeletionTimestamp = &testCreated }
 	for _, tc := range []struct {
@@ -29,21 +32,21 @@ func TestPodInEndpoints(t *testing.T) {
 		{name: "terminating kept when publishing not ready", pod: newPod("a", "10.1.0.1", true, deleting), publishNotReady: true, want: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := podInEndpoints(tc.pod, tc.publishNotReady); got != tc.want {
-				t.Errorf("podInEndpoints = %v, want %v", got, tc.want)
+			if got := endpointsliceutil.ShouldPodBeInEndpoints(tc.pod, tc.publishNotReady); got != tc.want {
+				t.Errorf("ShouldPodBeInEndpoints = %v, want %v", got, tc.want)
 			}
 		})
 	}
 }
 
 func TestPodReady(t *testing.T) {
-	if !podReady(newPod("a", "10.1.0.1", true)) {
+	if !endpointsliceutil.IsPodReady(newPod("a", "10.1.0.1", true)) {
 		t.Error("Ready=True pod not ready")
 	}
-	if podReady(newPod("a", "10.1.0.1", false)) {
+	if endpointsliceutil.IsPodReady(newPod("a", "10.1.0.1", false)) {
 		t.Error("Ready=False pod ready")
 	}
-	if podReady(newPod("a", "10.1.0.1", true, func(p *v1.Pod) { p.Status.Conditions = nil })) {
+	if endpointsliceutil.IsPodReady(newPod("a", "10.1.0.1", true, func(p *v1.Pod) { p.Status.Conditions = nil })) {
 		t.Error("pod without conditions ready")
 	}
 }
@@ -157,6 +160,7 @@ func TestPodAddress(t *testing.T) {
 	})
 }
 
+// TestTargetPort pins the library's target-port resolution as this controller relies on it.
 func TestTargetPort(t *testing.T) {
 	always := v1.ContainerRestartPolicyAlways
 	named := func(name string, proto v1.Protocol) *v1.ServicePort {
@@ -192,9 +196,9 @@ func TestTargetPort(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := targetPort(tc.pod, tc.sp)
-			if ok != tc.wantOK || got != tc.want {
-				t.Errorf("targetPort = %d, %v; want %d, %v", got, ok, tc.want, tc.wantOK)
+			n, err := endpointslice.FindPort(tc.pod, tc.sp)
+			if got, ok := int32(n), err == nil; ok != tc.wantOK || got != tc.want {
+				t.Errorf("FindPort = %d, %v; want %d, ok=%v", n, err, tc.want, tc.wantOK)
 			}
 		})
 	}

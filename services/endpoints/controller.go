@@ -176,11 +176,11 @@ func (c *Controller) syncService(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	triggerTime, triggerState := c.triggers.compute(svc, pods)
+	triggerTime := c.triggers.compute(svc, pods)
 	if err := c.reconcile(ctx, svc, pods, triggerTime); err != nil {
+		c.triggers.retry(namespace, name, triggerTime)
 		return err
 	}
-	c.triggers.store(namespace, name, triggerState)
 	return nil
 }
 

@@ -392,6 +392,29 @@ func TestSyncServiceWriteFailures(t *testing.T) {
 	}
 }
 
+// A write that fails must not lose its trigger: the retry writes the same trigger time.
+func TestSyncServiceRetryKeepsTriggerTime(t *testing.T) {
+	current := &v1.Endpoints{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "s", ResourceVersion: "4"}}
+	f := newFixture(t, DefaultOptions(), newService("s"), current, newPod("a", "10.1.0.1", true))
+	failed := false
+	f.client.PrependReactor("update", "endpoints", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if failed {
+			return false, nil, nil
+		}
+		failed = true
+		return true, nil, apierrors.NewInternalError(fmt.Errorf("boom"))
+	})
+	if err := f.sync("ns/s"); err == nil {
+		t.Fatal("first sync succeeded, want the injected failure")
+	}
+	if err := f.sync("ns/s"); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.stored("s").Annotations[v1.EndpointsLastChangeTriggerTime]; got != creationTime {
+		t.Errorf("trigger time after the retry = %q, want the first sync's %q", got, creationTime)
+	}
+}
+
 // After an update the informer still holds the replaced version for a while; a sync then
 // must neither compute from it nor write.
 func TestSyncServiceStaleCache(t *testing.T) {

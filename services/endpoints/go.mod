@@ -10,6 +10,7 @@ require (
 	k8s.io/api v0.36.3
 	k8s.io/apimachinery v0.36.3
 	k8s.io/client-go v0.36.3
+	k8s.io/endpointslice v0.36.3
 	k8s.io/klog/v2 v2.140.0
 )
 

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/tools/cache"
+	endpointsliceutil "k8s.io/endpointslice/util"
 )
 
 // Event handlers stay thin: they turn an object into the Service keys it affects and queue
@@ -62,12 +63,13 @@ func (c *Controller) onPodUpdate(oldObj, newObj any) {
 	}
 }
 
+// Not endpointsliceutil.GetPodUpdateProjectionKey: it misses turns to a terminal phase and podIP, node or hostname changes.
 // podChange tells whether a Pod update can change the address a Service gets from it
 // (contentChanged) or which Services select it (labelsChanged).
 func podChange(old, cur *v1.Pod) (contentChanged, labelsChanged bool) {
 	labelsChanged = !maps.Equal(old.Labels, cur.Labels)
 	contentChanged = !timesEqual(old.DeletionTimestamp, cur.DeletionTimestamp) ||
-		podReady(old) != podReady(cur) ||
+		endpointsliceutil.IsPodReady(old) != endpointsliceutil.IsPodReady(cur) ||
 		isTerminal(old) != isTerminal(cur) ||
 		old.Spec.NodeName != cur.Spec.NodeName ||
 		old.Spec.Hostname != cur.Spec.Hostname ||
@@ -77,6 +79,7 @@ func podChange(old, cur *v1.Pod) (contentChanged, labelsChanged bool) {
 	return contentChanged, labelsChanged
 }
 
+// Not endpointsliceutil.GetServicesToUpdate, for the reason given at servicesSelecting.
 // affectedServices picks the Services to sync after a Pod's labels changed: those that gained
 // or lost the Pod, and, if the Pod's address changed as well, also those that kept it.
 func affectedServices(before, after map[string]struct{}, contentChanged bool) map[string]struct{} {
@@ -102,6 +105,7 @@ func (c *Controller) enqueuePodServices(keys map[string]struct{}) {
 	}
 }
 
+// Not endpointsliceutil.GetServicesToUpdate: it would also queue ExternalName Services, which never get Endpoints.
 // servicesSelecting returns the keys of the Services in namespace whose selector matches
 // podLabels. A nil selector selects nothing (its Endpoints are managed by someone else); an
 // empty one selects every Pod. ExternalName Services are skipped: they never get Endpoints.
@@ -147,6 +151,7 @@ func podFrom(obj any) *v1.Pod {
 	return pod
 }
 
+// k8s.io/endpointslice keeps its terminal-phase check unexported.
 func isTerminal(pod *v1.Pod) bool {
 	return pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed
 }

@@ -21,7 +21,9 @@ func cacheTransform(obj any) (any, error) {
 // projectPod returns the part of pod the endpoints controller reads: identity, labels and
 // deletion for mapping and filtering; node, hostname and subdomain for addresses; container
 // ports (and the restart policy that makes an init container a sidecar) for named target
-// ports; phase, IPs and conditions for readiness.
+// ports; phase, IPs and conditions for readiness. These are also all the Pod fields the
+// k8s.io/endpointslice functions used here read (inclusion, hostname, port lookup, readiness,
+// and the Ready condition's lastTransitionTime for the trigger time); none needed adding.
 func projectPod(pod *v1.Pod) *v1.Pod {
 	return &v1.Pod{
 		TypeMeta: pod.TypeMeta,

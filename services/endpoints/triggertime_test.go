@@ -17,11 +17,7 @@ func TestTriggerTracker(t *testing.T) {
 	svc := newService("s")
 
 	tr := newTriggerTracker()
-	sync := func(pods ...*v1.Pod) time.Time {
-		got, state := tr.compute(svc, pods)
-		tr.store(svc.Namespace, svc.Name, state)
-		return got
-	}
+	sync := func(pods ...*v1.Pod) time.Time { return tr.compute(svc, pods) }
 
 	steps := []struct {
 		name string
@@ -74,19 +70,31 @@ func TestTriggerTracker(t *testing.T) {
 		}
 	}
 
-	t.Run("not stored: the same trigger is reported again", func(t *testing.T) {
+	t.Run("a failed sync's trigger is reported again", func(t *testing.T) {
 		pods := []*v1.Pod{newPod("a", "10.1.0.1", true, readyAt(9*time.Minute))}
-		first, _ := tr.compute(svc, pods) // the sync failed: nothing stored
-		second, _ := tr.compute(svc, pods)
-		if !first.Equal(at(9*time.Minute)) || !second.Equal(first) {
-			t.Errorf("trigger times %v then %v, want %v twice", first, second, at(9*time.Minute))
+		first := tr.compute(svc, pods)
+		tr.retry(svc.Namespace, svc.Name, first) // the sync failed
+		second := tr.compute(svc, pods)
+		third := tr.compute(svc, pods) // the retry succeeded: nothing left to report
+		if !first.Equal(at(9*time.Minute)) || !second.Equal(first) || !third.IsZero() {
+			t.Errorf("trigger times %v, %v, %v; want %v twice, then none", first, second, third, at(9*time.Minute))
+		}
+	})
+
+	t.Run("a failed sync's trigger wins over a later change", func(t *testing.T) {
+		first := tr.compute(svc, []*v1.Pod{newPod("a", "10.1.0.1", true, readyAt(10*time.Minute))})
+		tr.retry(svc.Namespace, svc.Name, first)
+		second := tr.compute(svc, []*v1.Pod{newPod("a", "10.1.0.1", false, readyAt(11*time.Minute))})
+		if !second.Equal(at(10 * time.Minute)) {
+			t.Errorf("trigger time = %v, want the failed sync's %v", second, at(10*time.Minute))
 		}
 	})
 
 	t.Run("a recreated service starts afresh", func(t *testing.T) {
-		tr.forget(svc.Namespace, svc.Name)
 		later := newService("s", func(s *v1.Service) { s.CreationTimestamp = metav1.NewTime(at(time.Hour)) })
-		got, _ := tr.compute(later, nil)
+		tr.retry(svc.Namespace, svc.Name, at(12*time.Minute)) // a failure of the old one is forgotten too
+		tr.forget(svc.Namespace, svc.Name)
+		got := tr.compute(later, nil)
 		if !got.Equal(at(time.Hour)) {
 			t.Errorf("trigger time = %v, want the new creation time %v", got, at(time.Hour))
 		}
