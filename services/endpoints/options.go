@@ -1,7 +1,6 @@
 package endpoints
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -47,32 +46,19 @@ func DefaultOptions() Options {
 
 // Validate reports the first bad value as an *app.FlagError.
 func (o Options) Validate() error {
-	if o.ConcurrentSyncs < 1 {
-		return &app.FlagError{Flag: FlagConcurrentSyncs, Err: fmt.Errorf("%d is less than 1", o.ConcurrentSyncs)}
-	}
-	if o.BatchPeriod < 0 {
-		return &app.FlagError{Flag: FlagBatchPeriod, Err: fmt.Errorf("%s is negative", o.BatchPeriod)}
-	}
-	return nil
+	return app.FirstError(
+		app.AtLeast(FlagConcurrentSyncs, o.ConcurrentSyncs, 1),
+		app.NotNegative(FlagBatchPeriod, o.BatchPeriod),
+	)
 }
 
 // Flags returns the controller's flags, each bound to its field of o; their defaults are o's
 // values. New flag values on every call: app.Run adds environment variables to them in place.
 func (o *Options) Flags() []cli.Flag {
 	return []cli.Flag{
-		&cli.IntFlag{
-			Name:        FlagConcurrentSyncs,
-			Destination: &o.ConcurrentSyncs,
-			Category:    "Controller",
-			Value:       o.ConcurrentSyncs,
-			Usage:       "number of Services whose Endpoints are synced concurrently; more is faster but costs CPU and API calls",
-		},
-		&cli.DurationFlag{
-			Name:        FlagBatchPeriod,
-			Destination: &o.BatchPeriod,
-			Category:    "Controller",
-			Value:       o.BatchPeriod,
-			Usage:       "delay before syncing a Service after a Pod change, so that several Pod changes make one Endpoints update; 0 syncs at once",
-		},
+		app.Bound(app.CategoryController, FlagConcurrentSyncs, &o.ConcurrentSyncs,
+			"number of Services whose Endpoints are synced concurrently; more is faster but costs CPU and API calls"),
+		app.Bound(app.CategoryController, FlagBatchPeriod, &o.BatchPeriod,
+			"delay before syncing a Service after a Pod change, so that several Pod changes make one Endpoints update; 0 syncs at once"),
 	}
 }

@@ -6,19 +6,15 @@ import (
 	"k8s.io/client-go/informers"
 
 	"github.com/kcm-split/kcm-split/shared/app"
-	"github.com/kcm-split/kcm-split/shared/informer"
 )
 
 // Spec describes the endpoints-controller binary to app.Main.
 func Spec() app.Spec {
-	opts := DefaultOptions()
-	return app.Spec{
+	return app.WithOptions(app.Spec{
 		ID:          ControllerID,
 		Usage:       "keeps the Endpoints of every Service with a selector in line with the Pods it selects",
 		DefaultPort: DefaultPort,
-		Options:     &opts,
-		Run:         func(ctx context.Context, rt *app.Runtime) error { return run(ctx, rt, opts) },
-	}
+	}, DefaultOptions(), run)
 }
 
 // run is called only while this process holds the Lease: it owns the informers, so a standby
@@ -34,6 +30,5 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 		opts,
 		rt.Registry,
 	)
-	rt.SetSynced(c.HasSynced)
-	return informer.Run(ctx, func(ctx context.Context) error { return c.Run(ctx, opts.ConcurrentSyncs) }, factory)
+	return rt.RunController(ctx, c.HasSynced, func(ctx context.Context) error { return c.Run(ctx, opts.ConcurrentSyncs) }, factory)
 }

@@ -1,7 +1,6 @@
 package namespace
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -75,32 +74,19 @@ func DefaultOptions() Options {
 
 // Validate reports the first bad value as an *app.FlagError.
 func (o Options) Validate() error {
-	if o.ConcurrentSyncs < 1 {
-		return &app.FlagError{Flag: FlagConcurrentSyncs, Err: fmt.Errorf("%d is less than 1", o.ConcurrentSyncs)}
-	}
-	if o.SyncPeriod <= 0 {
-		return &app.FlagError{Flag: FlagSyncPeriod, Err: fmt.Errorf("%s is not positive", o.SyncPeriod)}
-	}
-	return nil
+	return app.FirstError(
+		app.AtLeast(FlagConcurrentSyncs, o.ConcurrentSyncs, 1),
+		app.Positive(FlagSyncPeriod, o.SyncPeriod),
+	)
 }
 
 // Flags returns the controller's flags, each bound to its field of o; their defaults are o's
 // values. New flag values on every call: app.Run adds environment variables to them in place.
 func (o *Options) Flags() []cli.Flag {
 	return []cli.Flag{
-		&cli.IntFlag{
-			Name:        FlagConcurrentSyncs,
-			Destination: &o.ConcurrentSyncs,
-			Category:    "Controller",
-			Value:       o.ConcurrentSyncs,
-			Usage:       "number of namespaces deleted concurrently; more is faster but costs CPU and API calls",
-		},
-		&cli.DurationFlag{
-			Name:        FlagSyncPeriod,
-			Destination: &o.SyncPeriod,
-			Category:    "Controller",
-			Value:       o.SyncPeriod,
-			Usage:       "how often every terminating namespace is checked again without an event",
-		},
+		app.Bound(app.CategoryController, FlagConcurrentSyncs, &o.ConcurrentSyncs,
+			"number of namespaces deleted concurrently; more is faster but costs CPU and API calls"),
+		app.Bound(app.CategoryController, FlagSyncPeriod, &o.SyncPeriod,
+			"how often every terminating namespace is checked again without an event"),
 	}
 }

@@ -14,13 +14,11 @@ import (
 
 	"github.com/kcm-split/kcm-split/shared/app"
 	"github.com/kcm-split/kcm-split/shared/features"
-	"github.com/kcm-split/kcm-split/shared/informer"
 )
 
 // Spec describes the namespace-controller binary to app.Main.
 func Spec() app.Spec {
-	opts := DefaultOptions()
-	return app.Spec{
+	return app.WithOptions(app.Spec{
 		ID:          ControllerID,
 		Usage:       "deletes everything in a deleted namespace, Pods first, then finalizes it",
 		DefaultPort: DefaultPort,
@@ -29,9 +27,7 @@ func Spec() app.Spec {
 		// Many small calls per namespace: see DefaultQPS.
 		DefaultQPS:   DefaultQPS,
 		DefaultBurst: DefaultBurst,
-		Options:      &opts,
-		Run:          func(ctx context.Context, rt *app.Runtime) error { return run(ctx, rt, opts) },
-	}
+	}, DefaultOptions(), run)
 }
 
 // Resources whose changes can change discovery.
@@ -77,6 +73,5 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 			return fmt.Errorf("watching %s: %w", gvr.Resource, err)
 		}
 	}
-	rt.SetSynced(c.HasSynced)
-	return informer.Run(ctx, func(ctx context.Context) error { return c.Run(ctx, opts.ConcurrentSyncs) }, factory, watched)
+	return rt.RunController(ctx, c.HasSynced, func(ctx context.Context) error { return c.Run(ctx, opts.ConcurrentSyncs) }, factory, watched)
 }

@@ -132,61 +132,33 @@ func (o Options) Validate() error {
 // values. New flag values on every call: app.Run adds environment variables to them in place.
 func (o *Options) Flags() []cli.Flag {
 	return []cli.Flag{
-		&cli.DurationFlag{
-			Name: FlagMonitorPeriod, Destination: &o.MonitorPeriod, Category: "Controller", Value: o.MonitorPeriod,
-			Usage: "how often every Node's health is checked; deadlines are also tracked per Node, so detection does not wait for this period",
-		},
-		&cli.DurationFlag{
-			Name: FlagMonitorGracePeriod, Destination: &o.MonitorGracePeriod, Category: "Controller", Value: o.MonitorGracePeriod,
-			Usage: "how long a Node may post no Ready heartbeat and renew no Lease before it is marked Unknown; at least --" + FlagMonitorPeriod,
-		},
-		&cli.DurationFlag{
-			Name: FlagStartupGracePeriod, Destination: &o.StartupGracePeriod, Category: "Controller", Value: o.StartupGracePeriod,
-			Usage: "grace period for a Node that has never reported, instead of --" + FlagMonitorGracePeriod + "; at least --" + FlagMonitorPeriod,
-		},
-		&cli.Float64Flag{
-			Name: FlagEvictionRate, Destination: &o.EvictionRate, Category: "Controller", Value: o.EvictionRate,
-			Usage: "Nodes per second given a NoExecute taint in a zone that is healthy (or fully down while another zone is healthy)",
-		},
-		&cli.Float64Flag{
-			Name: FlagSecondaryEvictionRate, Destination: &o.SecondaryEvictionRate, Category: "Controller", Value: o.SecondaryEvictionRate,
-			Usage: "Nodes per second given a NoExecute taint in a partially disrupted zone larger than --" + FlagLargeClusterThreshold,
-		},
-		&cli.IntFlag{
-			Name: FlagLargeClusterThreshold, Destination: &o.LargeClusterThreshold, Category: "Controller", Value: o.LargeClusterThreshold,
-			Usage: "zone size above which a partially disrupted zone keeps tainting at --" + FlagSecondaryEvictionRate + "; smaller ones stop",
-		},
-		&cli.Float64Flag{
-			Name: FlagUnhealthyZoneThreshold, Destination: &o.UnhealthyZoneThreshold, Category: "Controller", Value: o.UnhealthyZoneThreshold,
-			Usage: "fraction (0..1) of not-Ready Nodes, more than 2, at which a zone is partially disrupted",
-		},
-		&cli.BoolFlag{
-			Name: FlagEnableTaintEviction, Destination: &o.TaintEviction, Category: "Controller", Value: o.TaintEviction,
-			Usage: "delete Pods that do not tolerate a NoExecute taint of their Node (upstream's taint-eviction-controller)",
-		},
-		&cli.BoolFlag{
-			Name: ipam.FlagAllocateNodeCIDRs, Destination: &o.IPAM.Allocate, Category: "Controller: node IPAM",
-			Usage: "give every Node without one a Pod range (spec.podCIDRs) from --" + ipam.FlagClusterCIDR + " (upstream's node-ipam-controller)",
-		},
-		&cli.StringFlag{
-			Name: ipam.FlagClusterCIDR, Destination: &o.IPAM.ClusterCIDR, Category: "Controller: node IPAM",
-			Usage: "CIDR the Nodes' Pod ranges are cut from: one, or an IPv4,IPv6 pair for dual-stack Nodes",
-		},
-		&cli.IntFlag{
-			Name: ipam.FlagNodeCIDRMaskSize, Destination: &o.IPAM.MaskSize, Category: "Controller: node IPAM",
-			Usage: "prefix length of each Node's range in a single-stack cluster; 0 means 24 for IPv4, 64 for IPv6",
-		},
-		&cli.IntFlag{
-			Name: ipam.FlagNodeCIDRMaskSizeIPv4, Destination: &o.IPAM.MaskSizeIPv4, Category: "Controller: node IPAM",
-			Usage: "prefix length of each Node's IPv4 range; 0 means 24",
-		},
-		&cli.IntFlag{
-			Name: ipam.FlagNodeCIDRMaskSizeIPv6, Destination: &o.IPAM.MaskSizeIPv6, Category: "Controller: node IPAM",
-			Usage: "prefix length of each Node's IPv6 range; 0 means 64",
-		},
-		&cli.StringFlag{
-			Name: ipam.FlagServiceClusterIPRange, Destination: &o.IPAM.ServiceCIDR, Category: "Controller: node IPAM",
-			Usage: "the Service CIDR (or an IPv4,IPv6 pair): no Node gets a range overlapping it",
-		},
+		app.Bound(app.CategoryController, FlagMonitorPeriod, &o.MonitorPeriod,
+			"how often every Node's health is checked; deadlines are also tracked per Node, so detection does not wait for this period"),
+		app.Bound(app.CategoryController, FlagMonitorGracePeriod, &o.MonitorGracePeriod,
+			"how long a Node may post no Ready heartbeat and renew no Lease before it is marked Unknown; at least --"+FlagMonitorPeriod),
+		app.Bound(app.CategoryController, FlagStartupGracePeriod, &o.StartupGracePeriod,
+			"grace period for a Node that has never reported, instead of --"+FlagMonitorGracePeriod+"; at least --"+FlagMonitorPeriod),
+		app.Bound(app.CategoryController, FlagEvictionRate, &o.EvictionRate,
+			"Nodes per second given a NoExecute taint in a zone that is healthy (or fully down while another zone is healthy)"),
+		app.Bound(app.CategoryController, FlagSecondaryEvictionRate, &o.SecondaryEvictionRate,
+			"Nodes per second given a NoExecute taint in a partially disrupted zone larger than --"+FlagLargeClusterThreshold),
+		app.Bound(app.CategoryController, FlagLargeClusterThreshold, &o.LargeClusterThreshold,
+			"zone size above which a partially disrupted zone keeps tainting at --"+FlagSecondaryEvictionRate+"; smaller ones stop"),
+		app.Bound(app.CategoryController, FlagUnhealthyZoneThreshold, &o.UnhealthyZoneThreshold,
+			"fraction (0..1) of not-Ready Nodes, more than 2, at which a zone is partially disrupted"),
+		app.Bound(app.CategoryController, FlagEnableTaintEviction, &o.TaintEviction,
+			"delete Pods that do not tolerate a NoExecute taint of their Node (upstream's taint-eviction-controller)"),
+		app.Bound("Controller: node IPAM", ipam.FlagAllocateNodeCIDRs, &o.IPAM.Allocate,
+			"give every Node without one a Pod range (spec.podCIDRs) from --"+ipam.FlagClusterCIDR+" (upstream's node-ipam-controller)"),
+		app.Bound("Controller: node IPAM", ipam.FlagClusterCIDR, &o.IPAM.ClusterCIDR,
+			"CIDR the Nodes' Pod ranges are cut from: one, or an IPv4,IPv6 pair for dual-stack Nodes"),
+		app.Bound("Controller: node IPAM", ipam.FlagNodeCIDRMaskSize, &o.IPAM.MaskSize,
+			"prefix length of each Node's range in a single-stack cluster; 0 means 24 for IPv4, 64 for IPv6"),
+		app.Bound("Controller: node IPAM", ipam.FlagNodeCIDRMaskSizeIPv4, &o.IPAM.MaskSizeIPv4,
+			"prefix length of each Node's IPv4 range; 0 means 24"),
+		app.Bound("Controller: node IPAM", ipam.FlagNodeCIDRMaskSizeIPv6, &o.IPAM.MaskSizeIPv6,
+			"prefix length of each Node's IPv6 range; 0 means 64"),
+		app.Bound("Controller: node IPAM", ipam.FlagServiceClusterIPRange, &o.IPAM.ServiceCIDR,
+			"the Service CIDR (or an IPv4,IPv6 pair): no Node gets a range overlapping it"),
 	}
 }

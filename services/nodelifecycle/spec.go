@@ -13,13 +13,11 @@ import (
 
 	"github.com/kcm-split/kcm-split/shared/app"
 	"github.com/kcm-split/kcm-split/shared/features"
-	"github.com/kcm-split/kcm-split/shared/informer"
 )
 
 // Spec describes the nodelifecycle-controller binary to app.Main.
 func Spec() app.Spec {
-	opts := DefaultOptions()
-	return app.Spec{
+	return app.WithOptions(app.Spec{
 		ID:          ControllerID,
 		Usage:       "marks silent Nodes Unknown, taints Nodes from their conditions, taints unreachable Nodes NoExecute at a zone-aware rate, evicts the Pods that do not tolerate it, and (with --allocate-node-cidrs) gives Nodes their Pod ranges",
 		DefaultPort: DefaultPort,
@@ -28,9 +26,7 @@ func Spec() app.Spec {
 		// Three upstream controllers' budgets in one: see DefaultQPS.
 		DefaultQPS:   DefaultQPS,
 		DefaultBurst: DefaultBurst,
-		Options:      &opts,
-		Run:          func(ctx context.Context, rt *app.Runtime) error { return run(ctx, rt, opts) },
-	}
+	}, DefaultOptions(), run)
 }
 
 // run is called only while this process holds the Lease: it owns the informers, so a standby
@@ -58,8 +54,7 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 		rt.Registry,
 	)
 	if !opts.IPAM.Allocate {
-		rt.SetSynced(c.HasSynced)
-		return informer.Run(ctx, c.Run, factory, leaseFactory, podFactory)
+		return rt.RunController(ctx, c.HasSynced, c.Run, factory, leaseFactory, podFactory)
 	}
 	cfg, err := opts.IPAM.Config()
 	if err != nil {
@@ -74,6 +69,5 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 	if err != nil {
 		return err
 	}
-	rt.SetSynced(func() bool { return c.HasSynced() && allocator.HasSynced() })
-	return informer.Run(ctx, func(ctx context.Context) error { return runAll(ctx, c.Run, allocator.Run) }, factory, leaseFactory, podFactory, claimFactory)
+	return rt.RunController(ctx, func() bool { return c.HasSynced() && allocator.HasSynced() }, func(ctx context.Context) error { return runAll(ctx, c.Run, allocator.Run) }, factory, leaseFactory, podFactory, claimFactory)
 }

@@ -1,7 +1,6 @@
 package pvbinder
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -65,32 +64,19 @@ func DefaultOptions() Options {
 
 // Validate reports the first bad value as an *app.FlagError.
 func (o Options) Validate() error {
-	if o.SyncPeriod <= 0 {
-		return &app.FlagError{Flag: FlagSyncPeriod, Err: fmt.Errorf("%s is not positive", o.SyncPeriod)}
-	}
-	if o.Workers < 1 {
-		return &app.FlagError{Flag: FlagWorkers, Err: fmt.Errorf("%d is less than 1", o.Workers)}
-	}
-	return nil
+	return app.FirstError(
+		app.Positive(FlagSyncPeriod, o.SyncPeriod),
+		app.AtLeast(FlagWorkers, o.Workers, 1),
+	)
 }
 
 // Flags returns the controller's flags, each bound to its field of o; their defaults are o's
 // values. New flag values on every call: app.Run adds environment variables to them in place.
 func (o *Options) Flags() []cli.Flag {
 	return []cli.Flag{
-		&cli.DurationFlag{
-			Name:        FlagSyncPeriod,
-			Destination: &o.SyncPeriod,
-			Category:    "Controller",
-			Value:       o.SyncPeriod,
-			Usage:       "how often every PersistentVolume and PersistentVolumeClaim is re-examined without an event",
-		},
-		&cli.IntFlag{
-			Name:        FlagWorkers,
-			Destination: &o.Workers,
-			Category:    "Controller",
-			Value:       o.Workers,
-			Usage:       "number of workers per queue (volumes, claims); claims bind in parallel, never two to one volume",
-		},
+		app.Bound(app.CategoryController, FlagSyncPeriod, &o.SyncPeriod,
+			"how often every PersistentVolume and PersistentVolumeClaim is re-examined without an event"),
+		app.Bound(app.CategoryController, FlagWorkers, &o.Workers,
+			"number of workers per queue (volumes, claims); claims bind in parallel, never two to one volume"),
 	}
 }

@@ -14,8 +14,7 @@ import (
 
 // Spec describes the pv-binder-controller binary to app.Main.
 func Spec() app.Spec {
-	opts := DefaultOptions()
-	return app.Spec{
+	return app.WithOptions(app.Spec{
 		ID:          ControllerID,
 		Usage:       "binds PersistentVolumeClaims to PersistentVolumes and releases volumes whose claims are gone",
 		DefaultPort: DefaultPort,
@@ -24,9 +23,7 @@ func Spec() app.Spec {
 		// A static bind costs five writes: see DefaultQPS.
 		DefaultQPS:   DefaultQPS,
 		DefaultBurst: DefaultBurst,
-		Options:      &opts,
-		Run:          func(ctx context.Context, rt *app.Runtime) error { return run(ctx, rt, opts) },
-	}
+	}, DefaultOptions(), run)
 }
 
 // run is called only while this process holds the Lease.
@@ -41,6 +38,5 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 		opts,
 		rt.Registry,
 	)
-	rt.SetSynced(c.HasSynced)
-	return informer.Run(ctx, func(ctx context.Context) error { return c.Run(ctx, opts.Workers) }, factory)
+	return rt.RunController(ctx, c.HasSynced, func(ctx context.Context) error { return c.Run(ctx, opts.Workers) }, factory)
 }

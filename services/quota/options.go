@@ -1,7 +1,6 @@
 package quota
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -77,52 +76,25 @@ func DefaultOptions() Options {
 
 // Validate reports the first bad value as an *app.FlagError.
 func (o Options) Validate() error {
-	if o.ConcurrentSyncs < 1 {
-		return &app.FlagError{Flag: FlagConcurrentSyncs, Err: fmt.Errorf("%d is less than 1", o.ConcurrentSyncs)}
-	}
-	if o.SyncPeriod < 0 {
-		return &app.FlagError{Flag: FlagSyncPeriod, Err: fmt.Errorf("%s is negative", o.SyncPeriod)}
-	}
-	if o.DiscoveryPeriod < time.Second {
-		return &app.FlagError{Flag: FlagDiscoveryPeriod, Err: fmt.Errorf("%s is less than 1s", o.DiscoveryPeriod)}
-	}
-	if o.SourceSyncTimeout <= 0 {
-		return &app.FlagError{Flag: FlagSourceSyncTimeout, Err: fmt.Errorf("%s is not positive", o.SourceSyncTimeout)}
-	}
-	return nil
+	return app.FirstError(
+		app.AtLeast(FlagConcurrentSyncs, o.ConcurrentSyncs, 1),
+		app.NotNegative(FlagSyncPeriod, o.SyncPeriod),
+		app.AtLeast(FlagDiscoveryPeriod, o.DiscoveryPeriod, time.Second),
+		app.Positive(FlagSourceSyncTimeout, o.SourceSyncTimeout),
+	)
 }
 
 // Flags returns the controller's flags, each bound to its field of o; their defaults are o's
 // values. New flag values on every call: app.Run adds environment variables to them in place.
 func (o *Options) Flags() []cli.Flag {
 	return []cli.Flag{
-		&cli.IntFlag{
-			Name:        FlagConcurrentSyncs,
-			Destination: &o.ConcurrentSyncs,
-			Category:    "Controller",
-			Value:       o.ConcurrentSyncs,
-			Usage:       "number of ResourceQuotas synced concurrently, per queue",
-		},
-		&cli.DurationFlag{
-			Name:        FlagSyncPeriod,
-			Destination: &o.SyncPeriod,
-			Category:    "Controller",
-			Value:       o.SyncPeriod,
-			Usage:       "period for recalculating the usage of every quota from scratch; 0 disables it",
-		},
-		&cli.DurationFlag{
-			Name:        FlagDiscoveryPeriod,
-			Destination: &o.DiscoveryPeriod,
-			Category:    "Controller",
-			Value:       o.DiscoveryPeriod,
-			Usage:       "period for discovering the API's resources again, so that count/<resource> of a CRD created later is counted",
-		},
-		&cli.DurationFlag{
-			Name:        FlagSourceSyncTimeout,
-			Destination: &o.SourceSyncTimeout,
-			Category:    "Controller",
-			Value:       o.SourceSyncTimeout,
-			Usage:       "how long a resource type may take to list before quotas tracking it get a warning Event; their other resources are published meanwhile",
-		},
+		app.Bound(app.CategoryController, FlagConcurrentSyncs, &o.ConcurrentSyncs,
+			"number of ResourceQuotas synced concurrently, per queue"),
+		app.Bound(app.CategoryController, FlagSyncPeriod, &o.SyncPeriod,
+			"period for recalculating the usage of every quota from scratch; 0 disables it"),
+		app.Bound(app.CategoryController, FlagDiscoveryPeriod, &o.DiscoveryPeriod,
+			"period for discovering the API's resources again, so that count/<resource> of a CRD created later is counted"),
+		app.Bound(app.CategoryController, FlagSourceSyncTimeout, &o.SourceSyncTimeout,
+			"how long a resource type may take to list before quotas tracking it get a warning Event; their other resources are published meanwhile"),
 	}
 }

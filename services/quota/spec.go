@@ -17,16 +17,13 @@ import (
 
 // Spec describes the quota-controller binary to app.Main.
 func Spec() app.Spec {
-	opts := DefaultOptions()
-	return app.Spec{
+	return app.WithOptions(app.Spec{
 		ID:          ControllerID,
 		Usage:       "keeps the status (hard limits and observed usage) of every ResourceQuota up to date",
 		DefaultPort: DefaultPort,
 		// What a Pod is charged: see PodResources.
 		FeatureGates: []featuregate.Feature{features.PodLevelResources, features.InPlacePodVerticalScaling},
-		Options:      &opts,
-		Run:          func(ctx context.Context, rt *app.Runtime) error { return run(ctx, rt, opts) },
-	}
+	}, DefaultOptions(), run)
 }
 
 // run is called only while this process holds the Lease: it owns the informers, so a standby
@@ -56,6 +53,5 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 		opts,
 		rt.Registry,
 	)
-	rt.SetSynced(c.HasSynced)
-	return informer.Run(ctx, c.Run, factory)
+	return rt.RunController(ctx, c.HasSynced, c.Run, factory)
 }

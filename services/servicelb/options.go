@@ -72,8 +72,8 @@ func DefaultOptions() Options {
 
 // Validate reports the first bad value as an *app.FlagError.
 func (o Options) Validate() error {
-	if o.ConcurrentSyncs < 1 {
-		return &app.FlagError{Flag: FlagConcurrentSyncs, Err: fmt.Errorf("%d is less than 1", o.ConcurrentSyncs)}
+	if err := app.AtLeast(FlagConcurrentSyncs, o.ConcurrentSyncs, 1); err != nil {
+		return err
 	}
 	if o.LoadBalancerClass != "" {
 		// The API server accepts only label-style qualified names as classes.
@@ -88,19 +88,9 @@ func (o Options) Validate() error {
 // values. New flag values on every call: app.Run adds environment variables to them in place.
 func (o *Options) Flags() []cli.Flag {
 	return []cli.Flag{
-		&cli.IntFlag{
-			Name:        FlagConcurrentSyncs,
-			Destination: &o.ConcurrentSyncs,
-			Category:    "Controller",
-			Value:       o.ConcurrentSyncs,
-			Usage:       "number of Services synced concurrently; more is faster but costs CPU and API calls",
-		},
-		&cli.StringFlag{
-			Name:        FlagLoadBalancerClass,
-			Destination: &o.LoadBalancerClass,
-			Category:    "Controller",
-			Value:       o.LoadBalancerClass,
-			Usage:       "spec.loadBalancerClass of the Services to serve; empty serves Services with no class",
-		},
+		app.Bound(app.CategoryController, FlagConcurrentSyncs, &o.ConcurrentSyncs,
+			"number of Services synced concurrently; more is faster but costs CPU and API calls"),
+		app.Bound(app.CategoryController, FlagLoadBalancerClass, &o.LoadBalancerClass,
+			"spec.loadBalancerClass of the Services to serve; empty serves Services with no class"),
 	}
 }

@@ -19,17 +19,14 @@ import (
 
 // Spec describes the service-lb-controller binary to app.Main.
 func Spec() app.Spec {
-	opts := DefaultOptions()
-	return app.Spec{
+	return app.WithOptions(app.Spec{
 		ID:          ControllerID,
 		Usage:       "gives LoadBalancer Services addresses from IPAddressPools (lb.kcm-split.io), with upstream's service controller contract",
 		DefaultPort: DefaultPort,
 		// A new Service costs two writes and two Events: see DefaultQPS.
 		DefaultQPS:   DefaultQPS,
 		DefaultBurst: DefaultBurst,
-		Options:      &opts,
-		Run:          func(ctx context.Context, rt *app.Runtime) error { return run(ctx, rt, opts) },
-	}
+	}, DefaultOptions(), run)
 }
 
 // run is called only while this process holds the Lease.
@@ -65,8 +62,7 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 		opts,
 		rt.Registry,
 	)
-	rt.SetSynced(c.HasSynced)
-	return informer.Run(ctx, func(ctx context.Context) error {
+	return rt.RunController(ctx, c.HasSynced, func(ctx context.Context) error {
 		// The discovery watch ends with ctx, before the informers are shut down.
 		var bg sync.WaitGroup
 		ctx, cancel := context.WithCancel(ctx)
