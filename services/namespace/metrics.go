@@ -21,8 +21,9 @@ type controllerMetrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer, namespaces corelisters.NamespaceLister) *controllerMetrics {
+	f := metrics.With(reg)
 	m := &controllerMetrics{
-		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+		duration: f.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "kcm_split",
 			Subsystem: MetricsSubsystem,
 			Name:      "deletion_duration_seconds",
@@ -30,13 +31,13 @@ func newMetrics(reg prometheus.Registerer, namespaces corelisters.NamespaceListe
 			// 1s .. about 4.5h: from an empty namespace to one draining for hours.
 			Buckets: prometheus.ExponentialBuckets(1, 2.5, 12),
 		}),
-		deleted: prometheus.NewCounterVec(prometheus.CounterOpts{
+		deleted: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "kcm_split",
 			Subsystem: MetricsSubsystem,
 			Name:      "objects_deleted_total",
 			Help:      "Objects in terminating namespaces this controller asked the apiserver to delete, by resource (<resource>.<group>).",
 		}, []string{"resource"}),
-		stopped: prometheus.NewCounterVec(prometheus.CounterOpts{
+		stopped: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "kcm_split",
 			Subsystem: MetricsSubsystem,
 			Name:      "deletion_stopped_total",
@@ -46,7 +47,7 @@ func newMetrics(reg prometheus.Registerer, namespaces corelisters.NamespaceListe
 	for _, r := range []string{StopGone, StopReplaced} {
 		m.stopped.WithLabelValues(r)
 	}
-	terminating := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	f.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: "kcm_split",
 		Subsystem: MetricsSubsystem,
 		Name:      "terminating",
@@ -64,11 +65,5 @@ func newMetrics(reg prometheus.Registerer, namespaces corelisters.NamespaceListe
 		}
 		return float64(n)
 	})
-	if reg != nil {
-		m.duration = metrics.Register(reg, m.duration)
-		m.deleted = metrics.Register(reg, m.deleted)
-		m.stopped = metrics.Register(reg, m.stopped)
-		metrics.Register(reg, terminating)
-	}
 	return m
 }

@@ -29,63 +29,51 @@ type controllerMetrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) *controllerMetrics {
+	f := metrics.With(reg)
 	m := &controllerMetrics{
-		zoneHealth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		zoneHealth: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "node_collector_zone_health",
 			Help: "Percentage of healthy nodes per zone.",
 		}, []string{"zone"}),
-		zoneSize: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		zoneSize: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "node_collector_zone_size",
 			Help: "Number of registered nodes per zone.",
 		}, []string{"zone"}),
-		unhealthy: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		unhealthy: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "node_collector_unhealthy_nodes_in_zone",
 			Help: "Number of not Ready nodes per zone.",
 		}, []string{"zone"}),
-		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
+		evictions: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "node_collector_evictions_total",
 			Help: "Number of NoExecute taints (node evictions) applied since this process started leading, per zone.",
 		}, []string{"zone"}),
-		nodeHealthDur: prometheus.NewHistogram(prometheus.HistogramOpts{
+		nodeHealthDur: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "node_collector_update_node_health_duration_seconds",
 			Help:    "Time to update the health of one node.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 8),
 		}),
-		allHealthDur: prometheus.NewHistogram(prometheus.HistogramOpts{
+		allHealthDur: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "node_collector_update_all_nodes_health_duration_seconds",
 			Help:    "Time to update the health of all nodes.",
 			Buckets: prometheus.ExponentialBuckets(0.01, 4, 8),
 		}),
-		podDeletions: prometheus.NewCounter(prometheus.CounterOpts{
+		podDeletions: f.NewCounter(prometheus.CounterOpts{
 			Name: "taint_eviction_controller_pod_deletions_total",
 			Help: "Pods deleted because they do not tolerate a NoExecute taint of their node.",
 		}),
-		podDeletionDur: prometheus.NewHistogram(prometheus.HistogramOpts{
+		podDeletionDur: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "taint_eviction_controller_pod_deletion_duration_seconds",
 			Help:    "Time from when a Pod's eviction was due until its deletion was accepted.",
 			Buckets: []float64{0.005, 0.025, 0.1, 0.5, 1, 2.5, 10, 30, 60, 120, 180, 240},
 		}),
-		zoneRate: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		zoneRate: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "kcm_split_nodelifecycle_zone_eviction_rate",
 			Help: "Current NoExecute tainting rate per zone, nodes per second; 0 while paused.",
 		}, []string{"zone"}),
-		paused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		paused: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "kcm_split_nodelifecycle_evictions_paused",
 			Help: "1 while NoExecute tainting in a zone is paused, with the reason: PartialDisruption (a small zone mostly not Ready) or AllZonesDown.",
 		}, []string{"zone", "reason"}),
 	}
-	if reg == nil {
-		return m
-	}
-	m.zoneHealth = metrics.Register(reg, m.zoneHealth)
-	m.zoneSize = metrics.Register(reg, m.zoneSize)
-	m.unhealthy = metrics.Register(reg, m.unhealthy)
-	m.evictions = metrics.Register(reg, m.evictions)
-	m.nodeHealthDur = metrics.Register(reg, m.nodeHealthDur)
-	m.allHealthDur = metrics.Register(reg, m.allHealthDur)
-	m.podDeletions = metrics.Register(reg, m.podDeletions)
-	m.podDeletionDur = metrics.Register(reg, m.podDeletionDur)
-	m.zoneRate = metrics.Register(reg, m.zoneRate)
-	m.paused = metrics.Register(reg, m.paused)
 	return m
 }

@@ -20,27 +20,25 @@ type binderMetrics struct {
 }
 
 func newBinderMetrics(reg prometheus.Registerer, pvs corelisters.PersistentVolumeLister, claims corelisters.PersistentVolumeClaimLister) *binderMetrics {
+	f := metrics.With(reg)
 	m := &binderMetrics{
-		bindLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+		bindLatency: f.NewHistogram(prometheus.HistogramOpts{
 			Name: "kcm_split_pvbinder_claim_bind_duration_seconds",
 			Help: "Time from a PersistentVolumeClaim's creation until this controller observes it Bound, for claims that became Bound while it ran.",
 			// 10 ms to about 11 minutes: a bind takes milliseconds at best, and a claim
 			// waiting for a provisioner or a PV may wait minutes.
 			Buckets: prometheus.ExponentialBuckets(0.01, 2, 17),
 		}),
-		retroactive: prometheus.NewCounter(prometheus.CounterOpts{
+		retroactive: f.NewCounter(prometheus.CounterOpts{
 			Name: "retroactive_storageclass_total",
 			Help: "Total number of retroactive StorageClass assignments to persistent volume claim",
 		}),
-		retroactiveErrors: prometheus.NewCounter(prometheus.CounterOpts{
+		retroactiveErrors: f.NewCounter(prometheus.CounterOpts{
 			Name: "retroactive_storageclass_errors_total",
 			Help: "Total number of failed retroactive StorageClass assignments to persistent volume claim",
 		}),
 	}
 	if reg != nil {
-		m.bindLatency = metrics.Register(reg, m.bindLatency)
-		m.retroactive = metrics.Register(reg, m.retroactive)
-		m.retroactiveErrors = metrics.Register(reg, m.retroactiveErrors)
 		metrics.Register(reg, &countCollector{pvs: pvs, claims: claims})
 	}
 	return m

@@ -30,20 +30,17 @@ type controllerMetrics struct {
 
 // newMetrics registers the controller's own metrics into reg (nil: unregistered).
 func newMetrics(reg prometheus.Registerer, failing func() float64) *controllerMetrics {
+	f := metrics.With(reg)
 	m := &controllerMetrics{
-		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{
+		syncs: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "kcm_split_quota_syncs_total",
 			Help: "ResourceQuota syncs by outcome (updated, unchanged, partial, deferred, conflict, error).",
 		}, []string{"outcome"}),
 	}
-	uncountable := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	f.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "kcm_split_quota_uncountable_resource_types",
 		Help: "Resource types tracked by some quota whose informer has not synced within the sync timeout.",
 	}, failing)
-	if reg != nil {
-		m.syncs = metrics.Register(reg, m.syncs)
-		metrics.Register(reg, uncountable)
-	}
 	for _, o := range []string{OutcomeUpdated, OutcomeUnchanged, OutcomePartial, OutcomeDeferred, OutcomeConflict, OutcomeError} {
 		m.syncs.WithLabelValues(o)
 	}

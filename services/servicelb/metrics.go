@@ -33,45 +33,46 @@ const (
 )
 
 func newMetrics(reg prometheus.Registerer) *controllerMetrics {
+	f := metrics.With(reg)
 	m := &controllerMetrics{
-		lbSync: prometheus.NewCounter(prometheus.CounterOpts{
+		lbSync: f.NewCounter(prometheus.CounterOpts{
 			Name: "service_controller_loadbalancer_sync_total",
 			Help: "Load balancers configured (address assigned, moved or released), as an effect of Service, pool or node changes.",
 		}),
-		nodeSyncError: prometheus.NewCounter(prometheus.CounterOpts{
+		nodeSyncError: f.NewCounter(prometheus.CounterOpts{
 			Name: "service_controller_nodesync_error_total",
 			Help: "Node syncs that failed.",
 		}),
-		nodeSyncTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+		nodeSyncTime: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "service_controller_nodesync_latency_seconds",
 			Help:    "Time a node sync took.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 		}),
-		pending: prometheus.NewGauge(prometheus.GaugeOpts{
+		pending: f.NewGauge(prometheus.GaugeOpts{
 			Name: "kcm_split_servicelb_pending_services",
 			Help: "LoadBalancer Services waiting for an address.",
 		}),
-		nodes: prometheus.NewGauge(prometheus.GaugeOpts{
+		nodes: f.NewGauge(prometheus.GaugeOpts{
 			Name: "kcm_split_servicelb_eligible_nodes",
 			Help: "Nodes eligible for load balancing (not excluded by label, not being deleted).",
 		}),
-		assigned: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		assigned: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "kcm_split_servicelb_addresses_assigned",
 			Help: "Addresses of valid pools held by Services, by family (a shared address counts once).",
 		}, []string{"family"}),
-		available: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		available: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "kcm_split_servicelb_addresses_available",
 			Help: "Free addresses of valid pools, by family (saturates at 2^63-1).",
 		}, []string{"family"}),
-		unverified: prometheus.NewGauge(prometheus.GaugeOpts{
+		unverified: f.NewGauge(prometheus.GaugeOpts{
 			Name: "kcm_split_servicelb_unverified_addresses",
 			Help: "Addresses kept in Service status (and reserved) that no pool vouches for now: pool API absent or not synced, pool deleted or invalid.",
 		}),
-		conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
+		conflicts: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "kcm_split_servicelb_write_conflicts_total",
 			Help: "Writes that met another writer, by kind: stale (a conditioned write got a conflict), overwritten (our status was changed by someone else), pool_status.",
 		}, []string{"kind"}),
-		claimConflicts: prometheus.NewCounter(prometheus.CounterOpts{
+		claimConflicts: f.NewCounter(prometheus.CounterOpts{
 			Name: "kcm_split_servicelb_claim_conflicts_total",
 			Help: "Addresses found claimed (IPAddress) by another Service when this controller tried to claim them.",
 		}),
@@ -82,18 +83,6 @@ func newMetrics(reg prometheus.Registerer) *controllerMetrics {
 	for _, f := range []string{"IPv4", "IPv6"} {
 		m.assigned.WithLabelValues(f)
 		m.available.WithLabelValues(f)
-	}
-	if reg != nil {
-		m.lbSync = metrics.Register(reg, m.lbSync)
-		m.nodeSyncError = metrics.Register(reg, m.nodeSyncError)
-		m.nodeSyncTime = metrics.Register(reg, m.nodeSyncTime)
-		m.pending = metrics.Register(reg, m.pending)
-		m.nodes = metrics.Register(reg, m.nodes)
-		m.assigned = metrics.Register(reg, m.assigned)
-		m.available = metrics.Register(reg, m.available)
-		m.unverified = metrics.Register(reg, m.unverified)
-		m.conflicts = metrics.Register(reg, m.conflicts)
-		m.claimConflicts = metrics.Register(reg, m.claimConflicts)
 	}
 	return m
 }

@@ -75,3 +75,53 @@ func Register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
 	}
 	return c
 }
+
+// Factory makes collectors already registered in its registry, as they are declared:
+// promauto's shape, with Register's answer to a metric asked for twice (the collector already
+// registered) where promauto panics. A Factory of a nil registry registers nothing.
+type Factory struct{ reg prometheus.Registerer }
+
+// With returns the Factory of reg.
+func With(reg prometheus.Registerer) Factory { return Factory{reg: reg} }
+
+func register[C prometheus.Collector](f Factory, c C) C {
+	if f.reg == nil {
+		return c
+	}
+	return Register(f.reg, c)
+}
+
+// NewCounter makes and registers a counter.
+func (f Factory) NewCounter(o prometheus.CounterOpts) prometheus.Counter {
+	return register(f, prometheus.NewCounter(o))
+}
+
+// NewCounterVec makes and registers a counter vector.
+func (f Factory) NewCounterVec(o prometheus.CounterOpts, labels []string) *prometheus.CounterVec {
+	return register(f, prometheus.NewCounterVec(o, labels))
+}
+
+// NewGauge makes and registers a gauge.
+func (f Factory) NewGauge(o prometheus.GaugeOpts) prometheus.Gauge {
+	return register(f, prometheus.NewGauge(o))
+}
+
+// NewGaugeVec makes and registers a gauge vector.
+func (f Factory) NewGaugeVec(o prometheus.GaugeOpts, labels []string) *prometheus.GaugeVec {
+	return register(f, prometheus.NewGaugeVec(o, labels))
+}
+
+// NewGaugeFunc makes and registers a gauge whose value fn reads at each scrape.
+func (f Factory) NewGaugeFunc(o prometheus.GaugeOpts, fn func() float64) prometheus.GaugeFunc {
+	return register(f, prometheus.NewGaugeFunc(o, fn))
+}
+
+// NewHistogram makes and registers a histogram.
+func (f Factory) NewHistogram(o prometheus.HistogramOpts) prometheus.Histogram {
+	return register(f, prometheus.NewHistogram(o))
+}
+
+// NewHistogramVec makes and registers a histogram vector.
+func (f Factory) NewHistogramVec(o prometheus.HistogramOpts, labels []string) *prometheus.HistogramVec {
+	return register(f, prometheus.NewHistogramVec(o, labels))
+}

@@ -107,3 +107,20 @@ func TestTermRegistry(t *testing.T) {
 		t.Fatalf("second term starts at %v, want 0", v)
 	}
 }
+
+// A Factory registers what it makes; asked twice for one metric it returns the first; without
+// a registry it only makes.
+func TestFactory(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	opts := prometheus.CounterOpts{Name: "test_factory_total", Help: "h"}
+	a := With(reg).NewCounterVec(opts, []string{"k"})
+	b := With(reg).NewCounterVec(opts, []string{"k"})
+	if a != b {
+		t.Error("the second NewCounterVec made a new collector")
+	}
+	b.WithLabelValues("x").Inc()
+	if n := testutil.CollectAndCount(reg, "test_factory_total"); n != 1 {
+		t.Errorf("registry has %d series of test_factory_total, want 1", n)
+	}
+	With(nil).NewGauge(prometheus.GaugeOpts{Name: "test_unregistered", Help: "h"}).Set(1)
+}

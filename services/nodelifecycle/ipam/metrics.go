@@ -23,48 +23,39 @@ type ipamMetrics struct {
 const subsystem = "node_ipam_controller"
 
 func newMetrics(reg prometheus.Registerer) *ipamMetrics {
+	f := metrics.With(reg)
 	labels := []string{"clusterCIDR"}
 	m := &ipamMetrics{
-		allocations: prometheus.NewCounterVec(prometheus.CounterOpts{
+		allocations: f.NewCounterVec(prometheus.CounterOpts{
 			Subsystem: subsystem, Name: "cidrset_cidrs_allocations_total",
 			Help: "Ranges taken: handed to a Node, or found on a Node or in the Service range and marked used.",
 		}, labels),
-		releases: prometheus.NewCounterVec(prometheus.CounterOpts{
+		releases: f.NewCounterVec(prometheus.CounterOpts{
 			Subsystem: subsystem, Name: "cidrset_cidrs_releases_total",
 			Help: "Ranges freed.",
 		}, labels),
-		usage: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		usage: f.NewGaugeVec(prometheus.GaugeOpts{
 			Subsystem: subsystem, Name: "cidrset_usage_cidrs",
 			Help: "Fraction (0..1) of the cluster CIDR's ranges in use.",
 		}, labels),
 		// Upstream's name, misspelling included, so that its queries keep working.
-		max: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		max: f.NewGaugeVec(prometheus.GaugeOpts{
 			Subsystem: subsystem, Name: "cirdset_max_cidrs",
 			Help: "Number of ranges the cluster CIDR holds.",
 		}, labels),
-		tries: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		tries: f.NewHistogramVec(prometheus.HistogramOpts{
 			Subsystem: subsystem, Name: "cidrset_allocation_tries_per_request",
 			Help:    "Ranges in use passed over to find a free one, per allocation.",
 			Buckets: prometheus.ExponentialBuckets(1, 5, 5),
 		}, labels),
-		waiting: prometheus.NewGauge(prometheus.GaugeOpts{
+		waiting: f.NewGauge(prometheus.GaugeOpts{
 			Name: "kcm_split_nodelifecycle_nodes_waiting_for_cidr",
 			Help: "Nodes without a Pod range because their cluster CIDR has no free range; each gets one as soon as one is freed.",
 		}),
-		claimCollisions: prometheus.NewCounter(prometheus.CounterOpts{
+		claimCollisions: f.NewCounter(prometheus.CounterOpts{
 			Name: "kcm_split_nodelifecycle_cidr_claim_collisions_total",
 			Help: "Ranges this allocator went to claim for a Node and found claimed by someone else (another allocator), so it took another.",
 		}),
 	}
-	if reg == nil {
-		return m
-	}
-	m.allocations = metrics.Register(reg, m.allocations)
-	m.releases = metrics.Register(reg, m.releases)
-	m.usage = metrics.Register(reg, m.usage)
-	m.max = metrics.Register(reg, m.max)
-	m.tries = metrics.Register(reg, m.tries)
-	m.waiting = metrics.Register(reg, m.waiting)
-	m.claimCollisions = metrics.Register(reg, m.claimCollisions)
 	return m
 }
