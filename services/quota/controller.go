@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	resourcehelper "k8s.io/component-helpers/resource"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -613,7 +612,7 @@ func discoverWith(d discovery.DiscoveryInterface) DiscoverFunc {
 				continue
 			}
 			for _, r := range list.APIResources {
-				if strings.Contains(r.Name, "/") || !slices.Contains(r.Verbs, "list") || !slices.Contains(r.Verbs, "watch") {
+				if !quotable(gv.Group, r) {
 					continue
 				}
 				found[schema.GroupResource{Group: gv.Group, Resource: r.Name}] = gv.Version

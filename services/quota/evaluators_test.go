@@ -372,6 +372,10 @@ func TestResourceFor(t *testing.T) {
 		{"count/deployments.apps", schema.GroupResource{Group: "apps", Resource: "deployments"}, true},
 		{"count/widgets.kcm-split.example.com", schema.GroupResource{Group: "kcm-split.example.com", Resource: "widgets"}, true},
 		{"count/", schema.GroupResource{}, false},
+		// Upstream never counts Events, nor virtual types.
+		{"count/events", schema.GroupResource{}, false},
+		{"count/events.events.k8s.io", schema.GroupResource{}, false},
+		{"count/tokenreviews.authentication.k8s.io", schema.GroupResource{}, false},
 		{"example.com/unknown", schema.GroupResource{}, false},
 	}
 	for _, tt := range tests {
@@ -384,6 +388,30 @@ func TestResourceFor(t *testing.T) {
 				t.Fatalf("countName(%v) = %s", gr, countName(gr))
 			}
 		})
+	}
+}
+
+// Only types that can be created, listed, watched and deleted are counted, as upstream.
+func TestQuotable(t *testing.T) {
+	all := []string{"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}
+	for _, tc := range []struct {
+		group string
+		r     metav1.APIResource
+		want  bool
+	}{
+		{"", metav1.APIResource{Name: "configmaps", Verbs: all}, true},
+		{"apps", metav1.APIResource{Name: "deployments", Verbs: all}, true},
+		{"apps", metav1.APIResource{Name: "deployments/scale", Verbs: all}, false},
+		{"", metav1.APIResource{Name: "events", Verbs: all}, false},
+		{"events.k8s.io", metav1.APIResource{Name: "events", Verbs: all}, false},
+		{"example.com", metav1.APIResource{Name: "readonly", Verbs: []string{"get", "list", "watch"}}, false},
+		{"example.com", metav1.APIResource{Name: "undeletable", Verbs: []string{"create", "get", "list", "watch"}}, false},
+		{"example.com", metav1.APIResource{Name: "unwatchable", Verbs: []string{"create", "delete", "list"}}, false},
+		{"", metav1.APIResource{Name: "bindings", Verbs: []string{"create"}}, false},
+	} {
+		if got := quotable(tc.group, tc.r); got != tc.want {
+			t.Errorf("quotable(%q, %s %v) = %t, want %t", tc.group, tc.r.Name, tc.r.Verbs, got, tc.want)
+		}
 	}
 }
 

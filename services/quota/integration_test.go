@@ -696,3 +696,44 @@ func TestScopedQuotas(t *testing.T) {
 	waitUsed(t, c, ns, "no-priority", map[corev1.ResourceName]string{"pods": "2"})
 	waitUsed(t, c, ns, "besteffort", map[corev1.ResourceName]string{"pods": "1"})
 }
+
+// TestEventsAreNotCounted: as upstream, count/events is never counted (nor are Events refused
+// by admission for it); the quota's other resources are, and no warning says events cannot be
+// counted.
+func TestEventsAreNotCounted(t *testing.T) {
+	testenv.Require(t, env)
+	c := env.Client(t)
+	ns := env.Namespace(t)
+	ctx := context.Background()
+	env.StartLeading(t, controller, "ctrl")
+
+	createQuota(t, c, ns, "q", corev1.ResourceList{"count/events": q("1"), "count/events.events.k8s.io": q("1"), "count/configmaps": q("5")})
+	for i := range 3 {
+		ev := &corev1.Event{
+			ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("e%d", i), Namespace: ns},
+			InvolvedObject: corev1.ObjectReference{Kind: "ConfigMap", Namespace: ns, Name: "c0"},
+			Reason:         "Test", Message: "m", Type: corev1.EventTypeNormal,
+		}
+		if _, err := c.CoreV1().Events(ns).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("event %d refused over count/events: %v", i, err)
+		}
+	}
+	if _, err := c.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "c0"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rq := waitUsed(t, c, ns, "q", map[corev1.ResourceName]string{"count/configmaps": "1"})
+	for _, n := range []corev1.ResourceName{"count/events", "count/events.events.k8s.io"} {
+		if used, ok := rq.Status.Used[n]; ok {
+			t.Errorf("status.used[%s] = %s, want it absent: upstream never counts events", n, used.String())
+		}
+	}
+	evs, err := c.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range evs.Items {
+		if ev.Reason == quota.ReasonCannotCount {
+			t.Errorf("warning about events: %s", ev.Message)
+		}
+	}
+}

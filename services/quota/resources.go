@@ -1,6 +1,8 @@
 package quota
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"slices"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -61,9 +63,43 @@ func parseCountName(name v1.ResourceName) (schema.GroupResource, bool) {
 	return schema.GroupResource{Group: group, Resource: resource}, true
 }
 
+// ignoredResources are the types upstream's quota never counts: virtual ones that are never
+// stored, and Events (never quota-ed, so that writing an Event costs no quota check). A
+// count/ name of one of them is left alone like a name no evaluator measures: no usage, no
+// warning, no rediscovery.
+var ignoredResources = map[schema.GroupResource]bool{
+	{Resource: "bindings"}:                                                 true,
+	{Resource: "componentstatuses"}:                                        true,
+	{Group: "authentication.k8s.io", Resource: "tokenreviews"}:             true,
+	{Group: "authentication.k8s.io", Resource: "selfsubjectreviews"}:       true,
+	{Group: "authorization.k8s.io", Resource: "subjectaccessreviews"}:      true,
+	{Group: "authorization.k8s.io", Resource: "selfsubjectaccessreviews"}:  true,
+	{Group: "authorization.k8s.io", Resource: "localsubjectaccessreviews"}: true,
+	{Group: "authorization.k8s.io", Resource: "selfsubjectrulesreviews"}:   true,
+	{Resource: "events"}:                         true,
+	{Group: "events.k8s.io", Resource: "events"}: true,
+}
+
+// quotableVerbs are what a type must support to be counted, as upstream requires.
+var quotableVerbs = []string{"create", "list", "watch", "delete"}
+
+// quotable reports whether discovery's resource r of group is a type quota counts: a
+// namespaced top-level resource (no subresource) with every verb of quotableVerbs, not ignored.
+func quotable(group string, r metav1.APIResource) bool {
+	if strings.Contains(r.Name, "/") || ignoredResources[schema.GroupResource{Group: group, Resource: r.Name}] {
+		return false
+	}
+	for _, v := range quotableVerbs {
+		if !slices.Contains(r.Verbs, v) {
+			return false
+		}
+	}
+	return true
+}
+
 // resourceFor returns the resource type whose objects make up the usage of name, or false
-// when no evaluator measures name (a typo, or a resource quota does not know). The usage of
-// such names is left as it is, as upstream does.
+// when no evaluator measures name (a typo, an ignored type, or a resource quota does not
+// know). The usage of such names is left as it is, as upstream does.
 func resourceFor(name v1.ResourceName) (schema.GroupResource, bool) {
 	switch {
 	case podTracks(name):
@@ -76,7 +112,11 @@ func resourceFor(name v1.ResourceName) (schema.GroupResource, bool) {
 	if gr, ok := legacyCounts[name]; ok {
 		return gr, true
 	}
-	return parseCountName(name)
+	gr, ok := parseCountName(name)
+	if ok && ignoredResources[gr] {
+		return schema.GroupResource{}, false
+	}
+	return gr, ok
 }
 
 // plan groups the names of a quota's hard limits by the resource type that measures them.
