@@ -25,6 +25,7 @@ import (
 
 	"github.com/kcm-split/kcm-split/shared/informer"
 	"github.com/kcm-split/kcm-split/shared/worker"
+	"github.com/kcm-split/kcm-split/shared/writecache"
 )
 
 // Event reasons, upstream's.
@@ -46,7 +47,7 @@ type Controller struct {
 	handlers informer.Handlers
 
 	queue    *worker.Queue[string]
-	stale    *staleTracker
+	stale    *writecache.Cache[*metav1.ObjectMeta] // Endpoints versions replaced (the new one kept as a marker, not the object)
 	triggers *triggerTracker
 }
 
@@ -74,7 +75,7 @@ func New(
 			Controller: ControllerID,
 			Registerer: reg,
 		}),
-		stale:    newStaleTracker(),
+		stale:    writecache.New[*metav1.ObjectMeta](),
 		triggers: newTriggerTracker(),
 	}
 	// Service updates are not filtered: nearly any change (selector, ports, labels, type,
@@ -195,7 +196,9 @@ func (c *Controller) reconcile(ctx context.Context, svc *v1.Service, pods []*v1.
 		current = nil
 	case err != nil:
 		return err
-	case c.stale.isStale(current.Namespace, current.Name, current.ResourceVersion):
+	// A version this controller replaced: wait for the cache. Computed from it, a desired state
+	// gone back to what it says would look like "nothing to do" and leave our newer write.
+	case c.stale.Stale(current.Namespace+"/"+current.Name, &current.ObjectMeta):
 		return fmt.Errorf("endpoints %s/%s: informer cache still has resourceVersion %s, which this controller has already replaced",
 			current.Namespace, current.Name, current.ResourceVersion)
 	}
@@ -249,7 +252,7 @@ func (c *Controller) update(ctx context.Context, svc *v1.Service, current, ep *v
 	// An update the API server turned into a no-op (admission may) keeps the version; the
 	// cached copy is then not behind.
 	if updated.ResourceVersion != current.ResourceVersion {
-		c.stale.replacedVersion(current.Namespace, current.Name, current.ResourceVersion)
+		c.stale.Wrote(current.Namespace+"/"+current.Name, current.ResourceVersion, &metav1.ObjectMeta{ResourceVersion: updated.ResourceVersion})
 	}
 	return nil
 }
@@ -263,6 +266,6 @@ func (c *Controller) deleteEndpoints(ctx context.Context, namespace, name string
 		return err
 	}
 	c.triggers.forget(namespace, name)
-	c.stale.forget(namespace, name)
+	c.stale.Forget(namespace + "/" + name)
 	return nil
 }

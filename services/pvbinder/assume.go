@@ -1,69 +1,9 @@
 package pvbinder
 
 import (
-	"strconv"
 	"sync"
 	"time"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
-
-// assumed remembers the objects this controller wrote until its informer delivers them (or
-// something newer). Reads merge it over the informer cache, so the next write is based on
-// the version the API server just returned instead of an older cached one: without it, the
-// second write of a bind (PV status after PV claimRef) would conflict whenever the informer
-// lags, and a just-bound PV could look Available to the next claim.
-type assumed[T metav1.Object] struct {
-	mu   sync.Mutex
-	objs map[string]T
-}
-
-func newAssumed[T metav1.Object]() *assumed[T] {
-	return &assumed[T]{objs: map[string]T{}}
-}
-
-// version parses a resourceVersion. The API server's are etcd revisions, so a larger one is
-// newer; anything unparsable counts as oldest, which makes the informer's copy win.
-func version(o metav1.Object) uint64 {
-	v, err := strconv.ParseUint(o.GetResourceVersion(), 10, 64)
-	if err != nil {
-		return 0
-	}
-	return v
-}
-
-// store records obj as written by this controller.
-func (a *assumed[T]) store(key string, obj T) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if old, ok := a.objs[key]; ok && version(old) > version(obj) {
-		return
-	}
-	a.objs[key] = obj
-}
-
-// latest returns the newer of the informer's copy and the assumed one, dropping the
-// assumed copy once the informer has caught up with it.
-func (a *assumed[T]) latest(key string, cached T) T {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	mine, ok := a.objs[key]
-	if !ok {
-		return cached
-	}
-	if version(cached) >= version(mine) {
-		delete(a.objs, key)
-		return cached
-	}
-	return mine
-}
-
-// forget drops what is known about a deleted object.
-func (a *assumed[T]) forget(key string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	delete(a.objs, key)
-}
 
 // waitingClaims are unbound claims whose last sync found no PV, oldest first. A PV that
 // becomes Available wakes the oldest one it could serve, and every completed bind wakes the

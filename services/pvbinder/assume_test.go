@@ -5,31 +5,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
-
-func TestAssumedKeepsTheNewerVersion(t *testing.T) {
-	a := newAssumed[*v1.PersistentVolume]()
-	pv := func(rv string) *v1.PersistentVolume {
-		return &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "a", ResourceVersion: rv}}
-	}
-	a.store("a", pv("10"))
-	if got := a.latest("a", pv("9")); got.ResourceVersion != "10" {
-		t.Errorf("older cache won: %s", got.ResourceVersion)
-	}
-	a.store("a", pv("8")) // a late store of an older write changes nothing
-	if got := a.latest("a", pv("9")); got.ResourceVersion != "10" {
-		t.Errorf("older store won: %s", got.ResourceVersion)
-	}
-	if got := a.latest("a", pv("11")); got.ResourceVersion != "11" {
-		t.Errorf("newer cache lost: %s", got.ResourceVersion)
-	}
-	// Caught up: the assumed copy is gone, so an informer that later shows an older
-	// version (a relist after a restore) is believed.
-	if got := a.latest("a", pv("3")); got.ResourceVersion != "3" {
-		t.Errorf("stale assumed copy kept: %s", got.ResourceVersion)
-	}
-}
 
 func TestWaitingClaimsOldestFirst(t *testing.T) {
 	w := newWaitingClaims()

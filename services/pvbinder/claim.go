@@ -242,7 +242,7 @@ func (c *Controller) bind(ctx context.Context, chosen *v1.PersistentVolume, clai
 		if err != nil {
 			return fmt.Errorf("binding claim %s to volume %s: %w", key, pv.Name, err)
 		}
-		c.claims.store(key, written)
+		c.claims.Wrote(key, updated.ResourceVersion, written)
 		claim = written
 	}
 	wasBound := claim.Status.Phase == v1.ClaimBound
@@ -280,7 +280,7 @@ func (c *Controller) bindVolume(ctx context.Context, name string, claim *v1.Pers
 		if err != nil {
 			return nil, fmt.Errorf("binding volume %s to claim %s/%s: %w", name, claim.Namespace, claim.Name, err)
 		}
-		c.volumes.store(name, written)
+		c.volumes.Wrote(name, updated.ResourceVersion, written)
 		pv = written
 	}
 	return c.setVolumePhase(ctx, pv, v1.VolumeBound, "")
@@ -327,7 +327,7 @@ func (c *Controller) updateClaimStatus(ctx context.Context, key string, claim *v
 	if err != nil {
 		return nil, fmt.Errorf("updating status of claim %s to %s: %w", key, phase, err)
 	}
-	c.claims.store(key, written)
+	c.claims.Wrote(key, updated.ResourceVersion, written)
 	return written, nil
 }
 
@@ -353,7 +353,7 @@ func (c *Controller) assignDefaultClass(ctx context.Context, key string, claim *
 		return false, fmt.Errorf("assigning default class %s to claim %s: %w", def.Name, key, err)
 	}
 	c.metrics.retroactive.Inc()
-	c.claims.store(key, written)
+	c.claims.Wrote(key, updated.ResourceVersion, written)
 	klog.FromContext(ctx).V(2).Info("Assigned the default StorageClass", "storageClass", def.Name)
 	return true, nil
 }
@@ -386,7 +386,7 @@ func (c *Controller) provision(ctx context.Context, key string, claim *v1.Persis
 			c.recorder.Event(claim, v1.EventTypeWarning, ReasonProvisioningFailed, fmt.Sprintf("Error saving claim: %v", err))
 			return fmt.Errorf("annotating claim %s for provisioner %s: %w", key, class.Provisioner, err)
 		}
-		c.claims.store(key, written)
+		c.claims.Wrote(key, updated.ResourceVersion, written)
 		claim = written
 	}
 	// The provisioner's PV names the claim, which brings it back; bind wake-ups would only

@@ -55,6 +55,7 @@ import (
 
 	"github.com/kcm-split/kcm-split/shared/informer"
 	"github.com/kcm-split/kcm-split/shared/worker"
+	"github.com/kcm-split/kcm-split/shared/writecache"
 )
 
 // pvLockStripes is the number of locks PV names are hashed onto: far more than the workers
@@ -78,8 +79,11 @@ type Controller struct {
 	volumeQueue *worker.Queue[string]
 	claimQueue  *worker.Queue[string]
 
-	volumes *assumed[*v1.PersistentVolume]
-	claims  *assumed[*v1.PersistentVolumeClaim]
+	// volumes and claims hold what this controller wrote until its informer delivers it. Reads
+	// merge them over the cache, so a bind's second write (PV status after claimRef) is based on
+	// the first one's result instead of conflicting, and a just-bound PV never looks Available.
+	volumes *writecache.Cache[*v1.PersistentVolume]
+	claims  *writecache.Cache[*v1.PersistentVolumeClaim]
 	// pvLocks serialises work on one PV across the workers of both queues, so the volume
 	// worker and a claim worker never write the same PV at once and conflict. The locks are
 	// striped: two PVs may share one (they then only wait for each other), so whoever holds
@@ -113,8 +117,8 @@ func New(
 		classLister: classes.Lister(),
 		volumeQueue: worker.New(worker.Options[string]{Name: VolumeQueueName, Controller: ControllerID, Registerer: reg}),
 		claimQueue:  worker.New(worker.Options[string]{Name: ClaimQueueName, Controller: ControllerID, Registerer: reg}),
-		volumes:     newAssumed[*v1.PersistentVolume](),
-		claims:      newAssumed[*v1.PersistentVolumeClaim](),
+		volumes:     writecache.New[*v1.PersistentVolume](),
+		claims:      writecache.New[*v1.PersistentVolumeClaim](),
 		pvLocks:     keymutex.NewHashed(pvLockStripes),
 		waiting:     newWaitingClaims(),
 		reserved:    map[string]types.UID{},
@@ -195,7 +199,8 @@ func (c *Controller) onVolume(obj any) {
 		// completes the bind; do not wait for the volume sync to tell it.
 		c.claimQueue.Add(refKey(pv.Spec.ClaimRef))
 	case pv.Status.Phase == v1.VolumeAvailable && pv.DeletionTimestamp == nil:
-		c.wakeFor(c.volumes.latest(pv.Name, pv))
+		latest, _ := c.volumes.Latest(pv.Name, pv)
+		c.wakeFor(latest)
 	}
 }
 
@@ -207,7 +212,7 @@ func (c *Controller) onVolumeDelete(obj any) {
 	if !ok {
 		return
 	}
-	c.volumes.forget(pv.Name)
+	c.volumes.Forget(pv.Name)
 	// The claim bound to it is Lost now.
 	if pv.Spec.ClaimRef != nil {
 		c.claimQueue.Add(refKey(pv.Spec.ClaimRef))
@@ -243,7 +248,7 @@ func (c *Controller) onClaimDelete(obj any) {
 		return
 	}
 	key := claimKey(claim.Namespace, claim.Name)
-	c.claims.forget(key)
+	c.claims.Forget(key)
 	c.waiting.remove(key)
 	// Its volume is Released now (or, if a bind was under way, the reservation undone).
 	if claim.Spec.VolumeName != "" {
@@ -303,11 +308,12 @@ func (c *Controller) volume(name string) (*v1.PersistentVolume, error) {
 	pv, err := c.pvLister.Get(name)
 	if err != nil {
 		if apierrors.IsNotFound(err) {
-			c.volumes.forget(name)
+			c.volumes.Forget(name)
 		}
 		return nil, err
 	}
-	return c.volumes.latest(name, pv), nil
+	pv, _ = c.volumes.Latest(name, pv)
+	return pv, nil
 }
 
 // claim returns the newest known version of a claim (key ns/name), or a NotFound error.
@@ -319,11 +325,12 @@ func (c *Controller) claim(key string) (*v1.PersistentVolumeClaim, error) {
 	claim, err := c.claimLister.PersistentVolumeClaims(ns).Get(name)
 	if err != nil {
 		if apierrors.IsNotFound(err) {
-			c.claims.forget(key)
+			c.claims.Forget(key)
 		}
 		return nil, err
 	}
-	return c.claims.latest(key, claim), nil
+	claim, _ = c.claims.Latest(key, claim)
+	return claim, nil
 }
 
 // listVolumes returns every PV in its newest known version.
@@ -333,7 +340,7 @@ func (c *Controller) listVolumes() ([]*v1.PersistentVolume, error) {
 		return nil, err
 	}
 	for i, pv := range pvs {
-		pvs[i] = c.volumes.latest(pv.Name, pv)
+		pvs[i], _ = c.volumes.Latest(pv.Name, pv)
 	}
 	return pvs, nil
 }

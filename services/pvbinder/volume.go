@@ -137,7 +137,7 @@ func (c *Controller) setVolumePhase(ctx context.Context, pv *v1.PersistentVolume
 	if err != nil {
 		return nil, fmt.Errorf("setting phase of volume %s to %s: %w", pv.Name, phase, err)
 	}
-	c.volumes.store(pv.Name, written)
+	c.volumes.Wrote(pv.Name, updated.ResourceVersion, written)
 	klog.FromContext(ctx).V(4).Info("Volume phase changed", "phase", phase)
 	return written, nil
 }
@@ -208,7 +208,7 @@ func (c *Controller) unbind(ctx context.Context, pv *v1.PersistentVolume) error 
 	if err != nil {
 		return fmt.Errorf("unbinding volume %s: %w", pv.Name, err)
 	}
-	c.volumes.store(pv.Name, written)
+	c.volumes.Wrote(pv.Name, updated.ResourceVersion, written)
 	written, err = c.setVolumePhase(ctx, written, v1.VolumeAvailable, "")
 	if err != nil {
 		return err

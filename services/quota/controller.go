@@ -31,6 +31,7 @@ import (
 
 	"github.com/kcm-split/kcm-split/shared/informer"
 	"github.com/kcm-split/kcm-split/shared/worker"
+	"github.com/kcm-split/kcm-split/shared/writecache"
 )
 
 // unknownRecheck is how soon a quota naming a type discovery has not found is synced again.
@@ -81,7 +82,7 @@ type Controller struct {
 	warned   map[string]map[schema.GroupResource]bool
 
 	// written is what this controller last wrote per quota key, until the informer shows it.
-	written writtenCache
+	written writecache.Cache[*v1.ResourceQuota]
 }
 
 // New builds the controller and registers its handlers on the quota informer; it starts
@@ -416,7 +417,7 @@ func (c *Controller) syncQuota(ctx context.Context, qkey string) error {
 
 	rq, err := c.quotas.ResourceQuotas(namespace).Get(name)
 	if apierrors.IsNotFound(err) {
-		c.written.forget(qkey)
+		c.written.Forget(qkey)
 		return nil
 	}
 	if err != nil {
@@ -425,7 +426,7 @@ func (c *Controller) syncQuota(ctx context.Context, qkey string) error {
 	}
 	// A second event for the same quota often comes before the informer has delivered our
 	// own last write: syncing from the stale copy would write again and lose a conflict.
-	rq = c.written.current(qkey, rq)
+	rq, _ = c.written.Latest(qkey, rq)
 
 	now := c.now()
 	scopes := scopeRequirements(&rq.Spec)
@@ -491,7 +492,7 @@ func (c *Controller) syncQuota(ctx context.Context, qkey string) error {
 			}
 			return err
 		}
-		c.written.remember(qkey, rq.ResourceVersion, stored)
+		c.written.Wrote(qkey, rq.ResourceVersion, stored)
 		outcome = OutcomeUpdated
 		logger.V(4).Info("Updated quota status", "used", status.Used)
 	}
@@ -543,50 +544,6 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "..."
-}
-
-// writtenCache remembers, per quota, the object our last status write returned and the
-// resourceVersion it replaced. While the informer still shows the replaced version, the
-// written object is the truth.
-type writtenCache struct {
-	mu sync.Mutex
-	m  map[string]written
-}
-
-type written struct {
-	from string
-	obj  *v1.ResourceQuota
-}
-
-func (w *writtenCache) remember(k, from string, obj *v1.ResourceQuota) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.m == nil {
-		w.m = map[string]written{}
-	}
-	w.m[k] = written{from: from, obj: obj}
-}
-
-// current returns the written object while cached is the version it replaced; otherwise
-// cached (and forgets the entry, the informer having moved on).
-func (w *writtenCache) current(k string, cached *v1.ResourceQuota) *v1.ResourceQuota {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	e, ok := w.m[k]
-	if !ok {
-		return cached
-	}
-	if cached.ResourceVersion == e.from {
-		return e.obj
-	}
-	delete(w.m, k)
-	return cached
-}
-
-func (w *writtenCache) forget(k string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	delete(w.m, k)
 }
 
 // discoverWith lists the namespaced types that can be listed and watched, each in its

@@ -339,29 +339,6 @@ func cacheTombstone(obj any) any {
 	return cache.DeletedFinalStateUnknown{Key: "ns/p", Obj: obj}
 }
 
-func TestWrittenCacheBridgesAStaleInformer(t *testing.T) {
-	var w writtenCache
-	cached := quotaObj("ns", "q", rl("pods", "1"))
-	cached.ResourceVersion = "10"
-	if got := w.current("ns/q", cached); got != cached {
-		t.Fatal("nothing written: the cached object is current")
-	}
-	mine := cached.DeepCopy()
-	mine.ResourceVersion = "11"
-	w.remember("ns/q", "10", mine)
-	if got := w.current("ns/q", cached); got != mine {
-		t.Fatal("the informer still shows the replaced version: our write is current")
-	}
-	newer := cached.DeepCopy()
-	newer.ResourceVersion = "12" // admission charged meanwhile
-	if got := w.current("ns/q", newer); got != newer {
-		t.Fatal("the informer moved on: its object is current")
-	}
-	if got := w.current("ns/q", cached); got != cached {
-		t.Fatal("the entry must be forgotten once the informer moved on")
-	}
-}
-
 func TestQuotaWaitsForATypeStillListing(t *testing.T) {
 	rq := quotaObj("ns", "q", rl("pods", "5", "count/widgets.example.com", "5"))
 	f := newFixtureWithTimeout(t, time.Hour, rq)

@@ -36,6 +36,7 @@ import (
 	"github.com/kcm-split/kcm-split/services/servicelb/api/v1alpha1"
 	"github.com/kcm-split/kcm-split/shared/informer"
 	"github.com/kcm-split/kcm-split/shared/worker"
+	"github.com/kcm-split/kcm-split/shared/writecache"
 )
 
 // Event reasons: upstream's service controller's, then this controller's own allocation ones
@@ -84,7 +85,7 @@ type Controller struct {
 	handlers informer.Handlers
 
 	queue     *worker.Queue[string]
-	stale     *staleTracker
+	stale     *writecache.Cache[*v1.Service]
 	nodeQueue *worker.Queue[string]
 	poolQueue *worker.Queue[string]
 
@@ -157,7 +158,7 @@ func New(
 			// the default retry cap; the next allocation change queues the pool again.
 			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[string](poolRetryMin, poolRetryMax),
 		}),
-		stale:       newStaleTracker(),
+		stale:       writecache.New[*v1.Service](),
 		alloc:       addrpool.New(),
 		poolInfo:    map[string]*poolInfo{},
 		pending:     map[string]bool{},
@@ -385,13 +386,13 @@ func (c *Controller) syncService(ctx context.Context, key string) error {
 	svc, err := c.services.Services(namespace).Get(name)
 	if apierrors.IsNotFound(err) {
 		// Deleted without our finalizer (or after we removed it): forget it.
-		c.stale.forget(key)
+		c.stale.Forget(key)
 		return c.releaseGone(ctx, key)
 	}
 	if err != nil {
 		return err
 	}
-	if c.stale.isStale(key, svc.ResourceVersion) {
+	if c.stale.Stale(key, svc) {
 		// The cache is behind our own last write; its update event brings the key back.
 		// The delayed requeue is a safety net only.
 		logger.V(4).Info("Cache still has a version this controller replaced; waiting for it to catch up", "resourceVersion", svc.ResourceVersion)

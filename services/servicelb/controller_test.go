@@ -61,17 +61,17 @@ func TestStaleCacheMakesNoWrite(t *testing.T) {
 	f := newFixture(t, testOptions(), lb("web"))
 	f.pool("p", []string{"192.0.2.10-192.0.2.20"})
 	f.c.restore(context.Background())
-	f.c.stale.replacedVersion(testNS+"/web", "1")
+	newer := lb("web")
+	newer.ResourceVersion = "2"
+	f.c.stale.Wrote(testNS+"/web", "1", newer)
 	if err := f.sync("web"); !isRequeue(err) || len(f.writes()) != 0 {
 		t.Fatalf("sync on a stale cache: err %v, writes %v", err, f.writes())
 	}
-	newer := lb("web")
-	newer.ResourceVersion = "2"
 	f.cache(newer)
 	if err := f.sync("web"); err != nil || len(f.writes()) != 2 {
 		t.Fatalf("sync once caught up: err %v, writes %v", err, f.writes())
 	}
-	if f.c.stale.isStale(testNS+"/web", "1") {
+	if f.c.stale.Stale(testNS+"/web", lb("web")) {
 		t.Fatal("records of a key are kept after the cache caught up")
 	}
 }

@@ -82,7 +82,7 @@ func (c *Controller) addFinalizer(ctx context.Context, svc *v1.Service) (*v1.Ser
 // replaced records svc's version as outdated after a write that changed it.
 func (c *Controller) replaced(svc, out *v1.Service, err error) {
 	if err == nil && out != nil && out.ResourceVersion != svc.ResourceVersion {
-		c.stale.replacedVersion(svc.Namespace+"/"+svc.Name, svc.ResourceVersion)
+		c.stale.Wrote(svc.Namespace+"/"+svc.Name, svc.ResourceVersion, out)
 	}
 }
 
