@@ -107,8 +107,7 @@ type Controller struct {
 	allDown bool
 
 	// Only the monitor goroutine touches these.
-	known     map[string]bool
-	firstPass bool
+	known map[string]bool
 }
 
 // zone is one failure domain's state and NoExecute queue.
@@ -152,7 +151,6 @@ func New(
 		tainterKick: make(chan struct{}, 1),
 		zones:       map[string]*zone{},
 		known:       map[string]bool{},
-		firstPass:   true,
 	}
 	c.health = newHealthTracker(func() time.Time { return c.now() })
 	podInf := pods.Informer()
@@ -226,7 +224,8 @@ func (c *Controller) onNodeUpdate(old, cur any) {
 	c.health.observeNode(n)
 	if o.Spec.Unschedulable != n.Spec.Unschedulable ||
 		!equality.Semantic.DeepEqual(o.Spec.Taints, n.Spec.Taints) ||
-		!equality.Semantic.DeepEqual(desiredNoScheduleKeys(o), desiredNoScheduleKeys(n)) {
+		!equality.Semantic.DeepEqual(desiredNoScheduleKeys(o), desiredNoScheduleKeys(n)) ||
+		betaLabelsToSet(n) != nil {
 		c.nodeQueue.Add(n.Name)
 	}
 	// A Ready change made by someone else (a kubelet reporting NotReady, or Ready again

@@ -62,7 +62,7 @@ func TestPassMarksSilentNodeUnknownOnce(t *testing.T) {
 	if w := f.writes(); len(w) != 0 {
 		t.Errorf("writes on a pass with nothing to do: %v", w)
 	}
-	z := f.c.zone("r:z")
+	z := f.c.zone("r:\x00:z")
 	if z.tainter.pending() != 1 {
 		t.Fatalf("queued for tainting: %d, want 1", z.tainter.pending())
 	}
@@ -72,7 +72,7 @@ func TestPassMarksSilentNodeUnknownOnce(t *testing.T) {
 	if !ok || name != "b" {
 		t.Fatalf("tainter next = %q %v", name, ok)
 	}
-	f.c.applyNoExecute(ctx, "r:z", z.tainter, name)
+	f.c.applyNoExecute(ctx, "r:\x00:z", z.tainter, name)
 	if n := f.stored("b"); !hasTaint(n.Spec.Taints, unreachableTaint) {
 		t.Errorf("taints = %+v, want unreachable NoExecute", n.Spec.Taints)
 	}
@@ -170,13 +170,13 @@ func TestNoExecuteFollowsReady(t *testing.T) {
 	n.Status.Conditions[0].Status = v1.ConditionFalse
 	f := newFixture(t, fastOptions(), n, readyNode("m", "z"), readyNode("o", "z"))
 	f.c.pass(ctx)
-	z := f.c.zone("r:z")
+	z := f.c.zone("r:\x00:z")
 	f.clock.step(time.Second)
 	name, ok := z.tainter.next(f.clock.t)
 	if !ok || name != "n" {
 		t.Fatalf("queued = %q %v, want n", name, ok)
 	}
-	f.c.applyNoExecute(ctx, "r:z", z.tainter, name)
+	f.c.applyNoExecute(ctx, "r:\x00:z", z.tainter, name)
 	if got := f.stored("n").Spec.Taints; !hasTaint(got, notReadyTaint) || hasTaint(got, unreachableTaint) {
 		t.Fatalf("taints = %+v, want not-ready NoExecute", got)
 	}

@@ -111,7 +111,7 @@ func TestSilentNodeIsTaintedAndItsPodsEvicted(t *testing.T) {
 	if evicted(client, ns, "long") {
 		t.Error("pod long was evicted although the node came back in time")
 	}
-	if v := ctl.Metric(`node_collector_evictions_total{zone="r:zone-silent"}`); v != 1 {
+	if v := ctl.Metric(`node_collector_evictions_total{zone="r:` + "\x00:" + `zone-silent"}`); v != 1 {
 		t.Errorf("node_collector_evictions_total = %v, want 1", v)
 	}
 	if v := ctl.Metric(`taint_eviction_controller_pod_deletions_total`); v != 2 {
@@ -191,7 +191,7 @@ func TestPartialDisruptionPausesTainting(t *testing.T) {
 	k.stop(failing...)
 	waitNodes(t, client, grace+monitorPeriod+slack, "the 6 silent nodes Unknown", isUnreachable, failing...)
 	waitFor(t, slack, "the paused metric", func() bool {
-		return ctl.Metric(`kcm_split_nodelifecycle_evictions_paused{reason="PartialDisruption",zone="r:zone-p"}`) == 1
+		return ctl.Metric(`kcm_split_nodelifecycle_evictions_paused{reason="PartialDisruption",zone="r:`+"\x00:"+`zone-p"}`) == 1
 	})
 	// Well past the moment a taint would have come (the settle wait is one monitor period).
 	time.Sleep(3 * monitorPeriod)
@@ -200,16 +200,16 @@ func TestPartialDisruptionPausesTainting(t *testing.T) {
 			t.Errorf("node %s got a NoExecute taint in a partially disrupted small zone: %+v", name, n.Spec.Taints)
 		}
 	}
-	if v := ctl.Metric(`node_collector_evictions_total{zone="r:zone-p"}`); v != 0 {
+	if v := ctl.Metric(`node_collector_evictions_total{zone="r:` + "\x00:" + `zone-p"}`); v != 0 {
 		t.Errorf("node_collector_evictions_total = %v, want 0", v)
 	}
-	if v := ctl.Metric(`node_collector_unhealthy_nodes_in_zone{zone="r:zone-p"}`); v != 6 {
+	if v := ctl.Metric(`node_collector_unhealthy_nodes_in_zone{zone="r:` + "\x00:" + `zone-p"}`); v != 6 {
 		t.Errorf("node_collector_unhealthy_nodes_in_zone = %v, want 6", v)
 	}
-	if v := ctl.Metric(`node_collector_zone_size{zone="r:zone-p"}`); v != 10 {
+	if v := ctl.Metric(`node_collector_zone_size{zone="r:` + "\x00:" + `zone-p"}`); v != 10 {
 		t.Errorf("node_collector_zone_size = %v, want 10", v)
 	}
-	if v := ctl.Metric(`kcm_split_nodelifecycle_zone_eviction_rate{zone="r:zone-q"}`); v != 0.1 {
+	if v := ctl.Metric(`kcm_split_nodelifecycle_zone_eviction_rate{zone="r:` + "\x00:" + `zone-q"}`); v != 0.1 {
 		t.Errorf("healthy zone's rate = %v, want 0.1", v)
 	}
 	evs := events(t, client, "default", corev1.NamespaceNodeLease)
@@ -225,7 +225,7 @@ func TestPartialDisruptionPausesTainting(t *testing.T) {
 	waitFor(t, slack, "the ZoneNormal event", func() bool {
 		return countPrefix(events(t, client, "default", corev1.NamespaceNodeLease), "ZoneNormal: Zone r:zone-p is Normal again") == 1
 	})
-	if v := ctl.Metric(`kcm_split_nodelifecycle_evictions_paused{reason="PartialDisruption",zone="r:zone-p"}`); v != -1 {
+	if v := ctl.Metric(`kcm_split_nodelifecycle_evictions_paused{reason="PartialDisruption",zone="r:` + "\x00:" + `zone-p"}`); v != -1 {
 		t.Errorf("paused metric still present after recovery: %v", v)
 	}
 }
@@ -248,8 +248,8 @@ func TestAllZonesDownStopsTainting(t *testing.T) {
 	k.stop(nodes...)
 	waitNodes(t, client, grace+monitorPeriod+slack, "every node Unknown", isUnreachable, nodes...)
 	waitFor(t, slack, "the AllZonesDown metric", func() bool {
-		return ctl.Metric(`kcm_split_nodelifecycle_evictions_paused{reason="AllZonesDown",zone="r:zone-a"}`) == 1 &&
-			ctl.Metric(`kcm_split_nodelifecycle_evictions_paused{reason="AllZonesDown",zone="r:zone-b"}`) == 1
+		return ctl.Metric(`kcm_split_nodelifecycle_evictions_paused{reason="AllZonesDown",zone="r:`+"\x00:"+`zone-a"}`) == 1 &&
+			ctl.Metric(`kcm_split_nodelifecycle_evictions_paused{reason="AllZonesDown",zone="r:`+"\x00:"+`zone-b"}`) == 1
 	})
 	time.Sleep(3 * monitorPeriod)
 	for _, name := range nodes {

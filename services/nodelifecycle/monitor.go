@@ -150,7 +150,6 @@ func (c *Controller) pass(ctx context.Context) time.Time {
 	}
 	// Always: the rates may have changed too.
 	c.pokeTainter()
-	c.firstPass = false
 	return next
 }
 
@@ -166,12 +165,9 @@ func (c *Controller) track(ctx context.Context, nodes []*v1.Node) {
 			continue
 		}
 		c.known[n.Name] = true
-		// The Nodes present when this process starts leading are not news: upstream's
-		// Event for each of them on every restart only floods the Events of a large
-		// cluster.
-		if !c.firstPass {
-			c.nodeEvent(n.Name, n.UID, ReasonRegisteredNode, fmt.Sprintf("Registered Node %s in Controller", n.Name))
-		}
+		// Every Node this term of leadership starts tracking, those present at start
+		// included, as upstream (the event recorder aggregates a large cluster's burst).
+		c.nodeEvent(n.Name, n.UID, ReasonRegisteredNode, fmt.Sprintf("Registered Node %s in Controller", n.Name))
 	}
 	for name := range c.known {
 		if !seen[name] {

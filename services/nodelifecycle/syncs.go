@@ -15,7 +15,7 @@ import (
 )
 
 // syncNoSchedule brings the condition NoSchedule taints of the named Node in line with its
-// conditions and spec.unschedulable.
+// conditions and spec.unschedulable, and its beta os/arch labels with the stable ones.
 func (c *Controller) syncNoSchedule(ctx context.Context, name string) error {
 	node, err := c.nodes.Get(name)
 	if apierrors.IsNotFound(err) {
@@ -28,8 +28,18 @@ func (c *Controller) syncNoSchedule(ctx context.Context, name string) error {
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
-	if err == nil && written != nil {
+	if err != nil {
+		return err
+	}
+	if written != nil {
 		klog.FromContext(ctx).V(2).Info("Updated condition taints", "node", name)
+		node = written
+	}
+	if written, err = c.setBetaLabels(ctx, node); apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err == nil && written != nil {
+		klog.FromContext(ctx).V(2).Info("Updated beta os/arch labels", "node", name)
 	}
 	return err
 }

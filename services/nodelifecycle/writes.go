@@ -28,7 +28,12 @@ func (c *Controller) editNode(ctx context.Context, node *v1.Node, subresource st
 		if body == nil {
 			return nil, nil
 		}
-		body["metadata"] = map[string]any{"resourceVersion": node.ResourceVersion}
+		meta, _ := body["metadata"].(map[string]any)
+		if meta == nil {
+			meta = map[string]any{}
+			body["metadata"] = meta
+		}
+		meta["resourceVersion"] = node.ResourceVersion
 		data, err := json.Marshal(body)
 		if err != nil {
 			return nil, err
@@ -48,6 +53,17 @@ func (c *Controller) editNode(ctx context.Context, node *v1.Node, subresource st
 			return nil, fmt.Errorf("reading node %s after a conflict: %w", name, err)
 		}
 	}
+}
+
+// setBetaLabels writes the beta os/arch labels node lacks or has unlike the stable ones.
+func (c *Controller) setBetaLabels(ctx context.Context, node *v1.Node) (*v1.Node, error) {
+	return c.editNode(ctx, node, "", func(n *v1.Node) map[string]any {
+		labels := betaLabelsToSet(n)
+		if len(labels) == 0 {
+			return nil
+		}
+		return map[string]any{"metadata": map[string]any{"labels": labels}}
+	})
 }
 
 // setTaints writes node's spec.taints as edit computes them from the current ones.

@@ -2,6 +2,7 @@ package nodelifecycle
 
 import (
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/component-helpers/node/topology"
 )
 
 // ZoneState is a zone's health as upstream names it.
@@ -25,26 +26,11 @@ const (
 // labelExcludeDisruption keeps a Node out of zone-state counting (upstream's label).
 const labelExcludeDisruption = "node.kubernetes.io/exclude-disruption"
 
-// zoneKey names the failure domain of node: region and zone, from the GA topology labels or
-// the deprecated beta ones (which win, as upstream). Nodes with neither share the "" zone.
-// Upstream joins the two with ":\x00:"; a NUL byte is unreadable in metrics and Events, so
-// kcm-split joins with ":" alone. A region containing ":" could then collide with another;
-// region names are DNS labels in practice.
-func zoneKey(node *v1.Node) string {
-	l := node.Labels
-	zone, ok := l[v1.LabelFailureDomainBetaZone]
-	if !ok {
-		zone = l[v1.LabelTopologyZone]
-	}
-	region, ok := l[v1.LabelFailureDomainBetaRegion]
-	if !ok {
-		region = l[v1.LabelTopologyRegion]
-	}
-	if region == "" && zone == "" {
-		return ""
-	}
-	return region + ":" + zone
-}
+// zoneKey names the failure domain of node as upstream does, with k8s.io/component-helpers:
+// region and zone from the deprecated beta topology labels or else the GA ones, joined by
+// ":\x00:", so the zone label of node_collector_* metrics matches upstream's dashboards and
+// queries. Nodes with neither share the "" zone.
+func zoneKey(node *v1.Node) string { return topology.GetZoneKey(node) }
 
 // excludedFromDisruption reports whether node does not count towards its zone's state.
 func excludedFromDisruption(node *v1.Node) bool {

@@ -14,12 +14,12 @@ func TestZoneKey(t *testing.T) {
 		want   string
 	}{
 		{name: "no labels", want: ""},
-		{name: "GA labels", labels: map[string]string{v1.LabelTopologyRegion: "eu", v1.LabelTopologyZone: "eu-1a"}, want: "eu:eu-1a"},
-		{name: "zone only", labels: map[string]string{v1.LabelTopologyZone: "z"}, want: ":z"},
+		{name: "GA labels", labels: map[string]string{v1.LabelTopologyRegion: "eu", v1.LabelTopologyZone: "eu-1a"}, want: "eu:\x00:eu-1a"},
+		{name: "zone only", labels: map[string]string{v1.LabelTopologyZone: "z"}, want: ":\x00:z"},
 		{name: "beta labels win, as upstream", labels: map[string]string{
 			v1.LabelTopologyRegion: "ga", v1.LabelTopologyZone: "ga-z",
 			v1.LabelFailureDomainBetaRegion: "beta", v1.LabelFailureDomainBetaZone: "beta-z",
-		}, want: "beta:beta-z"},
+		}, want: "beta:\x00:beta-z"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Labels: tc.labels}}

@@ -1,0 +1,73 @@
+package nodelifecycle
+
+import (
+	"context"
+	"maps"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+func TestBetaLabelsToSet(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		labels map[string]string
+		want   map[string]string
+	}{
+		{name: "no stable labels: left alone", labels: map[string]string{"beta.kubernetes.io/os": "windows"}},
+		{name: "missing beta labels added", labels: map[string]string{v1.LabelOSStable: "linux", v1.LabelArchStable: "arm64"},
+			want: map[string]string{"beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "arm64"}},
+		{name: "a differing beta label follows the stable one", labels: map[string]string{v1.LabelOSStable: "linux", "beta.kubernetes.io/os": "windows",
+			v1.LabelArchStable: "amd64", "beta.kubernetes.io/arch": "amd64"}, want: map[string]string{"beta.kubernetes.io/os": "linux"}},
+		{name: "in line: nothing", labels: map[string]string{v1.LabelOSStable: "linux", "beta.kubernetes.io/os": "linux"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := readyNode("n", "z")
+			n.Labels = tc.labels
+			if got := betaLabelsToSet(n); !maps.Equal(got, tc.want) {
+				t.Errorf("betaLabelsToSet = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// The node queue's sync writes a Node's beta labels once, with the resourceVersion it read,
+// and nothing when they are in line.
+func TestSyncWritesBetaLabelsOnce(t *testing.T) {
+	ctx := context.Background()
+	n := readyNode("a", "z")
+	n.Labels[v1.LabelOSStable] = "linux"
+	n.Labels[v1.LabelArchStable] = "amd64"
+	f := newFixture(t, fastOptions(), n)
+	if err := f.c.syncNoSchedule(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if w := f.writes(); len(w) != 1 || w[0] != "patch nodes a" {
+		t.Fatalf("writes %v, want one patch of a", w)
+	}
+	stored := f.stored("a")
+	if stored.Labels["beta.kubernetes.io/os"] != "linux" || stored.Labels["beta.kubernetes.io/arch"] != "amd64" || stored.Labels[v1.LabelTopologyZone] != "z" {
+		t.Errorf("labels after the sync: %v", stored.Labels)
+	}
+	f.refresh()
+	f.client.ClearActions()
+	if err := f.c.syncNoSchedule(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if w := f.writes(); len(w) != 0 {
+		t.Errorf("writes with the labels in line: %v", w)
+	}
+}
+
+// Every Node gets a RegisteredNode Event when a term starts tracking it, those present at
+// start included, as upstream.
+func TestRegisteredNodeForNodesPresentAtStart(t *testing.T) {
+	f := newFixture(t, fastOptions(), readyNode("a", "z"), readyNode("b", "z"))
+	f.c.pass(context.Background())
+	evs := f.events()
+	for _, name := range []string{"a", "b"} {
+		if !hasEvent(evs, "RegisteredNode Node "+name+" event: Registered Node "+name+" in Controller") {
+			t.Errorf("no RegisteredNode Event for %s: %v", name, evs)
+		}
+	}
+}
