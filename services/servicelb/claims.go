@@ -100,6 +100,26 @@ func claimParent(ip *networkingv1.IPAddress) string {
 	return ref.Namespace + "/" + ref.Name
 }
 
+// claimedFor returns the addresses this controller's claims (in its cache) hold for svc
+// itself: naming it as parent, made for its UID.
+func (c *Controller) claimedFor(svc *v1.Service) []netip.Addr {
+	all, err := c.claims.List(claimSelector())
+	if err != nil {
+		return nil
+	}
+	key := svc.Namespace + "/" + svc.Name
+	var out []netip.Addr
+	for _, claim := range all {
+		if claimParent(claim) != key || claim.Annotations[AnnotationClaimServiceUID] != string(svc.UID) {
+			continue
+		}
+		if a, err := netip.ParseAddr(claim.Name); err == nil {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
 // newClaim is the IPAddress claiming a for svc; pool is where it came from, if known.
 func newClaim(svc *v1.Service, a netip.Addr, pool string) *networkingv1.IPAddress {
 	fam := v1.IPv4Protocol
@@ -248,7 +268,10 @@ func (c *Controller) sweepClaims(ctx context.Context) {
 			continue
 		case claim.Annotations[AnnotationClaimServiceUID] != "" && string(svc.UID) != claim.Annotations[AnnotationClaimServiceUID]:
 			why = "its Service was deleted and re-created"
-		case !handles(svc, c.opts.LoadBalancerClass) && !containsAddr(statusAddrs(svc), a):
+		case !handles(svc, c.opts.LoadBalancerClass) && !containsAddr(statusAddrs(svc), a) && !hasFinalizer(svc):
+			// While the cleanup finalizer is on, the claim is what tells the Service's
+			// cleanup that the finalizer is this controller's to remove; it deletes the
+			// claim itself.
 			why = "its Service no longer wants a load balancer of this controller"
 		case handles(svc, c.opts.LoadBalancerClass) && !containsAddr(statusAddrs(svc), a) && c.holdsOther(parent, a):
 			why = "its Service holds another address of that family"

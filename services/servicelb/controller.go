@@ -48,6 +48,7 @@ const (
 	ReasonDeleted           = "DeletedLoadBalancer"
 	ReasonSyncFailed        = "SyncLoadBalancerFailed"
 	ReasonUnavailable       = "UnAvailableLoadBalancer"
+	ReasonUpdated           = "UpdatedLoadBalancer"
 	ReasonAllocationFailed  = "AllocationFailed"
 	ReasonAddressReassigned = "AddressReassigned"
 	// ReasonAddressReleased names the verified reason an address was given back.
@@ -461,8 +462,15 @@ func (c *Controller) cleanup(ctx context.Context, key string, svc *v1.Service) e
 	delete(c.badInput, key)
 	c.mu.Unlock()
 	why := cleanupReason(svc, c.opts.LoadBalancerClass)
-	// Our finalizer on a Service of another class belongs to that class's controller.
-	ours := held || handles(svc, c.opts.LoadBalancerClass) || (svc.Spec.Type != v1.ServiceTypeLoadBalancer && c.opts.LoadBalancerClass == "")
+	// Our finalizer on a Service of another class belongs to that class's controller. A
+	// Service whose type changed while no controller ran has lost its class too (the
+	// apiserver drops it with the type): an address claim of ours made for this very
+	// Service says it was ours.
+	var claimed []netip.Addr
+	if hasFinalizer(svc) && !held {
+		claimed = c.claimedFor(svc)
+	}
+	ours := held || len(claimed) > 0 || handles(svc, c.opts.LoadBalancerClass) || (svc.Spec.Type != v1.ServiceTypeLoadBalancer && c.opts.LoadBalancerClass == "")
 	if !hasFinalizer(svc) || !ours {
 		if held {
 			c.deleteClaims(ctx, key, c.release(ctx, key))
@@ -482,7 +490,15 @@ func (c *Controller) cleanup(ctx context.Context, key string, svc *v1.Service) e
 	if err := c.removeFinalizer(ctx, svc); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("removing load balancer cleanup finalizer: %w", err)
 	}
-	c.deleteClaims(ctx, key, c.release(ctx, key))
+	freed := c.release(ctx, key)
+	c.mu.Lock()
+	for _, a := range claimed {
+		if len(c.alloc.Holders(a)) == 0 { // a Service sharing it keeps the claim
+			freed = append(freed, a)
+		}
+	}
+	c.mu.Unlock()
+	c.deleteClaims(ctx, key, freed)
 	c.metrics.lbSync.Inc()
 	if held {
 		c.recorder.Eventf(svc, v1.EventTypeNormal, ReasonAddressReleased, "Released %s: %s", joinAddrs(heldAddrs), why)

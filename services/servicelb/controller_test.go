@@ -335,6 +335,23 @@ func TestNodeSet(t *testing.T) {
 	if testutil.ToFloat64(f.c.metrics.nodes) != 2 {
 		t.Fatal("eligible nodes gauge not set")
 	}
+	// A later change tells the Services this controller balances, as upstream.
+	f.cache(lb("balanced", withFinalizer(), withIngress("10.0.0.1")), lb("new"),
+		lb("plain", func(s *v1.Service) { s.Spec.Type = v1.ServiceTypeClusterIP }))
+	f.cache(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-2"}})
+	if err := f.c.syncNodes(context.Background(), nodeSetKey); err != nil {
+		t.Fatal(err)
+	}
+	if evs := f.events(); !slices.Equal(evs, []string{"Normal UpdatedLoadBalancer Updated load balancer with new hosts"}) {
+		t.Errorf("events after a node joined: %v", evs)
+	}
+	if n := testutil.CollectAndCount(f.c.metrics.hostUpdate); n != 1 {
+		t.Errorf("host update latency series: %d", n)
+	}
+	// No change, no Event.
+	if err := f.c.syncNodes(context.Background(), nodeSetKey); err != nil || len(f.events()) != 0 {
+		t.Errorf("a node sync without a change: %v, events", err)
+	}
 	// Only a change of eligibility queues a node sync.
 	f.c.onNodeUpdate(notExcluded, notExcluded.DeepCopy())
 	if f.c.nodeQueue.Len() != 0 {

@@ -130,8 +130,9 @@ func eligibleNode(n *v1.Node) bool {
 }
 
 // syncNodes recomputes the eligible node set. Addresses do not depend on nodes (no cloud
-// load balancer to reprogram), so a change is logged and counted; Services are told when the
-// set becomes empty or stops being empty.
+// load balancer to reprogram), so a change is logged and counted, and every Service this
+// controller balances is told, as upstream's service controller tells them after updating
+// their load balancers' hosts.
 func (c *Controller) syncNodes(ctx context.Context, _ string) error {
 	start := time.Now()
 	defer func() { c.metrics.nodeSyncTime.Observe(time.Since(start).Seconds()) }()
@@ -154,8 +155,35 @@ func (c *Controller) syncNodes(ctx context.Context, _ string) error {
 	c.metrics.nodes.Set(float64(len(names)))
 	if !slices.Equal(before, names) {
 		klog.FromContext(ctx).V(2).Info("Eligible node set changed", "nodes", len(names), "before", len(before))
+		// The first set of a term is no change of hosts for anyone.
+		if before != nil {
+			c.hostsChanged(len(names))
+		}
 	}
 	return nil
+}
+
+// hostsChanged tells every Service this controller balances (it carries the cleanup
+// finalizer) that its load balancer's hosts were updated, or that none is left: upstream's
+// UpdatedLoadBalancer and UnAvailableLoadBalancer, one per Service per change.
+func (c *Controller) hostsChanged(hosts int) {
+	all, err := c.services.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, svc := range all {
+		if !handles(svc, c.opts.LoadBalancerClass) || !hasFinalizer(svc) || svc.DeletionTimestamp != nil {
+			continue
+		}
+		start := time.Now()
+		c.metrics.lbSync.Inc()
+		if hosts == 0 {
+			c.recorder.Event(svc, v1.EventTypeWarning, ReasonUnavailable, "There are no available nodes for LoadBalancer")
+		} else {
+			c.recorder.Event(svc, v1.EventTypeNormal, ReasonUpdated, "Updated load balancer with new hosts")
+		}
+		c.metrics.hostUpdate.Observe(time.Since(start).Seconds())
+	}
 }
 
 // nodeCount is the size of the last eligible node set, or of the current one before the

@@ -681,3 +681,43 @@ func TestPoolAPIInstalledLater(t *testing.T) {
 		t.Fatalf("early got %v", got)
 	}
 }
+
+// TestClassServiceTypeChangedWhileDown: with --load-balancer-class, a Service of that class
+// whose type changes while no controller runs loses its class with the type; the controller
+// that comes back still removes its finalizer (its address claim names the Service) and
+// releases the claim, as upstream's controller removes a finalizer it put on.
+func TestClassServiceTypeChangedWhileDown(t *testing.T) {
+	classArg := "--" + servicelb.FlagLoadBalancerClass + "=lb.kcm-split.io/pools"
+	f := setup(t, classArg)
+	ctx := context.Background()
+	f.pool("main", []string{f.v4(1) + "/32"})
+	f.service("mine", class("lb.kcm-split.io/pools"))
+	addr := ingressIPs(f.waitAddress("mine"))[0]
+	if !f.ctrl.Stop(30 * time.Second) {
+		t.Fatal("the controller did not stop on SIGTERM")
+	}
+	s, err := f.c.CoreV1().Services(f.ns).Get(ctx, "mine", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Spec.Type = corev1.ServiceTypeClusterIP
+	s.Spec.LoadBalancerClass = nil
+	s.Spec.AllocateLoadBalancerNodePorts = nil
+	for i := range s.Spec.Ports {
+		s.Spec.Ports[i].NodePort = 0
+	}
+	if _, err := f.c.CoreV1().Services(f.ns).Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	env.StartLeading(t, controller, "ctrl2", classArg)
+	f.wait("mine", "its finalizer removed", func(s *corev1.Service) bool {
+		return s != nil && !slices.Contains(s.Finalizers, servicelb.FinalizerLoadBalancerCleanup)
+	})
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := f.c.NetworkingV1().IPAddresses().Get(ctx, addr, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Fatalf("the claim of %s was not released: %v", addr, err)
+	}
+}

@@ -12,6 +12,7 @@ type controllerMetrics struct {
 	lbSync         prometheus.Counter
 	nodeSyncError  prometheus.Counter
 	nodeSyncTime   prometheus.Histogram
+	hostUpdate     prometheus.Histogram
 	pending        prometheus.Gauge
 	nodes          prometheus.Gauge
 	assigned       *prometheus.GaugeVec
@@ -46,6 +47,11 @@ func newMetrics(reg prometheus.Registerer) *controllerMetrics {
 		nodeSyncTime: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "service_controller_nodesync_latency_seconds",
 			Help:    "Time a node sync took.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}),
+		hostUpdate: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "service_controller_update_loadbalancer_host_latency_seconds",
+			Help:    "Time to update one load balancer's hosts after the eligible node set changed.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 		}),
 		pending: f.NewGauge(prometheus.GaugeOpts{
