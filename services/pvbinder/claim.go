@@ -53,6 +53,9 @@ func (c *Controller) syncClaimKey(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
+	if claim, err = c.annotateClaimMigration(ctx, key, claim); err != nil {
+		return err
+	}
 	if !metav1.HasAnnotation(claim.ObjectMeta, storagehelpers.AnnBindCompleted) {
 		return c.syncUnboundClaim(ctx, key, claim)
 	}
@@ -359,9 +362,10 @@ func (c *Controller) assignDefaultClass(ctx context.Context, key string, claim *
 }
 
 // provision asks the class's external provisioner for a volume by annotating the claim;
-// the provisioner creates a PV pre-bound to it, which the claim then binds. This binary has
-// no in-tree volume plugins, so an in-tree provisioner name fails with an event, as upstream
-// does for a plugin it lacks.
+// the provisioner creates a PV pre-bound to it, which the claim then binds. A class of an
+// in-tree plugin migrated to CSI is served by that CSI driver's provisioner, as upstream.
+// This binary has no in-tree volume plugins, so any other in-tree provisioner name fails
+// with an event, as upstream does for a plugin it lacks.
 func (c *Controller) provision(ctx context.Context, key string, claim *v1.PersistentVolumeClaim, className string) error {
 	class, err := c.classLister.Get(className)
 	if apierrors.IsNotFound(err) {
@@ -372,19 +376,23 @@ func (c *Controller) provision(ctx context.Context, key string, claim *v1.Persis
 	if err != nil {
 		return err
 	}
-	if strings.HasPrefix(class.Provisioner, inTreeProvisionerNamePrefix) {
+	provisioner := c.migration.provisionerName(class.Provisioner)
+	if strings.HasPrefix(provisioner, inTreeProvisionerNamePrefix) {
 		c.recorder.Event(claim, v1.EventTypeWarning, ReasonProvisioningFailed,
 			fmt.Sprintf("no volume plugin matched name: %s", class.Provisioner))
 		return nil
 	}
-	if claim.Annotations[storagehelpers.AnnStorageProvisioner] != class.Provisioner || claim.Annotations[storagehelpers.AnnBetaStorageProvisioner] != class.Provisioner {
+	if claim.Annotations[storagehelpers.AnnStorageProvisioner] != provisioner || claim.Annotations[storagehelpers.AnnBetaStorageProvisioner] != provisioner {
 		updated := claim.DeepCopy()
-		metav1.SetMetaDataAnnotation(&updated.ObjectMeta, storagehelpers.AnnStorageProvisioner, class.Provisioner)
-		metav1.SetMetaDataAnnotation(&updated.ObjectMeta, storagehelpers.AnnBetaStorageProvisioner, class.Provisioner)
+		metav1.SetMetaDataAnnotation(&updated.ObjectMeta, storagehelpers.AnnStorageProvisioner, provisioner)
+		metav1.SetMetaDataAnnotation(&updated.ObjectMeta, storagehelpers.AnnBetaStorageProvisioner, provisioner)
+		// The claim now names the provisioner itself: a migrated-to left from an in-tree
+		// name goes with it.
+		c.migration.setMigratedTo(updated.Annotations, provisioner)
 		written, err := c.client.CoreV1().PersistentVolumeClaims(claim.Namespace).Update(ctx, updated, metav1.UpdateOptions{})
 		if err != nil {
 			c.recorder.Event(claim, v1.EventTypeWarning, ReasonProvisioningFailed, fmt.Sprintf("Error saving claim: %v", err))
-			return fmt.Errorf("annotating claim %s for provisioner %s: %w", key, class.Provisioner, err)
+			return fmt.Errorf("annotating claim %s for provisioner %s: %w", key, provisioner, err)
 		}
 		c.claims.Wrote(key, updated.ResourceVersion, written)
 		claim = written
@@ -395,6 +403,6 @@ func (c *Controller) provision(ctx context.Context, key string, claim *v1.Persis
 	c.waiting.remove(key)
 	c.recorder.Event(claim, v1.EventTypeNormal, ReasonExternalProvisioning, fmt.Sprintf(
 		"Waiting for a volume to be created either by the external provisioner '%s' or manually by the system administrator. "+
-			"If volume creation is delayed, please verify that the provisioner is running and correctly registered.", class.Provisioner))
+			"If volume creation is delayed, please verify that the provisioner is running and correctly registered.", provisioner))
 	return nil
 }

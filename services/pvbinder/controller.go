@@ -73,6 +73,7 @@ type Controller struct {
 	pvLister    corelisters.PersistentVolumeLister
 	claimLister corelisters.PersistentVolumeClaimLister
 	classLister storagelisters.StorageClassLister
+	migration   csiMigration
 	// handlers are the event-handler registrations; Run returns their failure, if any.
 	handlers informer.Handlers
 
@@ -115,6 +116,7 @@ func New(
 		pvLister:    pvs.Lister(),
 		claimLister: claims.Lister(),
 		classLister: classes.Lister(),
+		migration:   newCSIMigration(),
 		volumeQueue: worker.New(worker.Options[string]{Name: VolumeQueueName, Controller: ControllerID, Registerer: reg}),
 		claimQueue:  worker.New(worker.Options[string]{Name: ClaimQueueName, Controller: ControllerID, Registerer: reg}),
 		volumes:     writecache.New[*v1.PersistentVolume](),

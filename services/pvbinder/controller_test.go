@@ -210,7 +210,10 @@ func TestReclaim(t *testing.T) {
 		{"delete by external provisioner", bound("e", pvPolicy(v1.PersistentVolumeReclaimDelete), pvAnn(storagehelpers.AnnDynamicallyProvisioned, "example.com/p")), v1.VolumeReleased, ""},
 		{"delete by CSI driver", bound("c", pvPolicy(v1.PersistentVolumeReclaimDelete), csi), v1.VolumeReleased, ""},
 		{"delete with nothing to do it", bound("n", pvPolicy(v1.PersistentVolumeReclaimDelete)), v1.VolumeFailed, "Warning VolumeFailedDelete"},
-		{"delete by an in-tree plugin", bound("i", pvPolicy(v1.PersistentVolumeReclaimDelete), pvAnn(storagehelpers.AnnDynamicallyProvisioned, "kubernetes.io/gce-pd")), v1.VolumeFailed, "Warning VolumeFailedDelete no deletable volume plugin matched name: kubernetes.io/gce-pd"},
+		// An in-tree plugin that is neither in this binary nor migrated to CSI.
+		{"delete by an in-tree plugin", bound("i", pvPolicy(v1.PersistentVolumeReclaimDelete), pvAnn(storagehelpers.AnnDynamicallyProvisioned, "kubernetes.io/rbd")), v1.VolumeFailed, "Warning VolumeFailedDelete no deletable volume plugin matched name: kubernetes.io/rbd"},
+		// Migrated to CSI: marked for the driver's provisioner, which deletes it.
+		{"delete by an in-tree plugin migrated to CSI", bound("m", pvPolicy(v1.PersistentVolumeReclaimDelete), pvAnn(storagehelpers.AnnDynamicallyProvisioned, "kubernetes.io/gce-pd")), v1.VolumeReleased, ""},
 		{"recycle", bound("y", pvPolicy(v1.PersistentVolumeReclaimRecycle)), v1.VolumeFailed, "Warning VolumeFailedRecycle"},
 	}
 	for _, tt := range tests {
@@ -224,6 +227,9 @@ func TestReclaim(t *testing.T) {
 			}
 			if pv.Spec.ClaimRef == nil {
 				t.Error("claimRef dropped: Released PVs keep it")
+			}
+			if want, ok := upstreamMigrated[tt.pv.Annotations[storagehelpers.AnnDynamicallyProvisioned]]; ok && pv.Annotations[storagehelpers.AnnMigratedTo] != want {
+				t.Errorf("migrated-to %q, want %q", pv.Annotations[storagehelpers.AnnMigratedTo], want)
 			}
 			ev := strings.Join(f.events(), "\n")
 			if (tt.wantEvent == "") != (ev == "") || !strings.Contains(ev, tt.wantEvent) {

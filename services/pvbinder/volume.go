@@ -35,6 +35,10 @@ func (c *Controller) syncVolumeKey(ctx context.Context, name string) error {
 // and undoes a reservation its claim did not complete. Called with the PV's lock held.
 func (c *Controller) syncVolume(ctx context.Context, pv *v1.PersistentVolume) error {
 	logger := klog.FromContext(ctx)
+	pv, err := c.annotateVolumeMigration(ctx, pv)
+	if err != nil {
+		return err
+	}
 	ref := pv.Spec.ClaimRef
 	if ref == nil || ref.UID == "" {
 		// Unclaimed, or pre-bound by a user to a claim that may not exist yet.
