@@ -1,8 +1,9 @@
 // Package pvbinder is kube-controller-manager's PersistentVolume binder as a service of its
 // own: it binds PersistentVolumeClaims to PersistentVolumes (static and pre-bound), asks
-// external provisioners for volumes, applies the default StorageClass to class-less claims,
-// releases PVs whose claims are gone by their reclaim policy and marks claims Lost when their
-// PV disappears. Annotations, phases, events and metrics are upstream's.
+// external provisioners for volumes (the CSI driver for an in-tree plugin migrated to CSI),
+// applies the default StorageClass to class-less claims, releases PVs whose claims are gone
+// by their reclaim policy and marks claims Lost when their PV disappears. Annotations,
+// phases, events and metrics are upstream's.
 //
 // # Never a double bind
 //
