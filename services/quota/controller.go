@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	resourcehelper "k8s.io/component-helpers/resource"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -13,11 +14,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/discovery"
 	coreinformers "k8s.io/client-go/informers/core/v1"
@@ -114,7 +117,7 @@ func New(
 			Name: QueuePriority, Controller: ControllerID, Registerer: reg,
 		}),
 	}
-	c.sources = newSources(context.Background(), client, meta, opts.SourceSyncTimeout)
+	c.sources = newSources(context.Background(), client, meta, opts.SourceSyncTimeout, opts.Claims)
 	c.sources.handlers = c.replenisher
 	c.sources.changed = c.enqueueTracking
 	c.metrics = newMetrics(reg, func() float64 { return float64(c.sources.failing.Load()) })
@@ -189,7 +192,7 @@ func (c *Controller) startSources(ctx context.Context) {
 	}
 	started := map[schema.GroupResource]bool{}
 	for _, rq := range all {
-		for gr := range plan(rq.Spec.Hard) {
+		for gr := range plan(rq.Spec.Hard, c.opts.Claims) {
 			if !started[gr] {
 				started[gr] = true
 				c.sources.get(gr)
@@ -207,7 +210,7 @@ func (c *Controller) onQuotaAdd(obj any) {
 	if !ok {
 		return
 	}
-	if needsPriority(rq) {
+	if needsPriority(rq, c.opts.Claims) {
 		c.priority.Add(key(rq))
 		return
 	}
@@ -277,6 +280,10 @@ func usageChanged(gr schema.GroupResource, old, cur any, now time.Time, charge r
 		o, ok1 := old.(*v1.PersistentVolumeClaim)
 		n, ok2 := cur.(*v1.PersistentVolumeClaim)
 		return ok1 && ok2 && pvcUsageChanged(o, n)
+	case claimsResource:
+		o, ok1 := old.(*resourceapi.ResourceClaim)
+		n, ok2 := cur.(*resourceapi.ResourceClaim)
+		return ok1 && ok2 && claimUsageChanged(o, n)
 	}
 	return false
 }
@@ -293,7 +300,7 @@ func (c *Controller) replenish(gr schema.GroupResource, namespace string) {
 		return
 	}
 	for _, rq := range rqs {
-		if tracksResource(rq.Spec.Hard, gr) || tracksResource(rq.Status.Hard, gr) {
+		if tracksResource(rq.Spec.Hard, gr, c.opts.Claims) || tracksResource(rq.Status.Hard, gr, c.opts.Claims) {
 			c.priority.Add(key(rq))
 		}
 	}
@@ -306,7 +313,7 @@ func (c *Controller) enqueueTracking(gr schema.GroupResource) {
 		return
 	}
 	for _, rq := range rqs {
-		if tracksResource(rq.Spec.Hard, gr) {
+		if tracksResource(rq.Spec.Hard, gr, c.opts.Claims) {
 			c.priority.Add(key(rq))
 		}
 	}
@@ -381,7 +388,7 @@ func (c *Controller) stopUnneeded(ctx context.Context) {
 	}
 	needed := map[schema.GroupResource]bool{}
 	for _, rq := range all {
-		for gr := range plan(rq.Spec.Hard) {
+		for gr := range plan(rq.Spec.Hard, c.opts.Claims) {
 			needed[gr] = true
 		}
 	}
@@ -434,7 +441,7 @@ func (c *Controller) syncQuota(ctx context.Context, qkey string) error {
 	var problems []problem
 	var counted []schema.GroupResource
 	var recheck time.Duration
-	work := plan(rq.Spec.Hard)
+	work := plan(rq.Spec.Hard, c.opts.Claims)
 	for gr := range work {
 		// A type still listing (its informer just started) is waited for: the quota is
 		// queued again the moment it syncs or gives up, and syncing now would only publish
@@ -445,8 +452,18 @@ func (c *Controller) syncQuota(ctx context.Context, qkey string) error {
 			return nil
 		}
 	}
+	claims := c.claimEvaluator()
 	for gr, names := range work {
 		src, state, reason := c.sources.get(gr)
+		if state == stateUnknown && gr == claimsResource {
+			// Where the apiserver serves no ResourceClaims, upstream has no claim evaluator:
+			// an extended resource is the Pods' alone, and only the names claims alone
+			// measure cannot be counted.
+			names = slices.DeleteFunc(slices.Clone(names), func(n v1.ResourceName) bool { return claimSharesWithPods(n, c.opts.Claims) })
+			if len(names) == 0 {
+				continue
+			}
+		}
 		if state != stateSynced {
 			if state == stateUnknown {
 				// A CRD created moments ago may not be served yet: ask discovery again and
@@ -464,14 +481,24 @@ func (c *Controller) syncQuota(ctx context.Context, qkey string) error {
 			problems = append(problems, problem{gr: gr, names: names, state: stateFailing, reason: err.Error()})
 			continue
 		}
-		used, after := calculate(evaluatorFor(gr, c.opts.PodResources), objs, names, scopes, now)
+		used, after := calculate(evaluatorFor(gr, c.opts.PodResources, claims), objs, names, scopes, now)
 		for n, q := range used {
+			// Pods and claims both charge extended resources: usage is their sum.
+			if sum, ok := fresh[n]; ok {
+				q.Add(sum)
+			}
 			fresh[n] = q
 		}
 		if after > 0 && (recheck == 0 || after < recheck) {
 			recheck = after
 		}
 		counted = append(counted, gr)
+	}
+	// A name measured from several types keeps its last value when any of them failed.
+	for _, p := range problems {
+		for _, n := range p.names {
+			delete(fresh, n)
+		}
 	}
 	c.report(rq, counted, problems)
 
@@ -504,6 +531,44 @@ func (c *Controller) syncQuota(ctx context.Context, qkey string) error {
 		return worker.RequeueAfter(recheck)
 	}
 	return nil
+}
+
+// claimEvaluator is what charges ResourceClaims now: the DeviceClass mapping and claim index
+// of the claims source and the Pods' cache, when they have synced.
+func (c *Controller) claimEvaluator() claimEvaluator {
+	e := claimEvaluator{opts: c.opts.Claims, charge: c.opts.PodResources}
+	if !c.opts.Claims.ExtendedResources {
+		return e
+	}
+	if src := c.sources.synced(claimsResource); src != nil {
+		e.classes = src.classMap
+		indexer := src.informer.GetIndexer()
+		e.ownedBy = func(namespace string, uid types.UID) []*resourceapi.ResourceClaim {
+			objs, err := indexer.ByIndex(claimOwnerIndex, claimOwnerKey(namespace, uid))
+			if err != nil {
+				return nil
+			}
+			out := make([]*resourceapi.ResourceClaim, 0, len(objs))
+			for _, o := range objs {
+				if claim, ok := o.(*resourceapi.ResourceClaim); ok {
+					out = append(out, claim)
+				}
+			}
+			return out
+		}
+	}
+	if src := c.sources.synced(podsResource); src != nil {
+		indexer := src.informer.GetIndexer()
+		e.pod = func(namespace, name string) *v1.Pod {
+			obj, ok, err := indexer.GetByKey(namespace + "/" + name)
+			if err != nil || !ok {
+				return nil
+			}
+			pod, _ := obj.(*v1.Pod)
+			return pod
+		}
+	}
+	return e
 }
 
 // report writes a warning Event the first time a resource type of the quota cannot be counted

@@ -45,14 +45,28 @@ func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
 
 func newFixtureWithTimeout(t *testing.T, timeout time.Duration, objs ...runtime.Object) *fixture {
 	t.Helper()
+	return newFixtureWith(t, timeout, nil, nil, objs...)
+}
+
+// newFixtureWith also discovers the types in served, and lets prepare add reactors to the
+// clientset before any informer starts.
+func newFixtureWith(t *testing.T, timeout time.Duration, served map[schema.GroupResource]string, prepare func(*fake.Clientset), objs ...runtime.Object) *fixture {
+	t.Helper()
 	client := fake.NewClientset(objs...)
+	if prepare != nil {
+		prepare(client)
+	}
 	factory := informers.NewSharedInformerFactory(client, 0)
 	meta := metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())
 	meta.PrependReactor("list", "widgets", func(clienttesting.Action) (bool, runtime.Object, error) {
 		return true, nil, errors.New("conversion webhook for example.com/v1, Kind=Widget failed: connection refused")
 	})
 	discover := func() (map[schema.GroupResource]string, map[string]string, error) {
-		return map[schema.GroupResource]string{widgetsResource: "v1"}, nil, nil
+		found := map[schema.GroupResource]string{widgetsResource: "v1"}
+		for gr, v := range served {
+			found[gr] = v
+		}
+		return found, nil, nil
 	}
 	rec := record.NewFakeRecorder(100)
 	opts := DefaultOptions()
@@ -396,4 +410,71 @@ func TestInformersOfUntrackedTypesStop(t *testing.T) {
 	if got := running(); len(got) != 1 || got[0] != podsResource {
 		t.Fatalf("running %v, want only pods", got)
 	}
+}
+
+// Where the apiserver serves no ResourceClaims, an extended resource is the Pods' alone, as
+// upstream registers no claim evaluator there: counted, no warning, no early recheck.
+func TestExtendedResourceWithoutResourceClaimsServed(t *testing.T) {
+	rq := quotaObj("ns", "q", rl("requests.example.com/gpu", "5"))
+	f := newFixture(t, rq, namedPod("ns", "a", containers(container("c", rl("example.com/gpu", "2"), rl("example.com/gpu", "2")))))
+	if err := f.sync("ns/q"); err != nil {
+		t.Fatalf("sync: %v, want no error and no recheck", err)
+	}
+	checkUsage(t, f.stored("ns", "q").Status.Used, map[string]string{"requests.example.com/gpu": "2"})
+	if len(f.recorder.Events) != 0 {
+		t.Fatalf("events: %v", <-f.recorder.Events)
+	}
+}
+
+// Pods and claims both charge a class's extended resource: status.used is their sum. When
+// claims cannot be listed, the name keeps its last value, though Pods could be counted.
+func TestPodsAndClaimsAddUp(t *testing.T) {
+	served := map[schema.GroupResource]string{claimsResource: "v1"}
+	gpuPod := namedPod("ns", "a", containers(container("c", rl("example.com/gpu", "1"), rl("example.com/gpu", "1"))))
+	c := claim("c", exact("gold", exactCount, 2))
+	objs := func() []runtime.Object {
+		return []runtime.Object{
+			quotaObj("ns", "q", rl("requests.example.com/gpu", "10", "gold.deviceclass.resource.k8s.io/devices", "10", "pods", "10")),
+			gpuPod.DeepCopy(), c.DeepCopy(), deviceClass("gold", "example.com/gpu"),
+		}
+	}
+	t.Run("summed", func(t *testing.T) {
+		f := newFixtureWith(t, 300*time.Millisecond, served, nil, objs()...)
+		if err := f.sync("ns/q"); err != nil {
+			t.Fatal(err)
+		}
+		checkUsage(t, f.stored("ns", "q").Status.Used, map[string]string{
+			"requests.example.com/gpu": "3", "gold.deviceclass.resource.k8s.io/devices": "2", "pods": "1",
+		})
+	})
+	t.Run("claims cannot be listed", func(t *testing.T) {
+		o := objs()
+		rq := o[0].(*v1.ResourceQuota)
+		rq.Status = v1.ResourceQuotaStatus{Hard: rq.Spec.Hard, Used: rl("requests.example.com/gpu", "7", "gold.deviceclass.resource.k8s.io/devices", "7", "pods", "0")}
+		f := newFixtureWith(t, 300*time.Millisecond, served, func(c *fake.Clientset) {
+			c.PrependReactor("list", "resourceclaims", func(clienttesting.Action) (bool, runtime.Object, error) {
+				return true, nil, errors.New("forbidden")
+			})
+		}, o...)
+		if err := f.sync("ns/q"); err != nil {
+			t.Fatal(err)
+		}
+		checkUsage(t, f.stored("ns", "q").Status.Used, map[string]string{
+			"requests.example.com/gpu": "7", "gold.deviceclass.resource.k8s.io/devices": "7", "pods": "1",
+		})
+		if len(f.recorder.Events) != 1 {
+			t.Fatalf("%d events, want 1 about resourceclaims", len(f.recorder.Events))
+		}
+	})
+	t.Run("DRAExtendedResource off: devices only", func(t *testing.T) {
+		f := newFixtureWith(t, 300*time.Millisecond, served, nil, objs()...)
+		f.c.opts.Claims.ExtendedResources = false
+		f.c.sources.claims.ExtendedResources = false
+		if err := f.sync("ns/q"); err != nil {
+			t.Fatal(err)
+		}
+		checkUsage(t, f.stored("ns", "q").Status.Used, map[string]string{
+			"requests.example.com/gpu": "1", "gold.deviceclass.resource.k8s.io/devices": "2",
+		})
+	})
 }

@@ -380,7 +380,7 @@ func TestResourceFor(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			gr, ok := resourceFor(v1.ResourceName(tt.name))
+			gr, ok := resourceFor(v1.ResourceName(tt.name), DefaultOptions().Claims)
 			if ok != tt.ok || gr != tt.gr {
 				t.Fatalf("got %v %v, want %v %v", gr, ok, tt.gr, tt.ok)
 			}
@@ -424,7 +424,7 @@ func TestCalculateScopesAndMerge(t *testing.T) {
 		pod(containers(container("a", rl("cpu", "4"), nil)), phase(v1.PodFailed)),
 	}
 	names := []v1.ResourceName{"pods", "requests.cpu", "count/pods"}
-	ev := evaluatorFor(podsResource, DefaultOptions().PodResources)
+	ev := evaluatorFor(podsResource, DefaultOptions().PodResources, claimEvaluator{})
 	used, _ := calculate(ev, pods, names, nil, now)
 	checkUsage(t, used, map[string]string{"pods": "3", "requests.cpu": "3", "count/pods": "4"})
 
@@ -438,9 +438,9 @@ func TestCalculateScopesAndMerge(t *testing.T) {
 	checkUsage(t, used, map[string]string{"pods": "1", "requests.cpu": "1", "count/pods": "2"})
 
 	// A type without scopes counts nothing under a scoped quota.
-	used, _ = calculate(evaluatorFor(schema.GroupResource{Resource: "configmaps"}, DefaultOptions().PodResources), []any{&metav1.PartialObjectMetadata{}}, []v1.ResourceName{"configmaps"}, scopeRequirements(&spec), now)
+	used, _ = calculate(evaluatorFor(schema.GroupResource{Resource: "configmaps"}, DefaultOptions().PodResources, claimEvaluator{}), []any{&metav1.PartialObjectMetadata{}}, []v1.ResourceName{"configmaps"}, scopeRequirements(&spec), now)
 	checkUsage(t, used, map[string]string{"configmaps": "0"})
-	used, _ = calculate(evaluatorFor(schema.GroupResource{Resource: "configmaps"}, DefaultOptions().PodResources), []any{&metav1.PartialObjectMetadata{}, &metav1.PartialObjectMetadata{}}, []v1.ResourceName{"configmaps", "count/configmaps"}, nil, now)
+	used, _ = calculate(evaluatorFor(schema.GroupResource{Resource: "configmaps"}, DefaultOptions().PodResources, claimEvaluator{}), []any{&metav1.PartialObjectMetadata{}, &metav1.PartialObjectMetadata{}}, []v1.ResourceName{"configmaps", "count/configmaps"}, nil, now)
 	checkUsage(t, used, map[string]string{"configmaps": "2", "count/configmaps": "2"})
 
 	rq := &v1.ResourceQuota{
@@ -465,19 +465,19 @@ func TestNeedsPriority(t *testing.T) {
 	rq := func(hard, shard, used v1.ResourceList) *v1.ResourceQuota {
 		return &v1.ResourceQuota{Spec: v1.ResourceQuotaSpec{Hard: hard}, Status: v1.ResourceQuotaStatus{Hard: shard, Used: used}}
 	}
-	if !needsPriority(rq(rl("pods", "1"), nil, nil)) {
+	if !needsPriority(rq(rl("pods", "1"), nil, nil), DefaultOptions().Claims) {
 		t.Error("new quota")
 	}
-	if !needsPriority(rq(rl("pods", "2"), rl("pods", "1"), rl("pods", "0"))) {
+	if !needsPriority(rq(rl("pods", "2"), rl("pods", "1"), rl("pods", "0")), DefaultOptions().Claims) {
 		t.Error("hard changed")
 	}
-	if !needsPriority(rq(rl("pods", "1", "secrets", "1"), rl("pods", "1", "secrets", "1"), rl("pods", "0"))) {
+	if !needsPriority(rq(rl("pods", "1", "secrets", "1"), rl("pods", "1", "secrets", "1"), rl("pods", "0")), DefaultOptions().Claims) {
 		t.Error("used missing")
 	}
-	if needsPriority(rq(rl("pods", "1", "example.com/x", "1"), rl("pods", "1", "example.com/x", "1"), rl("pods", "0"))) {
+	if needsPriority(rq(rl("pods", "1", "example.com/x", "1"), rl("pods", "1", "example.com/x", "1"), rl("pods", "0")), DefaultOptions().Claims) {
 		t.Error("a name nobody measures cannot need priority")
 	}
-	if needsPriority(rq(rl("pods", "1"), rl("pods", "1"), rl("pods", "0"))) {
+	if needsPriority(rq(rl("pods", "1"), rl("pods", "1"), rl("pods", "0")), DefaultOptions().Claims) {
 		t.Error("synced quota")
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -736,4 +737,176 @@ func TestEventsAreNotCounted(t *testing.T) {
 			t.Errorf("warning about events: %s", ev.Message)
 		}
 	}
+}
+
+// ---- ResourceClaims (DRA) ----
+
+func deviceClassFor(t *testing.T, c kubernetes.Interface, name, extended string) {
+	t.Helper()
+	dc := &resourcev1.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if extended != "" {
+		dc.Spec.ExtendedResourceName = &extended
+	}
+	if _, err := c.ResourceV1().DeviceClasses().Create(context.Background(), dc, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("device class %s: %v", name, err)
+	}
+	t.Cleanup(func() { _ = c.ResourceV1().DeviceClasses().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+}
+
+func resourceClaim(name string, reqs ...resourcev1.DeviceRequest) *resourcev1.ResourceClaim {
+	return &resourcev1.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: reqs}},
+	}
+}
+
+func exactDevices(req, class string, n int64) resourcev1.DeviceRequest {
+	return resourcev1.DeviceRequest{Name: req, Exactly: &resourcev1.ExactDeviceRequest{
+		DeviceClassName: class, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: n,
+	}}
+}
+
+// recount proves the controller itself computes want, not admission charging creates: the
+// quota's usage is overwritten with nonsense and a limit changed, so that the controller syncs
+// it from its caches; waitUsed then waits for the controller's write (status.hard again equal
+// to the spec) holding want.
+func recount(t *testing.T, c kubernetes.Interface, ns, name string, want map[corev1.ResourceName]string) {
+	t.Helper()
+	ctx := context.Background()
+	rq, err := c.CoreV1().ResourceQuotas(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := range want {
+		rq.Status.Used[n] = q("99")
+	}
+	if rq, err = c.CoreV1().ResourceQuotas(ns).UpdateStatus(ctx, rq, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sentinel := rq.Spec.Hard[corev1.ResourceSecrets]
+	sentinel.Add(q("100"))
+	rq.Spec.Hard[corev1.ResourceSecrets] = sentinel
+	if _, err := c.CoreV1().ResourceQuotas(ns).Update(ctx, rq, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUsed(t, c, ns, name, want)
+}
+
+// The upstream e2e "should create a ResourceQuota and capture the life of a ResourceClaim", in
+// substance: usage per device class and claim count, admission refusing the claim over the
+// limit, usage given back on delete. Before the claim evaluator, status.used never held these
+// names and admission refused every claim of the namespace.
+func TestResourceClaimLife(t *testing.T) {
+	testenv.Require(t, env)
+	c := env.Client(t)
+	ns := env.Namespace(t)
+	ctx := context.Background()
+	gold := "gold-" + ns
+	deviceClassFor(t, c, gold, "")
+	devices := corev1.ResourceName(gold + corev1.ResourceClaimsPerClass)
+	const claimCount = "count/resourceclaims.resource.k8s.io"
+
+	createQuota(t, c, ns, "dra", corev1.ResourceList{claimCount: q("3"), devices: q("4"), corev1.ResourceQuotas: q("1")})
+	env.StartLeading(t, controller, "ctrl")
+	waitUsed(t, c, ns, "dra", map[corev1.ResourceName]string{claimCount: "0", devices: "0", corev1.ResourceQuotas: "1"})
+
+	claims := c.ResourceV1().ResourceClaims(ns)
+	if _, err := claims.Create(ctx, resourceClaim("one", exactDevices("r", gold, 1)), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("first claim: %v", err)
+	}
+	waitUsed(t, c, ns, "dra", map[corev1.ResourceName]string{claimCount: "1", devices: "1"})
+
+	// Alternatives are charged their worst case: 2 of gold, though 1 might do.
+	alt := resourceClaim("alt", resourcev1.DeviceRequest{Name: "r", FirstAvailable: []resourcev1.DeviceSubRequest{
+		{Name: "two", DeviceClassName: gold, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 2},
+		{Name: "one", DeviceClassName: gold, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1},
+	}})
+	if _, err := claims.Create(ctx, alt, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("claim with alternatives: %v", err)
+	}
+	waitUsed(t, c, ns, "dra", map[corev1.ResourceName]string{claimCount: "2", devices: "3"})
+	recount(t, c, ns, "dra", map[corev1.ResourceName]string{claimCount: "2", devices: "3"})
+
+	// Two more devices would make 5 of 4: refused.
+	if _, err := claims.Create(ctx, resourceClaim("over", exactDevices("r", gold, 2)), metav1.CreateOptions{}); !isQuotaRefusal(err) {
+		t.Fatalf("claim over the device limit: want refused by quota, got %v", err)
+	}
+	// All devices of a class is charged as many as an allocation can hold.
+	all := resourceClaim("all", resourcev1.DeviceRequest{Name: "r", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: gold, AllocationMode: resourcev1.DeviceAllocationModeAll}})
+	if _, err := claims.Create(ctx, all, metav1.CreateOptions{}); !isQuotaRefusal(err) {
+		t.Fatalf("claim for all devices: want refused by quota, got %v", err)
+	}
+
+	// A delete gives the usage back, and the refused claim is admitted.
+	if err := claims.Delete(ctx, "alt", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUsed(t, c, ns, "dra", map[corev1.ResourceName]string{claimCount: "1", devices: "1"})
+	if _, err := claims.Create(ctx, resourceClaim("over", exactDevices("r", gold, 2)), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("claim after a delete: %v", err)
+	}
+	waitUsed(t, c, ns, "dra", map[corev1.ResourceName]string{claimCount: "2", devices: "3"})
+	for _, name := range []string{"one", "over"} {
+		if err := claims.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUsed(t, c, ns, "dra", map[corev1.ResourceName]string{claimCount: "0", devices: "0"})
+}
+
+// With DRAExtendedResource (on by default), a class's extended resource is charged for Pods
+// asking for it and for claims of the class, but the claim generated for a Pod is not charged
+// again what the Pod already is. The controller must agree with admission on the sum.
+func TestResourceClaimExtendedResources(t *testing.T) {
+	testenv.Require(t, env)
+	c := env.Client(t)
+	ns := env.Namespace(t)
+	ctx := context.Background()
+	class := "gpu-" + ns
+	gpu := corev1.ResourceName("example.com/gpu-" + ns)
+	deviceClassFor(t, c, class, string(gpu))
+	requests := corev1.ResourceName(corev1.DefaultResourceRequestsPrefix + string(gpu))
+	implicit := corev1.ResourceName(corev1.ResourceImplicitExtendedClaimsPerClass + class)
+
+	createQuota(t, c, ns, "ext", corev1.ResourceList{requests: q("4"), implicit: q("10")})
+	env.StartLeading(t, controller, "ctrl")
+	waitUsed(t, c, ns, "ext", map[corev1.ResourceName]string{requests: "0", implicit: "0"})
+
+	p := computePod(ns, "gpu-pod", "100m", "64Mi")
+	p.Spec.Containers[0].Resources.Requests[gpu] = q("1")
+	p.Spec.Containers[0].Resources.Limits[gpu] = q("1")
+	p, err := c.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("pod: %v", err)
+	}
+	waitUsed(t, c, ns, "ext", map[corev1.ResourceName]string{requests: "1", implicit: "0"})
+
+	// The claim the scheduler would generate for the Pod: its one device is the Pod's, not
+	// charged twice under the extended resource (its implicit name the Pod does not ask for).
+	own := resourceClaim("gpu-pod-extended", exactDevices("container-0-request-0", class, 1))
+	own.Annotations = map[string]string{resourcev1.ExtendedResourceClaimAnnotation: "true"}
+	own.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: p.Name, UID: p.UID, Controller: new(bool)}}
+	*own.OwnerReferences[0].Controller = true
+	if _, err := c.ResourceV1().ResourceClaims(ns).Create(ctx, own, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the pod's claim: %v", err)
+	}
+	// Any other claim of the class is charged its devices in full.
+	if _, err := c.ResourceV1().ResourceClaims(ns).Create(ctx, resourceClaim("other", exactDevices("r", class, 2)), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("another claim: %v", err)
+	}
+	waitUsed(t, c, ns, "ext", map[corev1.ResourceName]string{requests: "3", implicit: "3"})
+	recount(t, c, ns, "ext", map[corev1.ResourceName]string{requests: "3", implicit: "3"})
+	// 3 + 2 > 4: admission, counting the same way, refuses.
+	if _, err := c.ResourceV1().ResourceClaims(ns).Create(ctx, resourceClaim("over", exactDevices("r", class, 2)), metav1.CreateOptions{}); !isQuotaRefusal(err) {
+		t.Fatalf("claim over the extended resource: want refused by quota, got %v", err)
+	}
+
+	// The Pod gone, its claim is charged in full: usage stays 3, now all of it the claims'.
+	if err := c.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ResourceV1().ResourceClaims(ns).Delete(ctx, "other", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUsed(t, c, ns, "ext", map[corev1.ResourceName]string{requests: "1", implicit: "1"})
 }

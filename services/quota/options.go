@@ -51,6 +51,9 @@ type Options struct {
 	// PodResources is what a Pod is charged: set from the feature gates (PodLevelResources,
 	// InPlacePodVerticalScaling), not a flag of its own.
 	PodResources resourcehelper.PodResourcesOptions
+	// Claims is how ResourceClaims are charged: set from the feature gates
+	// (DynamicResourceAllocation, DRAExtendedResource).
+	Claims ClaimOptions
 }
 
 // PodResources returns what a Pod is charged under gates, as upstream's pod evaluator
@@ -71,6 +74,7 @@ func DefaultOptions() Options {
 		DiscoveryPeriod:   30 * time.Second,
 		SourceSyncTimeout: 30 * time.Second,
 		PodResources:      PodResources(features.New()),
+		Claims:            Claims(features.New()),
 	}
 }
 

@@ -232,7 +232,19 @@ func podUsageChanged(old, cur *v1.Pod, now time.Time, charge resourcehelper.PodR
 	if old.DeletionTimestamp == nil && cur.DeletionTimestamp != nil {
 		return true
 	}
+	// The claim carrying the Pod's extended resources is named: another claim of the Pod
+	// may be charged them in full from now on.
+	if extendedClaimName(old) != extendedClaimName(cur) {
+		return true
+	}
 	a, _ := podUsage(old, now, charge)
 	b, _ := podUsage(cur, now, charge)
 	return !equalUsage(a, b)
+}
+
+func extendedClaimName(pod *v1.Pod) string {
+	if st := pod.Status.ExtendedResourceClaimStatus; st != nil {
+		return st.ResourceClaimName
+	}
+	return ""
 }

@@ -14,6 +14,7 @@ var (
 	podsResource     = schema.GroupResource{Resource: "pods"}
 	servicesResource = schema.GroupResource{Resource: "services"}
 	pvcsResource     = schema.GroupResource{Resource: "persistentvolumeclaims"}
+	claimsResource   = schema.GroupResource{Group: "resource.k8s.io", Resource: "resourceclaims"}
 )
 
 // countPrefix starts the name of an object-count quota: count/<resource>[.<group>].
@@ -99,8 +100,9 @@ func quotable(group string, r metav1.APIResource) bool {
 
 // resourceFor returns the resource type whose objects make up the usage of name, or false
 // when no evaluator measures name (a typo, an ignored type, or a resource quota does not
-// know). The usage of such names is left as it is, as upstream does.
-func resourceFor(name v1.ResourceName) (schema.GroupResource, bool) {
+// know). The usage of such names is left as it is, as upstream does. An extended resource
+// that DRA devices also provide is measured from claims too (resourcesFor).
+func resourceFor(name v1.ResourceName, o ClaimOptions) (schema.GroupResource, bool) {
 	switch {
 	case podTracks(name):
 		return podsResource, true
@@ -108,6 +110,8 @@ func resourceFor(name v1.ResourceName) (schema.GroupResource, bool) {
 		return servicesResource, true
 	case pvcTracks(name):
 		return pvcsResource, true
+	case claimTracks(name, o):
+		return claimsResource, true
 	}
 	if gr, ok := legacyCounts[name]; ok {
 		return gr, true
@@ -119,11 +123,24 @@ func resourceFor(name v1.ResourceName) (schema.GroupResource, bool) {
 	return gr, ok
 }
 
-// plan groups the names of a quota's hard limits by the resource type that measures them.
-func plan(hard v1.ResourceList) map[schema.GroupResource][]v1.ResourceName {
+// resourcesFor returns every resource type whose objects make up the usage of name: usage
+// is their sum.
+func resourcesFor(name v1.ResourceName, o ClaimOptions) []schema.GroupResource {
+	gr, ok := resourceFor(name, o)
+	if !ok {
+		return nil
+	}
+	if gr == podsResource && claimSharesWithPods(name, o) {
+		return []schema.GroupResource{podsResource, claimsResource}
+	}
+	return []schema.GroupResource{gr}
+}
+
+// plan groups the names of a quota's hard limits by the resource types that measure them.
+func plan(hard v1.ResourceList, o ClaimOptions) map[schema.GroupResource][]v1.ResourceName {
 	out := map[schema.GroupResource][]v1.ResourceName{}
 	for name := range hard {
-		if gr, ok := resourceFor(name); ok {
+		for _, gr := range resourcesFor(name, o) {
 			out[gr] = append(out[gr], name)
 		}
 	}
@@ -131,9 +148,9 @@ func plan(hard v1.ResourceList) map[schema.GroupResource][]v1.ResourceName {
 }
 
 // tracksResource reports whether any of the quota's hard limits is measured from gr.
-func tracksResource(hard v1.ResourceList, gr schema.GroupResource) bool {
+func tracksResource(hard v1.ResourceList, gr schema.GroupResource, o ClaimOptions) bool {
 	for name := range hard {
-		if g, ok := resourceFor(name); ok && g == gr {
+		if slices.Contains(resourcesFor(name, o), gr) {
 			return true
 		}
 	}

@@ -8,13 +8,16 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	coreinformers "k8s.io/client-go/informers/core/v1"
+	resourceinformers "k8s.io/client-go/informers/resource/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/dynamic-resource-allocation/deviceclass/extendedresourcecache"
 	"k8s.io/klog/v2"
 )
 
@@ -45,6 +48,15 @@ type source struct {
 	// inFailing says whether this source is counted in sources.failing, so that it is
 	// counted in and out exactly once whatever order syncing and stopping happen in.
 	inFailing atomic.Bool
+	// classes is the DeviceClass informer of the claims source when claims are charged
+	// extended resources (nil otherwise): which extended resources each class provides,
+	// kept in classMap. Claims are counted only once both have synced.
+	classes  cache.SharedIndexInformer
+	classMap *extendedresourcecache.ExtendedResourceCache
+}
+
+func (s *source) hasSynced() bool {
+	return s.informer.HasSynced() && (s.classes == nil || s.classes.HasSynced())
 }
 
 func (s *source) state() sourceState {
@@ -79,6 +91,7 @@ type sources struct {
 	client  kubernetes.Interface
 	meta    metadata.Interface
 	timeout time.Duration
+	claims  ClaimOptions
 	// handlers returns the replenishment handler of a type.
 	handlers func(gr schema.GroupResource) cache.ResourceEventHandler
 	// changed is called when a type's informer syncs or times out, so that the quotas
@@ -96,7 +109,7 @@ type sources struct {
 	failing atomic.Int64
 }
 
-func newSources(ctx context.Context, client kubernetes.Interface, meta metadata.Interface, timeout time.Duration) *sources {
+func newSources(ctx context.Context, client kubernetes.Interface, meta metadata.Interface, timeout time.Duration, claims ClaimOptions) *sources {
 	versions := map[schema.GroupResource]string{}
 	for gr, v := range coreVersions {
 		versions[gr] = v
@@ -106,6 +119,7 @@ func newSources(ctx context.Context, client kubernetes.Interface, meta metadata.
 		client:       client,
 		meta:         meta,
 		timeout:      timeout,
+		claims:       claims,
 		versions:     versions,
 		failedGroups: map[string]string{},
 		byGR:         map[schema.GroupResource]*source{},
@@ -135,6 +149,16 @@ func (s *sources) get(gr schema.GroupResource) (*source, sourceState, string) {
 	return src, src.state(), src.reason()
 }
 
+// synced returns the source of gr if it is running and synced, without starting one.
+func (s *sources) synced(gr schema.GroupResource) *source {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if src, ok := s.byGR[gr]; ok && src.synced.Load() {
+		return src
+	}
+	return nil
+}
+
 // start builds and runs the informer of gvr; s.mu is held.
 func (s *sources) start(gvr schema.GroupVersionResource) *source {
 	ctx, cancel := context.WithCancel(s.ctx)
@@ -150,6 +174,19 @@ func (s *sources) start(gvr schema.GroupVersionResource) *source {
 	case pvcsResource:
 		src.informer = coreinformers.NewPersistentVolumeClaimInformer(s.client, metav1.NamespaceAll, 0, indexers)
 		_ = src.informer.SetTransform(trimMeta)
+	case claimsResource:
+		if gvr.Version != resourceapi.SchemeGroupVersion.Version {
+			// Typed for the version the evaluator reads; an apiserver serving another one
+			// as preferred still serves v1 (GA since 1.34).
+			gvr.Version = resourceapi.SchemeGroupVersion.Version
+			src.gvr = gvr
+		}
+		indexers[claimOwnerIndex] = indexClaimOwner
+		src.informer = resourceinformers.NewResourceClaimInformer(s.client, metav1.NamespaceAll, 0, indexers)
+		_ = src.informer.SetTransform(trimClaim)
+		if s.claims.ExtendedResources {
+			s.startClasses(ctx, src)
+		}
 	default:
 		src.informer = metadatainformer.NewFilteredMetadataInformer(s.meta, gvr, metav1.NamespaceAll, 0, indexers, nil).Informer()
 		_ = src.informer.SetTransform(trimMeta)
@@ -168,15 +205,53 @@ func (s *sources) start(gvr schema.GroupVersionResource) *source {
 	s.byGR[src.gr] = src
 	logger.V(2).Info("Starting informer", "version", gvr.Version)
 	s.wg.Go(func() { src.informer.RunWithContext(ctx) })
+	if src.classes != nil {
+		s.wg.Go(func() { src.classes.RunWithContext(ctx) })
+	}
 	s.wg.Go(func() { s.awaitSync(ctx, src) })
 	return src
+}
+
+// startClasses adds to the claims source the DeviceClass informer feeding the cache of
+// which extended resources each class provides. A class added, changed or deleted after the
+// first list changes what claims are charged: the quotas counting claims are synced again.
+func (s *sources) startClasses(ctx context.Context, src *source) {
+	src.classes = resourceinformers.NewDeviceClassInformer(s.client, 0, cache.Indexers{})
+	_ = src.classes.SetTransform(trimDeviceClass)
+	changed := cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(_ any, initial bool) {
+			if !initial && src.synced.Load() {
+				s.notify(src.gr)
+			}
+		},
+		UpdateFunc: func(old, cur any) {
+			o, ok1 := old.(*resourceapi.DeviceClass)
+			n, ok2 := cur.(*resourceapi.DeviceClass)
+			if ok1 && ok2 && src.synced.Load() && !equalPtr(o.Spec.ExtendedResourceName, n.Spec.ExtendedResourceName) {
+				s.notify(src.gr)
+			}
+		},
+		DeleteFunc: func(any) {
+			if src.synced.Load() {
+				s.notify(src.gr)
+			}
+		},
+	}
+	src.classMap = extendedresourcecache.NewExtendedResourceCache(klog.FromContext(ctx).WithValues("resource", "deviceclasses.resource.k8s.io"), changed)
+	if _, err := src.classes.AddEventHandler(src.classMap); err != nil {
+		klog.FromContext(ctx).Error(err, "Cannot watch DeviceClasses")
+	}
+}
+
+func equalPtr(a, b *string) bool {
+	return (a == nil) == (b == nil) && (a == nil || *a == *b)
 }
 
 // awaitSync marks src synced or, after the timeout, failing, and tells the quotas either way.
 // A failing informer keeps retrying on its own; once it syncs the quotas are told again.
 func (s *sources) awaitSync(ctx context.Context, src *source) {
 	timeout, cancel := context.WithTimeout(ctx, s.timeout)
-	ok := cache.WaitForCacheSync(timeout.Done(), src.informer.HasSynced)
+	ok := cache.WaitForCacheSync(timeout.Done(), src.hasSynced)
 	cancel()
 	if !ok {
 		if ctx.Err() != nil {
@@ -189,7 +264,7 @@ func (s *sources) awaitSync(ctx context.Context, src *source) {
 		klog.FromContext(ctx).Info("Resource type cannot be counted yet; quotas keep their last value for it",
 			"resource", src.gr.String(), "timeout", s.timeout, "reason", src.reason())
 		s.notify(src.gr)
-		if !cache.WaitForCacheSync(ctx.Done(), src.informer.HasSynced) {
+		if !cache.WaitForCacheSync(ctx.Done(), src.hasSynced) {
 			return
 		}
 		if src.inFailing.CompareAndSwap(true, false) {
@@ -354,14 +429,21 @@ func trimPod(obj any) (any, error) {
 			conditions = append(conditions, v1.PodCondition{Type: c.Type, Status: c.Status, Reason: c.Reason})
 		}
 	}
+	// Which claim carries the Pod's extended resources: that claim is not charged them a
+	// second time.
+	var extendedClaim *v1.PodExtendedResourceClaimStatus
+	if st := pod.Status.ExtendedResourceClaimStatus; st != nil {
+		extendedClaim = &v1.PodExtendedResourceClaimStatus{ResourceClaimName: st.ResourceClaimName}
+	}
 	pod.Status = v1.PodStatus{
-		Phase:                 pod.Status.Phase,
-		QOSClass:              pod.Status.QOSClass,
-		Conditions:            conditions,
-		ContainerStatuses:     trimStatuses(pod.Status.ContainerStatuses),
-		InitContainerStatuses: trimStatuses(pod.Status.InitContainerStatuses),
-		Resources:             pod.Status.Resources,
-		AllocatedResources:    pod.Status.AllocatedResources,
+		Phase:                       pod.Status.Phase,
+		QOSClass:                    pod.Status.QOSClass,
+		Conditions:                  conditions,
+		ContainerStatuses:           trimStatuses(pod.Status.ContainerStatuses),
+		InitContainerStatuses:       trimStatuses(pod.Status.InitContainerStatuses),
+		Resources:                   pod.Status.Resources,
+		AllocatedResources:          pod.Status.AllocatedResources,
+		ExtendedResourceClaimStatus: extendedClaim,
 	}
 	return pod, nil
 }

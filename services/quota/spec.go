@@ -21,8 +21,11 @@ func Spec() app.Spec {
 		ID:          ControllerID,
 		Usage:       "keeps the status (hard limits and observed usage) of every ResourceQuota up to date",
 		DefaultPort: DefaultPort,
-		// What a Pod is charged: see PodResources.
-		FeatureGates: []featuregate.Feature{features.PodLevelResources, features.InPlacePodVerticalScaling},
+		// What a Pod is charged: see PodResources; what a ResourceClaim is: see Claims.
+		FeatureGates: []featuregate.Feature{
+			features.PodLevelResources, features.InPlacePodVerticalScaling,
+			DynamicResourceAllocation, DRAExtendedResource,
+		},
 	}, DefaultOptions(), run)
 }
 
@@ -30,6 +33,7 @@ func Spec() app.Spec {
 // replica watches nothing.
 func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 	opts.PodResources = PodResources(rt.Features)
+	opts.Claims = Claims(rt.Features)
 	meta, err := metadata.NewForConfig(rt.Config)
 	if err != nil {
 		return fmt.Errorf("metadata client: %w", err)

@@ -1,13 +1,14 @@
 package quota
 
 import (
-	resourcehelper "k8s.io/component-helpers/resource"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	resourcehelper "k8s.io/component-helpers/resource"
 )
 
 // evaluator measures the objects of one resource type.
@@ -19,10 +20,17 @@ type evaluator struct {
 	scope func(sel v1.ScopedResourceSelectorRequirement, obj any) bool
 }
 
-// evaluatorFor returns the evaluator of gr: Pods, Services and claims have their own, every
-// other type is an object count.
-func evaluatorFor(gr schema.GroupResource, charge resourcehelper.PodResourcesOptions) evaluator {
+// evaluatorFor returns the evaluator of gr: Pods, Services, volume claims and resource claims
+// have their own, every other type is an object count. claims charges ResourceClaims.
+func evaluatorFor(gr schema.GroupResource, charge resourcehelper.PodResourcesOptions, claims claimEvaluator) evaluator {
 	switch gr {
+	case claimsResource:
+		// No scopes: a scoped quota never counts claims, as upstream.
+		return evaluator{
+			usage: func(obj any, now time.Time) (v1.ResourceList, time.Duration) {
+				return claims.usage(obj.(*resourceapi.ResourceClaim), now), 0
+			},
+		}
 	case podsResource:
 		return evaluator{
 			usage: func(obj any, now time.Time) (v1.ResourceList, time.Duration) {
@@ -147,7 +155,7 @@ func equalUsage(a, b v1.ResourceList) bool {
 
 // needsPriority reports whether admission is blocked on this quota until it is synced: its
 // status lacks the spec's limits, or usage of a name the controller measures.
-func needsPriority(rq *v1.ResourceQuota) bool {
+func needsPriority(rq *v1.ResourceQuota, o ClaimOptions) bool {
 	if !apiequality.Semantic.DeepEqual(rq.Spec.Hard, rq.Status.Hard) {
 		return true
 	}
@@ -155,7 +163,7 @@ func needsPriority(rq *v1.ResourceQuota) bool {
 		if _, ok := rq.Status.Used[name]; ok {
 			continue
 		}
-		if _, measured := resourceFor(name); measured {
+		if _, measured := resourceFor(name, o); measured {
 			return true
 		}
 	}
