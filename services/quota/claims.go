@@ -13,23 +13,13 @@ import (
 	"k8s.io/component-base/featuregate"
 	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/dynamic-resource-allocation/deviceclass/extendedresourcecache"
+
+	"github.com/kcm-split/kcm-split/shared/features"
 )
 
 // ResourceClaim (DRA) usage, as the apiserver's ResourceQuota admission charges it: devices
 // per DeviceClass, and with DRAExtendedResource the extended resources those devices stand
 // for, less what the Pod a claim was generated for is already charged.
-
-// The gates of upstream's claim evaluator. They live here rather than in shared/features,
-// which only quota reads them.
-const (
-	// DynamicResourceAllocation (GA, locked on in v1.36): ResourceClaims are charged their
-	// devices; off, count/resourceclaims.resource.k8s.io is a plain count and per-class
-	// device names are not measured.
-	DynamicResourceAllocation featuregate.Feature = "DynamicResourceAllocation"
-	// DRAExtendedResource (beta, on in v1.36): a claim is also charged the extended
-	// resources its devices provide (requests.<name>, requests.deviceclass.resource.kubernetes.io/<class>).
-	DRAExtendedResource featuregate.Feature = "DRAExtendedResource"
-)
 
 // ClaimOptions say how ResourceClaims are charged; set from the feature gates.
 type ClaimOptions struct {
@@ -41,8 +31,8 @@ type ClaimOptions struct {
 
 // Claims returns how claims are charged under gates, as upstream's registry decides it.
 func Claims(gates featuregate.FeatureGate) ClaimOptions {
-	dra := gates.Enabled(DynamicResourceAllocation)
-	return ClaimOptions{Devices: dra, ExtendedResources: dra && gates.Enabled(DRAExtendedResource)}
+	dra := gates.Enabled(features.DynamicResourceAllocation)
+	return ClaimOptions{Devices: dra, ExtendedResources: dra && gates.Enabled(features.DRAExtendedResource)}
 }
 
 // claimCountName is the object count of claims, which the claim evaluator measures itself.

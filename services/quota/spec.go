@@ -24,7 +24,7 @@ func Spec() app.Spec {
 		// What a Pod is charged: see PodResources; what a ResourceClaim is: see Claims.
 		FeatureGates: []featuregate.Feature{
 			features.PodLevelResources, features.InPlacePodVerticalScaling,
-			DynamicResourceAllocation, DRAExtendedResource,
+			features.DynamicResourceAllocation, features.DRAExtendedResource,
 		},
 	}, DefaultOptions(), run)
 }

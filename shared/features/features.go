@@ -22,6 +22,12 @@ const (
 	// InPlacePodVerticalScaling (quota): a resized Pod is charged the larger of what it asks
 	// and what its containers were given. Locked on in v1.36.
 	InPlacePodVerticalScaling featuregate.Feature = "InPlacePodVerticalScaling"
+	// DynamicResourceAllocation (quota): ResourceClaims are charged their devices. Locked
+	// on in v1.36.
+	DynamicResourceAllocation featuregate.Feature = "DynamicResourceAllocation"
+	// DRAExtendedResource (quota): a ResourceClaim is also charged the extended resources
+	// its devices provide.
+	DRAExtendedResource featuregate.Feature = "DRAExtendedResource"
 	// SeparateTaintEvictionController (nodelifecycle): NoExecute evictions are the
 	// taint-eviction controller's (--enable-taint-eviction). Locked on in v1.36.
 	SeparateTaintEvictionController featuregate.Feature = "SeparateTaintEvictionController"
