@@ -231,12 +231,11 @@ func (c *Controller) create(ctx context.Context, svc *v1.Service, ep *v1.Endpoin
 		// go with it: retrying would only fail again.
 		klog.FromContext(ctx).V(5).Info("Not creating endpoints in a terminating namespace")
 		return nil
-	case apierrors.IsAlreadyExists(err):
-		// The informer has not delivered an Endpoints that exists, most often the one
-		// this controller created a moment ago. Not a failure worth an Event: retry once
-		// the cache has caught up.
-		return fmt.Errorf("endpoints %s/%s exist but are not in the informer cache yet: %w", svc.Namespace, svc.Name, err)
 	}
+	// AlreadyExists too, as upstream: most often the informer has not yet delivered an
+	// Endpoints object that exists (made by someone else, or by this controller a moment ago);
+	// the retry with backoff finds it in the cache, and the event recorder folds repeats into
+	// one Event with a count.
 	c.recorder.Eventf(ep, v1.EventTypeWarning, ReasonFailedToCreate,
 		"Failed to create endpoint for service %s/%s: %v", svc.Namespace, svc.Name, err)
 	return err

@@ -352,7 +352,10 @@ func TestSyncServiceWriteFailures(t *testing.T) {
 			name: "create fails", verb: "create", err: apierrors.NewInternalError(fmt.Errorf("boom")),
 			wantErr: true, wantEvents: []string{"Warning FailedToCreateEndpoint Failed to create endpoint for service ns/s"},
 		},
-		{name: "create finds it exists: cache lagging, no event", verb: "create", err: apierrors.NewAlreadyExists(gr, "s"), wantErr: true},
+		{
+			name: "create finds it exists: an Event, as upstream", verb: "create", err: apierrors.NewAlreadyExists(gr, "s"),
+			wantErr: true, wantEvents: []string{"Warning FailedToCreateEndpoint Failed to create endpoint for service ns/s"},
+		},
 		{
 			name: "update fails", current: existing, verb: "update", err: apierrors.NewInvalid(schema.GroupKind{Kind: "Endpoints"}, "s", nil),
 			wantErr: true, wantEvents: []string{"Warning FailedToUpdateEndpoint Failed to update endpoint ns/s"},

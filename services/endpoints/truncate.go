@@ -1,6 +1,8 @@
 package endpoints
 
 import (
+	"math"
+
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -15,11 +17,12 @@ const (
 )
 
 // truncateSubsets keeps at most limit addresses of canonical subsets and reports whether it
-// dropped any. Ready addresses are kept before not-ready ones. The budget of the kind being
-// cut is shared among subsets by apportion: every port set keeps at least one backend when
-// the budget allows (upstream's rounding can leave one with none), the rest in proportion to
-// size. The result is repacked, so subsets emptied by the cut are gone (the API server
-// rejects them) and the output is canonical again.
+// dropped any. Ready addresses are kept before not-ready ones, and the budget of the kind
+// being cut is shared among subsets by apportion, upstream's rule, so an Endpoints object
+// over capacity keeps the same addresses under kcm-split and kube-controller-manager (a
+// cluster switching between them rewrites nothing). The result is repacked: a subset the cut
+// emptied is dropped, where upstream would send it and have the write refused (the API
+// server rejects a subset without addresses).
 func truncateSubsets(subsets []v1.EndpointSubset, limit int) ([]v1.EndpointSubset, bool) {
 	ready, notReady := 0, 0
 	for i := range subsets {
@@ -60,49 +63,25 @@ func truncateSubsets(subsets []v1.EndpointSubset, limit int) ([]v1.EndpointSubse
 	return repackSubsets(out), true
 }
 
-// apportion splits budget among parts of the given sizes: each share is at most its size and
-// the shares add up to min(budget, total). When the budget covers one per non-empty part,
-// every such part gets one first; what is left goes in proportion to the remaining sizes
-// (rounded down), and the last few units one at a time in order. Deterministic, so the same
-// input always gives the same object (no write on resync).
+// apportion splits budget among parts of the given sizes as upstream's endpoints controller
+// does: in order, each part gets its proportion of the budget rounded up (the same float
+// arithmetic, so the same numbers), capped by what is left; a small last part can get
+// nothing. The shares never exceed the sizes and add up to min(budget, total).
 func apportion(sizes []int, budget int) []int {
 	shares := make([]int, len(sizes))
-	total, nonEmpty := 0, 0
+	total := 0
 	for _, n := range sizes {
 		total += n
-		if n > 0 {
-			nonEmpty++
-		}
 	}
 	if budget >= total {
 		copy(shares, sizes)
 		return shares
 	}
-	if budget <= 0 {
-		return shares
-	}
-	rest := make([]int, len(sizes))
-	copy(rest, sizes)
-	if budget >= nonEmpty {
-		for i, n := range sizes {
-			if n > 0 {
-				shares[i], rest[i] = 1, n-1
-			}
-		}
-		budget -= nonEmpty
-		total -= nonEmpty
-	}
 	left := budget
-	for i, n := range rest {
-		extra := n * budget / total
-		shares[i] += extra
-		left -= extra
-	}
-	for i := 0; left > 0; i = (i + 1) % len(sizes) {
-		if shares[i] < sizes[i] {
-			shares[i]++
-			left--
-		}
+	for i, n := range sizes {
+		share := int(math.Ceil(float64(n) / float64(total) * float64(budget)))
+		shares[i] = min(share, left, n)
+		left -= shares[i]
 	}
 	return shares
 }
