@@ -71,7 +71,7 @@ func (c *Controller) handleDisruption(ctx context.Context, counts map[string]*zo
 			from := z.state
 			z.state = s
 			z.tainter.setRate(c.opts.zoneRate(s, sizeOf(counts[k])), now)
-			logger.Info("Zone changed state", "zone", k, "from", from, "to", s, "rate", z.tainter.Rate())
+			logger.Info("Zone changed state", "zone", zoneName(k), "from", from, "to", s, "rate", z.tainter.Rate())
 			c.zoneEvent(k, from, s, counts[k], z.tainter.Rate())
 		}
 	}
@@ -107,10 +107,7 @@ func sizeOf(zc *zoneCount) int {
 // NoExecute tainting: upstream only logs it, and "why are the Pods of my dead Node not
 // evicted?" deserves an answer in the API.
 func (c *Controller) zoneEvent(key string, from, to ZoneState, zc *zoneCount, rate float64) {
-	name := key
-	if name == "" {
-		name = "(no zone labels)"
-	}
+	name := zoneName(key)
 	counted := fmt.Sprintf("%d of %d Nodes not Ready", zc.notReady, zc.ready+zc.notReady)
 	switch to {
 	case StatePartialDisruption:
@@ -193,7 +190,7 @@ func (c *Controller) runTainter(ctx context.Context) {
 
 // applyNoExecute gives one Node the NoExecute taint matching its Ready status now.
 func (c *Controller) applyNoExecute(ctx context.Context, zoneKey string, t *zoneTainter, name string) {
-	logger := klog.FromContext(ctx).WithValues("node", name, "zone", zoneKey)
+	logger := klog.FromContext(ctx).WithValues("node", name, "zone", zoneName(zoneKey))
 	node, err := c.nodes.Get(name)
 	if err != nil {
 		return // deleted meanwhile

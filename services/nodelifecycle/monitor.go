@@ -206,7 +206,7 @@ func (c *Controller) ensureZone(ctx context.Context, key string) {
 	c.zones[key] = &zone{state: StateInitial, tainter: newZoneTainter(r, c.opts.MonitorPeriod)}
 	c.metrics.evictions.WithLabelValues(key).Add(0)
 	c.metrics.zoneRate.WithLabelValues(key).Set(r)
-	klog.FromContext(ctx).Info("Initializing zone", "zone", key)
+	klog.FromContext(ctx).Info("Initializing zone", "zone", zoneName(key))
 }
 
 func (c *Controller) zone(key string) *zone {

@@ -1,6 +1,8 @@
 package nodelifecycle
 
 import (
+	"strings"
+
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/component-helpers/node/topology"
 )
@@ -31,6 +33,15 @@ const labelExcludeDisruption = "node.kubernetes.io/exclude-disruption"
 // ":\x00:", so the zone label of node_collector_* metrics matches upstream's dashboards and
 // queries. Nodes with neither share the "" zone.
 func zoneKey(node *v1.Node) string { return topology.GetZoneKey(node) }
+
+// zoneName is a zone key for people (Events, logs): region:zone without the NUL byte, or a
+// note for Nodes without zone labels.
+func zoneName(key string) string {
+	if key == "" {
+		return "(no zone labels)"
+	}
+	return strings.Replace(key, ":\x00:", ":", 1)
+}
 
 // excludedFromDisruption reports whether node does not count towards its zone's state.
 func excludedFromDisruption(node *v1.Node) bool {

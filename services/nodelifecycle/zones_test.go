@@ -30,6 +30,14 @@ func TestZoneKey(t *testing.T) {
 	}
 }
 
+func TestZoneName(t *testing.T) {
+	for key, want := range map[string]string{"": "(no zone labels)", "eu:\x00:eu-1a": "eu:eu-1a", ":\x00:z": ":z"} {
+		if got := zoneName(key); got != want {
+			t.Errorf("zoneName(%q) = %q, want %q", key, got, want)
+		}
+	}
+}
+
 func TestZoneState(t *testing.T) {
 	for _, tc := range []struct {
 		name            string
