@@ -13,6 +13,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,11 +36,18 @@ func eventually(t *testing.T, what string, cond func(ctx context.Context) (bool,
 	}
 }
 
-// endpointsScenario: a Service and a ready Pod get Endpoints (create); the Pod turning
-// unready moves its address (update); deleting the Service removes the Endpoints (delete).
+// endpointsScenario: a Service and a ready Pod get Endpoints and an EndpointSlice (create);
+// the Pod turning unready moves its address (update); a stray slice claiming to be the
+// controller's is removed (slice delete); deleting the Service removes the Endpoints (delete).
 func endpointsScenario(t *testing.T, admin kubernetes.Interface, ns string, _ func() string) {
 	ctx := context.Background()
 	labels := map[string]string{"app": "web"}
+	// EndpointSlices carry only Pods of known Nodes.
+	nodeName := "ep-" + ns[len(ns)-6:]
+	if _, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.CoreV1().Nodes().Delete(context.Background(), nodeName, metav1.DeleteOptions{}) })
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
 		Spec: corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{
@@ -51,7 +59,7 @@ func endpointsScenario(t *testing.T, admin kubernetes.Interface, ns string, _ fu
 	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web-1", Labels: labels},
-		Spec:       corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}},
+		Spec:       corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}},
 	}
 	created, err := admin.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
@@ -93,9 +101,38 @@ func endpointsScenario(t *testing.T, admin kubernetes.Interface, ns string, _ fu
 			return false, nil
 		}
 	}
+	managed := metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=web,endpointslice.kubernetes.io/managed-by=endpointslice-controller.k8s.io"}
+	sliced := func(ready bool) func(context.Context) (bool, error) {
+		return func(ctx context.Context) (bool, error) {
+			list, err := admin.DiscoveryV1().EndpointSlices(ns).List(ctx, managed)
+			if err != nil || len(list.Items) != 1 {
+				return false, nil
+			}
+			for _, e := range list.Items[0].Endpoints {
+				if e.Addresses[0] == "10.1.0.7" && e.Conditions.Ready != nil && *e.Conditions.Ready == ready {
+					return true, nil
+				}
+			}
+			return false, nil
+		}
+	}
 	eventually(t, "the ready Pod's address in the Service's Endpoints", addresses(true))
+	eventually(t, "the ready Pod in the Service's EndpointSlice", sliced(true))
 	setPodReady(created, false)
 	eventually(t, "the unready Pod's address among the not-ready addresses", addresses(false))
+	eventually(t, "the unready Pod not ready in the EndpointSlice", sliced(false))
+	stray := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web-stray", Labels: map[string]string{
+			discoveryv1.LabelServiceName: "web", discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+	}
+	if _, err := admin.DiscoveryV1().EndpointSlices(ns).Create(ctx, stray, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the stray slice (not owned by the Service) deleted", func(ctx context.Context) (bool, error) {
+		_, err := admin.DiscoveryV1().EndpointSlices(ns).Get(ctx, "web-stray", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
 	if err := admin.CoreV1().Services(ns).Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}

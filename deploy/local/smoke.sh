@@ -37,6 +37,22 @@ done
 k -n "$ns" get endpoints web
 say "smoke: ok (Deployment web: 3 Pods, 3 ready addresses in its Endpoints)"
 
+# The same Pods in the Service's EndpointSlices, which the data plane reads (endpoints-controller
+# writes them; KCM's endpointslice-controller is off).
+deadline=$((SECONDS + 60))
+while :; do
+  n=$(k -n "$ns" get endpointslices -l kubernetes.io/service-name=web \
+    -o jsonpath='{range .items[*].endpoints[?(@.conditions.ready==true)]}{.addresses[0]}{"\n"}{end}' 2>/dev/null | grep -c . || true)
+  if [ "$n" = 3 ]; then break; fi
+  if [ "$SECONDS" -ge "$deadline" ]; then
+    k -n "$ns" get endpointslices -l kubernetes.io/service-name=web -o yaml || true
+    die "smoke: EndpointSlices of $ns/web have $n ready endpoints after 60s, want 3"
+  fi
+  sleep 1
+done
+k -n "$ns" get endpointslices -l kubernetes.io/service-name=web
+say "smoke: ok (3 ready endpoints in the Service's EndpointSlices)"
+
 # shellcheck source=/dev/null
 source "$RUN/ports.env"
 # nodelifecycle-controller's node IPAM gave every kwok node an IPv4 and an IPv6 Pod range from

@@ -1,7 +1,7 @@
 // Package endpoints is kube-controller-manager's endpoints controller as a service of its own.
 // For every Service with a selector it maintains the core/v1 Endpoints object of the same
 // name: the IPs and ports of the Pods the Service selects, ready ones under addresses and the
-// others under notReadyAddresses. EndpointSlices are another controller's business.
+// others under notReadyAddresses. Their EndpointSlices are SliceController's (slices.go).
 package endpoints
 
 import (

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	endpointsliceutil "k8s.io/endpointslice/util"
 )
@@ -39,27 +40,33 @@ func (c *Controller) onPodDelete(obj any) {
 }
 
 func (c *Controller) onPodUpdate(oldObj, newObj any) {
+	c.enqueuePodServices(servicesForPodUpdate(c.services, oldObj, newObj))
+}
+
+// servicesForPodUpdate returns the keys of the Services whose Endpoints or EndpointSlices a
+// Pod update can change.
+func servicesForPodUpdate(services corelisters.ServiceLister, oldObj, newObj any) map[string]struct{} {
 	old, cur := podFrom(oldObj), podFrom(newObj)
 	if old == nil || cur == nil {
-		return
+		return nil
 	}
 	// Same version: an informer replaying its cache, not a change. Services are resynced
 	// through their own informer; fanning every Pod out to them again would add nothing.
 	if old.ResourceVersion == cur.ResourceVersion {
-		return
+		return nil
 	}
 	contentChanged, labelsChanged := podChange(old, cur)
 	switch {
 	case !contentChanged && !labelsChanged:
 		// Most Pod updates (annotations, container statuses, conditions other than Ready)
 		// cannot change any Endpoints.
-		return
+		return nil
 	case !labelsChanged:
-		c.enqueuePodServices(c.servicesSelecting(cur.Namespace, cur.Labels))
+		return servicesSelecting(services, cur.Namespace, cur.Labels)
 	default:
-		before := c.servicesSelecting(old.Namespace, old.Labels)
-		after := c.servicesSelecting(cur.Namespace, cur.Labels)
-		c.enqueuePodServices(affectedServices(before, after, contentChanged))
+		before := servicesSelecting(services, old.Namespace, old.Labels)
+		after := servicesSelecting(services, cur.Namespace, cur.Labels)
+		return affectedServices(before, after, contentChanged)
 	}
 }
 
@@ -110,7 +117,11 @@ func (c *Controller) enqueuePodServices(keys map[string]struct{}) {
 // podLabels. A nil selector selects nothing (its Endpoints are managed by someone else); an
 // empty one selects every Pod. ExternalName Services are skipped: they never get Endpoints.
 func (c *Controller) servicesSelecting(namespace string, podLabels map[string]string) map[string]struct{} {
-	services, err := c.services.Services(namespace).List(labels.Everything())
+	return servicesSelecting(c.services, namespace, podLabels)
+}
+
+func servicesSelecting(lister corelisters.ServiceLister, namespace string, podLabels map[string]string) map[string]struct{} {
+	services, err := lister.Services(namespace).List(labels.Everything())
 	if err != nil {
 		// A lister reads memory; this does not happen in practice.
 		utilruntime.HandleErrorWithContext(context.Background(), err, "Cannot list Services", "namespace", namespace)

@@ -29,7 +29,21 @@ import (
 
 var env *testenv.Env
 
-func TestMain(m *testing.M) { testenv.Main(m, &env) }
+// The apiserver allocates both families (dual-stack Services), and node-1, where the test
+// Pods run, exists: the EndpointSlice controller publishes only Pods of known Nodes.
+func TestMain(m *testing.M) {
+	testenv.MainWithOptions(m, &env, testenv.Options{
+		ExtraAPIServerArgs: []string{"--service-cluster-ip-range=10.0.0.0/16,fd00:10:96::/112"},
+		Setup: func(env *testenv.Env) error {
+			c, err := kubernetes.NewForConfig(env.Config)
+			if err != nil {
+				return err
+			}
+			_, err = c.CoreV1().Nodes().Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}, metav1.CreateOptions{})
+			return err
+		},
+	})
+}
 
 // controller is the shipped binary, built once per test binary.
 var controller = testenv.Binary{ID: endpoints.ControllerID}
@@ -629,6 +643,8 @@ func TestBadFlagsExit2(t *testing.T) {
 		{[]string{"--log-format=xml"}, "", "--log-format"},
 		{[]string{"--kubeconfig=/nonexistent/kubeconfig"}, "", "--kubeconfig"},
 		{nil, "KCM_SPLIT_CONCURRENT_ENDPOINT_SYNCS=-3", "--concurrent-endpoint-syncs"},
+		{[]string{"--max-endpoints-per-slice=1001"}, "", "--max-endpoints-per-slice"},
+		{[]string{"--controllers=*,-endpointslice-mirroring-controller"}, "", "endpointslice-mirroring-controller"},
 	} {
 		t.Run(strings.Join(append(tc.args, tc.env), " "), func(t *testing.T) {
 			cmd := exec.Command(bin, tc.args...)

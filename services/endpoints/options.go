@@ -1,6 +1,9 @@
 package endpoints
 
 import (
+	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -8,8 +11,8 @@ import (
 	"github.com/kcm-split/kcm-split/shared/app"
 )
 
-// Names this controller is known by. They are the single source of truth for the binary,
-// the Lease, the queue's metrics label, the Helm chart key and what other components see.
+// Names this binary is known by. They are the single source of truth for the binary,
+// the Lease, the queues' metrics labels, the Helm chart key and what other components see.
 const (
 	// ControllerID is the binary name and the default Lease name.
 	ControllerID = "endpoints-controller"
@@ -23,42 +26,184 @@ const (
 	DefaultPort = 10281
 )
 
-// Flag names, upstream's.
+// Names of the EndpointSlice controller this binary also runs, upstream's.
 const (
-	FlagConcurrentSyncs = "concurrent-endpoint-syncs"
-	FlagBatchPeriod     = "endpoint-updates-batch-period"
+	// SliceQueueName is upstream's workqueue name: workqueue_*{name="endpoint_slice"}.
+	SliceQueueName = "endpoint_slice"
+	// SliceComponentName is the source component of the EndpointSlice controller's Events.
+	SliceComponentName = "endpoint-slice-controller"
+	// SliceManagedBy is the endpointslice.kubernetes.io/managed-by value of the slices this
+	// binary owns: upstream's, so slices kube-controller-manager wrote are adopted, not
+	// duplicated, when a cluster switches over (and back).
+	SliceManagedBy = "endpointslice-controller.k8s.io"
 )
 
-// Options are the controller's own settings.
+// Controller names for --controllers, kube-controller-manager's; each also has upstream's alias.
+const (
+	EndpointsController     = "endpoints-controller"
+	EndpointSliceController = "endpointslice-controller"
+)
+
+// controllerAliases maps upstream's aliases to the names above.
+var controllerAliases = map[string]string{
+	"endpoint":      EndpointsController,
+	"endpointslice": EndpointSliceController,
+}
+
+// knownControllers are the controllers this binary runs, all on by default.
+var knownControllers = []string{EndpointsController, EndpointSliceController}
+
+// Flag names, upstream's.
+const (
+	FlagControllers          = "controllers"
+	FlagConcurrentSyncs      = "concurrent-endpoint-syncs"
+	FlagBatchPeriod          = "endpoint-updates-batch-period"
+	FlagConcurrentSliceSyncs = "concurrent-service-endpoint-syncs"
+	FlagMaxEndpointsPerSlice = "max-endpoints-per-slice"
+	FlagSliceBatchPeriod     = "endpointslice-updates-batch-period"
+)
+
+// Bounds of --max-endpoints-per-slice, upstream's.
+const (
+	defaultMaxEndpointsPerSlice = 100
+	maxMaxEndpointsPerSlice     = 1000
+)
+
+// Default client budget of this binary: the defaults of --kube-api-qps and --kube-api-burst.
+const (
+	// DefaultQPS is what upstream gives the two controllers this binary runs: in
+	// kube-controller-manager each has a client of its own at 20 QPS / 30 burst. Sharing one
+	// budget of 20 would make a rollout's EndpointSlice writes delay its Endpoints writes.
+	DefaultQPS = 40
+	// DefaultBurst is the two controllers' bursts together.
+	DefaultBurst = 60
+)
+
+// Options are the controllers' own settings.
 type Options struct {
-	// ConcurrentSyncs is the number of Services reconciled in parallel.
+	// Controllers is --controllers as given: upstream's syntax, a comma-separated list of
+	// names to enable, "-name" to disable, "*" for every controller on by default.
+	Controllers string
+	// ConcurrentSyncs is the number of Services whose Endpoints are reconciled in parallel.
 	ConcurrentSyncs int
 	// BatchPeriod delays the sync a Pod change triggers, so that a burst of Pod changes
 	// (a rollout, a node going away) becomes one Endpoints write per Service instead of
 	// one per Pod. Service changes are never delayed. Zero syncs at once.
 	BatchPeriod time.Duration
+	// ConcurrentSliceSyncs is the number of Services whose EndpointSlices are reconciled in
+	// parallel.
+	ConcurrentSliceSyncs int
+	// MaxEndpointsPerSlice caps the endpoints in one EndpointSlice.
+	MaxEndpointsPerSlice int
+	// SliceBatchPeriod is BatchPeriod for EndpointSlices.
+	SliceBatchPeriod time.Duration
 }
 
 // DefaultOptions returns upstream's defaults.
 func DefaultOptions() Options {
-	return Options{ConcurrentSyncs: 5, BatchPeriod: 0}
+	return Options{
+		Controllers:          "*",
+		ConcurrentSyncs:      5,
+		BatchPeriod:          0,
+		ConcurrentSliceSyncs: 5,
+		MaxEndpointsPerSlice: defaultMaxEndpointsPerSlice,
+		SliceBatchPeriod:     0,
+	}
 }
 
 // Validate reports the first bad value as an *app.FlagError.
 func (o Options) Validate() error {
+	_, err := o.Enabled()
 	return app.FirstError(
+		err,
 		app.AtLeast(FlagConcurrentSyncs, o.ConcurrentSyncs, 1),
 		app.NotNegative(FlagBatchPeriod, o.BatchPeriod),
+		app.AtLeast(FlagConcurrentSliceSyncs, o.ConcurrentSliceSyncs, 1),
+		app.AtLeast(FlagMaxEndpointsPerSlice, o.MaxEndpointsPerSlice, 1),
+		atMost(FlagMaxEndpointsPerSlice, o.MaxEndpointsPerSlice, maxMaxEndpointsPerSlice),
+		app.NotNegative(FlagSliceBatchPeriod, o.SliceBatchPeriod),
 	)
 }
 
-// Flags returns the controller's flags, each bound to its field of o; their defaults are o's
+func atMost(flag string, v, highest int) error {
+	if v > highest {
+		return &app.FlagError{Flag: flag, Err: fmt.Errorf("%d is more than %d", v, highest)}
+	}
+	return nil
+}
+
+// Enabled returns the controllers --controllers turns on, by name. It follows
+// kube-controller-manager: the first entry naming a controller ("name" or "-name", aliases
+// included) decides; otherwise "*" turns it on. Names this binary does not run are refused,
+// all of them in one error, and so is a list that turns every controller off.
+//
+// Hand-written: upstream's IsControllerEnabled (k8s.io/controller-manager/app) would bring
+// k8s.io/apiserver's server packages into the binary.
+func (o Options) Enabled() (map[string]bool, error) {
+	var entries, unknown []string
+	for e := range strings.SplitSeq(o.Controllers, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			entries = append(entries, e)
+		}
+	}
+	canonical := func(name string) string {
+		if c, ok := controllerAliases[name]; ok {
+			return c
+		}
+		return name
+	}
+	for _, e := range entries {
+		if e == "*" {
+			continue
+		}
+		if name := canonical(strings.TrimPrefix(e, "-")); !slices.Contains(knownControllers, name) {
+			unknown = append(unknown, fmt.Sprintf("%q", strings.TrimPrefix(e, "-")))
+		}
+	}
+	if len(unknown) > 0 {
+		return nil, &app.FlagError{Flag: FlagControllers, Err: fmt.Errorf("unknown controllers %s (this binary runs %s)",
+			strings.Join(unknown, ", "), strings.Join(knownControllers, ", "))}
+	}
+	enabled := map[string]bool{}
+	for _, name := range knownControllers {
+		enabled[name] = isEnabled(name, entries, canonical)
+	}
+	if !enabled[EndpointsController] && !enabled[EndpointSliceController] {
+		return nil, &app.FlagError{Flag: FlagControllers, Err: fmt.Errorf("%q enables none of %s", o.Controllers, strings.Join(knownControllers, ", "))}
+	}
+	return enabled, nil
+}
+
+func isEnabled(name string, entries []string, canonical func(string) string) bool {
+	star := false
+	for _, e := range entries {
+		switch {
+		case e == "*":
+			star = true
+		case strings.HasPrefix(e, "-") && canonical(e[1:]) == name:
+			return false
+		case canonical(e) == name:
+			return true
+		}
+	}
+	return star // every controller of this binary is on by default
+}
+
+// Flags returns the controllers' flags, each bound to its field of o; their defaults are o's
 // values. New flag values on every call: app.Run adds environment variables to them in place.
 func (o *Options) Flags() []cli.Flag {
 	return []cli.Flag{
+		app.Bound(app.CategoryController, FlagControllers, &o.Controllers,
+			"controllers to run: '*' runs all ("+strings.Join(knownControllers, ", ")+"), 'foo' enables foo, '-foo' disables foo; kube-controller-manager's names and aliases"),
 		app.Bound(app.CategoryController, FlagConcurrentSyncs, &o.ConcurrentSyncs,
 			"number of Services whose Endpoints are synced concurrently; more is faster but costs CPU and API calls"),
 		app.Bound(app.CategoryController, FlagBatchPeriod, &o.BatchPeriod,
 			"delay before syncing a Service after a Pod change, so that several Pod changes make one Endpoints update; 0 syncs at once"),
+		app.Bound(app.CategoryController, FlagConcurrentSliceSyncs, &o.ConcurrentSliceSyncs,
+			"number of Services whose EndpointSlices are synced concurrently; more is faster but costs CPU and API calls"),
+		app.Bound(app.CategoryController, FlagMaxEndpointsPerSlice, &o.MaxEndpointsPerSlice,
+			"maximum number of endpoints in one EndpointSlice (1-1000); more means fewer slices but larger ones to rewrite on each change"),
+		app.Bound(app.CategoryController, FlagSliceBatchPeriod, &o.SliceBatchPeriod,
+			"delay before syncing a Service's EndpointSlices after a Pod change, so that several Pod changes make one update; 0 syncs at once"),
 	}
 }

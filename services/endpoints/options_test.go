@@ -1,6 +1,9 @@
 package endpoints
 
 import (
+	"errors"
+	"maps"
+	"strings"
 	"testing"
 	"time"
 
@@ -8,18 +11,73 @@ import (
 	"github.com/kcm-split/kcm-split/shared/app/apptest"
 )
 
+func with(mutate func(*Options)) Options {
+	o := DefaultOptions()
+	mutate(&o)
+	return o
+}
+
 func TestOptionsValidate(t *testing.T) {
 	apptest.Validate(t, []apptest.ValidateCase[Options]{
 		{Name: "defaults", Opts: DefaultOptions()},
-		{Name: "one worker, some batching", Opts: Options{ConcurrentSyncs: 1, BatchPeriod: time.Second}},
-		{Name: "no workers", Opts: Options{ConcurrentSyncs: 0}, WantFlag: FlagConcurrentSyncs},
-		{Name: "negative batch period", Opts: Options{ConcurrentSyncs: 5, BatchPeriod: -time.Second}, WantFlag: FlagBatchPeriod},
+		{Name: "one worker, some batching", Opts: with(func(o *Options) { o.ConcurrentSyncs, o.BatchPeriod = 1, time.Second })},
+		{Name: "no workers", Opts: with(func(o *Options) { o.ConcurrentSyncs = 0 }), WantFlag: FlagConcurrentSyncs},
+		{Name: "negative batch period", Opts: with(func(o *Options) { o.BatchPeriod = -time.Second }), WantFlag: FlagBatchPeriod},
+		{Name: "no slice workers", Opts: with(func(o *Options) { o.ConcurrentSliceSyncs = 0 }), WantFlag: FlagConcurrentSliceSyncs},
+		{Name: "slices of 1", Opts: with(func(o *Options) { o.MaxEndpointsPerSlice = 1 })},
+		{Name: "slices of 1000", Opts: with(func(o *Options) { o.MaxEndpointsPerSlice = 1000 })},
+		{Name: "empty slices", Opts: with(func(o *Options) { o.MaxEndpointsPerSlice = 0 }), WantFlag: FlagMaxEndpointsPerSlice},
+		{Name: "slices of 1001", Opts: with(func(o *Options) { o.MaxEndpointsPerSlice = 1001 }), WantFlag: FlagMaxEndpointsPerSlice},
+		{Name: "negative slice batch period", Opts: with(func(o *Options) { o.SliceBatchPeriod = -time.Second }), WantFlag: FlagSliceBatchPeriod},
+		{Name: "unknown controller", Opts: with(func(o *Options) { o.Controllers = "*,foo" }), WantFlag: FlagControllers},
 	})
 }
 
 func TestDefaultsAreUpstreams(t *testing.T) {
-	if d := DefaultOptions(); d.ConcurrentSyncs != 5 || d.BatchPeriod != 0 {
-		t.Errorf("defaults = %+v, want 5 workers and no batching", d)
+	d := DefaultOptions()
+	if d.ConcurrentSyncs != 5 || d.BatchPeriod != 0 || d.ConcurrentSliceSyncs != 5 || d.MaxEndpointsPerSlice != 100 || d.SliceBatchPeriod != 0 || d.Controllers != "*" {
+		t.Errorf("defaults = %+v, want 5 workers each, no batching, 100 endpoints per slice, every controller", d)
+	}
+}
+
+func TestControllers(t *testing.T) {
+	both := map[string]bool{EndpointsController: true, EndpointSliceController: true}
+	onlyEndpoints := map[string]bool{EndpointsController: true, EndpointSliceController: false}
+	onlySlices := map[string]bool{EndpointsController: false, EndpointSliceController: true}
+	for _, tc := range []struct {
+		flag    string
+		want    map[string]bool
+		wantErr string // in the error, besides the flag's name
+	}{
+		{flag: "*", want: both},
+		{flag: "endpoints-controller,endpointslice-controller", want: both},
+		{flag: "*,-endpointslice-controller", want: onlyEndpoints},
+		{flag: "*,-endpointslice", want: onlyEndpoints}, // upstream's alias
+		{flag: "-endpoint,*", want: onlySlices},
+		{flag: "endpointslice-controller", want: onlySlices},
+		{flag: " endpoint , endpointslice ", want: both},
+		// The first entry naming a controller decides, as in kube-controller-manager.
+		{flag: "endpoints-controller,-endpoints-controller,endpointslice", want: both},
+		{flag: "-endpoints-controller,endpoints-controller,*", want: onlySlices},
+		// Disabling another controller of kube-controller-manager is not a choice here.
+		{flag: "*,-endpointslice-mirroring-controller", wantErr: `unknown controllers "endpointslice-mirroring-controller"`},
+		{flag: "*,foo,-bar", wantErr: `unknown controllers "foo", "bar"`},
+		{flag: "-endpoints-controller,-endpointslice-controller", wantErr: "enables none"},
+		{flag: "", wantErr: "enables none"},
+	} {
+		t.Run(tc.flag, func(t *testing.T) {
+			got, err := Options{Controllers: tc.flag}.Enabled()
+			if tc.wantErr != "" {
+				var fe *app.FlagError
+				if !errors.As(err, &fe) || fe.Flag != FlagControllers || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("Enabled() = %v, %v; want a FlagError for --%s with %q", got, err, FlagControllers, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || !maps.Equal(got, tc.want) {
+				t.Fatalf("Enabled() = %v, %v; want %v", got, err, tc.want)
+			}
+		})
 	}
 }
 
@@ -30,6 +88,11 @@ func TestBadFlagsExitWithUsageCode(t *testing.T) {
 		{Name: "zero workers", Args: []string{"--" + FlagConcurrentSyncs + "=0"}, WantFlag: FlagConcurrentSyncs},
 		{Name: "negative batch period", Args: []string{"--" + FlagBatchPeriod + "=-1s"}, WantFlag: FlagBatchPeriod},
 		{Name: "from the environment", Env: map[string]string{app.EnvVar(FlagBatchPeriod): "-5s"}, WantFlag: FlagBatchPeriod},
+		{Name: "zero slice workers", Args: []string{"--" + FlagConcurrentSliceSyncs + "=0"}, WantFlag: FlagConcurrentSliceSyncs},
+		{Name: "slices too large", Args: []string{"--" + FlagMaxEndpointsPerSlice + "=1001"}, WantFlag: FlagMaxEndpointsPerSlice},
+		{Name: "negative slice batch period", Args: []string{"--" + FlagSliceBatchPeriod + "=-1s"}, WantFlag: FlagSliceBatchPeriod},
+		{Name: "unknown controller", Args: []string{"--" + FlagControllers + "=*,nodelifecycle-controller"}, WantFlag: FlagControllers},
+		{Name: "controllers from the environment", Env: map[string]string{app.EnvVar(FlagControllers): "-endpoint,-endpointslice"}, WantFlag: FlagControllers},
 	})
 }
 

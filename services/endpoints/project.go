@@ -12,10 +12,49 @@ import (
 // last-applied-configuration) are mostly bytes this controller never reads; keeping only the
 // fields below cuts a Pod to a few hundred bytes. Every other object only loses managedFields.
 func cacheTransform(obj any) (any, error) {
-	if pod, ok := obj.(*v1.Pod); ok {
-		return projectPod(pod), nil
+	switch o := obj.(type) {
+	case *v1.Pod:
+		return projectPod(o), nil
+	case *v1.Node:
+		return projectNode(o), nil
 	}
 	return informer.DropManagedFields(obj)
+}
+
+// nodeLabels are the Node labels the EndpointSlice controller reads: the zone for each
+// endpoint and for topology hints, and the roles that keep a Node out of the zones' capacity.
+var nodeLabels = []string{v1.LabelTopologyZone, "node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master"}
+
+// projectNode returns the part of node the k8s.io/endpointslice Reconciler and topology
+// cache read: the labels above, the Ready condition and the allocatable CPU. Nodes' images,
+// addresses and heartbeat times are most of their bytes and none of this controller's
+// business.
+func projectNode(node *v1.Node) *v1.Node {
+	out := &v1.Node{
+		TypeMeta: node.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            node.Name,
+			UID:             node.UID,
+			ResourceVersion: node.ResourceVersion,
+		},
+	}
+	for _, k := range nodeLabels {
+		if v, ok := node.Labels[k]; ok {
+			if out.Labels == nil {
+				out.Labels = map[string]string{}
+			}
+			out.Labels[k] = v
+		}
+	}
+	if cpu, ok := node.Status.Allocatable[v1.ResourceCPU]; ok {
+		out.Status.Allocatable = v1.ResourceList{v1.ResourceCPU: cpu}
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			out.Status.Conditions = []v1.NodeCondition{{Type: c.Type, Status: c.Status}}
+		}
+	}
+	return out
 }
 
 // projectPod returns the part of pod the endpoints controller reads: identity, labels and
@@ -23,7 +62,9 @@ func cacheTransform(obj any) (any, error) {
 // ports (and the restart policy that makes an init container a sidecar) for named target
 // ports; phase, IPs and conditions for readiness. These are also all the Pod fields the
 // k8s.io/endpointslice functions used here read (inclusion, hostname, port lookup, readiness,
-// and the Ready condition's lastTransitionTime for the trigger time); none needed adding.
+// and the Ready condition's lastTransitionTime for the trigger time), its Reconciler included
+// (name, namespace and UID for targetRef, nodeName, hostname and subdomain, IPs, readiness,
+// deletion for the serving and terminating conditions); none needed adding.
 func projectPod(pod *v1.Pod) *v1.Pod {
 	return &v1.Pod{
 		TypeMeta: pod.TypeMeta,

@@ -2,33 +2,115 @@ package endpoints
 
 import (
 	"context"
+	"errors"
+	"sync"
 
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
+	discoveryinformers "k8s.io/client-go/informers/discovery/v1"
+	"k8s.io/component-base/featuregate"
+	"k8s.io/klog/v2"
 
 	"github.com/kcm-split/kcm-split/shared/app"
+	"github.com/kcm-split/kcm-split/shared/features"
 )
 
 // Spec describes the endpoints-controller binary to app.Main.
 func Spec() app.Spec {
 	return app.WithOptions(app.Spec{
 		ID:          ControllerID,
-		Usage:       "keeps the Endpoints of every Service with a selector in line with the Pods it selects",
+		Usage:       "keeps the Endpoints and EndpointSlices of every Service with a selector in line with the Pods it selects",
 		DefaultPort: DefaultPort,
+		// trafficDistribution PreferSameZone/PreferSameNode hints (EndpointSlices); locked on.
+		FeatureGates: []featuregate.Feature{features.PreferSameTrafficDistribution},
+		// Two upstream controllers' budgets in one: see DefaultQPS.
+		DefaultQPS:   DefaultQPS,
+		DefaultBurst: DefaultBurst,
 	}, DefaultOptions(), run)
 }
 
 // run is called only while this process holds the Lease: it owns the informers, so a standby
-// replica watches nothing.
+// replica watches nothing. The controllers --controllers enables share one informer per type
+// (Pods, Services through one projection), each with its own queue and workers.
 func run(ctx context.Context, rt *app.Runtime, opts Options) error {
+	enabled, err := opts.Enabled()
+	if err != nil {
+		return err // validated at parse time already
+	}
 	factory := informers.NewSharedInformerFactoryWithOptions(rt.Client, rt.ResyncPeriod(), informers.WithTransform(cacheTransform))
-	c := New(
-		factory.Core().V1().Pods(),
-		factory.Core().V1().Services(),
-		factory.Core().V1().Endpoints(),
-		rt.Client,
-		rt.EventRecorder(ctx, ComponentName),
-		opts,
-		rt.Registry,
-	)
-	return rt.RunController(ctx, c.HasSynced, func(ctx context.Context) error { return c.Run(ctx, opts.ConcurrentSyncs) }, factory)
+	var runs []func(context.Context) error
+	var synced []func() bool
+	if enabled[EndpointsController] {
+		c := New(
+			factory.Core().V1().Pods(),
+			factory.Core().V1().Services(),
+			factory.Core().V1().Endpoints(),
+			rt.Client,
+			rt.EventRecorder(ctx, ComponentName),
+			opts,
+			rt.Registry,
+		)
+		runs = append(runs, func(ctx context.Context) error { return c.Run(ctx, opts.ConcurrentSyncs) })
+		synced = append(synced, c.HasSynced)
+	}
+	if enabled[EndpointSliceController] {
+		c := NewSliceController(
+			factory.Core().V1().Pods(),
+			factory.Core().V1().Services(),
+			managedSlices(factory),
+			factory.Core().V1().Nodes(),
+			rt.Client,
+			rt.EventRecorder(ctx, SliceComponentName),
+			opts,
+			rt.Features.Enabled(features.PreferSameTrafficDistribution),
+			rt.Registry,
+		)
+		runs = append(runs, func(ctx context.Context) error { return c.Run(ctx, opts.ConcurrentSliceSyncs) })
+		synced = append(synced, c.HasSynced)
+	}
+	klog.FromContext(ctx).Info("Controllers enabled", "endpoints", enabled[EndpointsController], "endpointSlices", enabled[EndpointSliceController])
+	return rt.RunController(ctx, allSynced(synced), runAll(runs), factory)
+}
+
+// managedSlices is the factory's EndpointSlice informer, watching only the slices this
+// binary manages, as the API server filters them: the data plane's other slices (mirrored,
+// or written by meshes and other controllers) never enter the cache.
+func managedSlices(factory informers.SharedInformerFactory) discoveryinformers.EndpointSliceInformer {
+	selector := labels.Set{discovery.LabelManagedBy: SliceManagedBy}.String()
+	return discoveryinformers.New(factory, metav1.NamespaceAll, func(o *metav1.ListOptions) {
+		o.LabelSelector = selector
+	}).EndpointSlices()
+}
+
+func allSynced(fns []func() bool) func() bool {
+	return func() bool {
+		for _, fn := range fns {
+			if !fn() {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// runAll runs every controller until ctx ends; the first to fail stops the others, and the
+// term ends with its error.
+func runAll(runs []func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		var wg sync.WaitGroup
+		errs := make([]error, len(runs))
+		for i, run := range runs {
+			wg.Go(func() {
+				if errs[i] = run(ctx); errs[i] != nil {
+					cancel()
+				}
+			})
+		}
+		wg.Wait()
+		return errors.Join(errs...)
+	}
 }

@@ -37,6 +37,9 @@ const (
 	// VolumeAttributesClass (pvbinder): a claim binds only a volume of its attributes class.
 	// Locked on in v1.36.
 	VolumeAttributesClass featuregate.Feature = "VolumeAttributesClass"
+	// PreferSameTrafficDistribution (endpoints, EndpointSlices): trafficDistribution
+	// PreferSameZone and PreferSameNode give endpoints hints. Locked on in v1.36.
+	PreferSameTrafficDistribution featuregate.Feature = "PreferSameTrafficDistribution"
 )
 
 // Version is the Kubernetes version whose gates these are.

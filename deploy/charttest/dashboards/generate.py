@@ -20,9 +20,23 @@ CONTROLLERS = {
     "endpoints": {
         "id": "endpoints-controller",
         "title": "Endpoints controller",
-        "queues": ["endpoint"],
-        # No metrics of its own: upstream has none; reconciles and queues tell the story.
-        "own": [],
+        "queues": ["endpoint", "endpoint_slice"],
+        # The Endpoints part has no metrics of its own (upstream has none); the EndpointSlice
+        # part has upstream's endpoint_slice_controller_* (its reconciles have the
+        # controller="endpointslice-controller" label).
+        "own": [
+            ("EndpointSlice syncs by result", "ops", [
+                ('sum by (result) (rate(endpoint_slice_controller_syncs{$JOB}[$__rate_interval]))', "{{result}}")]),
+            ("EndpointSlice writes by operation", "ops", [
+                ('sum by (operation) (rate(endpoint_slice_controller_changes{$JOB}[$__rate_interval]))', "{{operation}}")]),
+            ("EndpointSlices: actual and desired, endpoints", "short", [
+                ('max(endpoint_slice_controller_num_endpoint_slices{$JOB})', "slices"),
+                ('max(endpoint_slice_controller_desired_endpoint_slices{$JOB})', "desired slices"),
+                ('max(endpoint_slice_controller_endpoints_desired{$JOB})', "endpoints")]),
+            ("Endpoints added and removed per sync p99", "short", [
+                ('histogram_quantile(0.99, sum by (le) (rate(endpoint_slice_controller_endpoints_added_per_sync_bucket{$JOB}[$__rate_interval])))', "added"),
+                ('histogram_quantile(0.99, sum by (le) (rate(endpoint_slice_controller_endpoints_removed_per_sync_bucket{$JOB}[$__rate_interval])))', "removed")]),
+        ],
     },
     "namespace": {
         "id": "namespace-controller",

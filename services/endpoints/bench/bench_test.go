@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -55,6 +56,10 @@ const (
 // comparison is like for like).
 var (
 	ours = benchkit.Ours("endpoints-controller", "github.com/kcm-split/kcm-split/services/endpoints/cmd/endpoints-controller",
+		// Upstream runs its endpoints controller alone, with its client's 20 QPS / 30 burst:
+		// so does ours (whose default budget covers its two controllers).
+		"--controllers=endpoints-controller",
+		"--kube-api-qps="+strconv.Itoa(clientQPS), "--kube-api-burst="+strconv.Itoa(clientBurst),
 		"--concurrent-endpoint-syncs="+concurrentSyncs,
 		"--endpoint-updates-batch-period="+batchPeriod,
 	)

@@ -1,5 +1,6 @@
-// Command endpoints-controller runs kube-controller-manager's endpoints controller on its own:
-// it keeps the Endpoints of every Service with a selector in line with the Pods it selects.
+// Command endpoints-controller runs kube-controller-manager's endpoints and endpointslice
+// controllers on their own: they keep the Endpoints and EndpointSlices of every Service with a
+// selector in line with the Pods it selects.
 // See --help for flags; each can also be set through a KCM_SPLIT_<FLAG> environment variable.
 package main
 
