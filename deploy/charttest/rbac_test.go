@@ -131,15 +131,17 @@ var scenarios = map[string]scenario{
 		run: pvbinderScenario,
 		forbidden: []authorizationv1.ResourceAttributes{
 			{Verb: "list", Resource: "secrets"},
-			{Verb: "create", Resource: "persistentvolumes"},
-			{Verb: "delete", Resource: "persistentvolumes"},
 			{Verb: "delete", Resource: "persistentvolumeclaims", Namespace: "default"},
-			{Verb: "list", Resource: "pods"},
+			{Verb: "create", Resource: "persistentvolumeclaims", Namespace: "default"},
+			{Verb: "get", Resource: "pods", Namespace: "default"},
+			{Verb: "update", Resource: "pods", Namespace: "default"},
 			{Verb: "update", Group: "storage.k8s.io", Resource: "storageclasses"},
 		},
 		unused: with(eventsOnFailure, map[string]string{
 			"get /persistentvolumeclaims": "a claim missing from the cache is read live before its volume is released",
 		}),
+		// The scenario provisions and deletes a host-path volume (create and delete PVs).
+		args: []string{"--enable-hostpath-provisioner"},
 	},
 	"quota": {
 		run: quotaScenario,

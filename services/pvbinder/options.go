@@ -26,8 +26,10 @@ const (
 // Flag names. The sync period is upstream's; the worker count is this binary's own (upstream
 // runs exactly one worker per queue).
 const (
-	FlagSyncPeriod = "pvclaimbinder-sync-period"
-	FlagWorkers    = "concurrent-pv-binder-syncs"
+	FlagSyncPeriod          = "pvclaimbinder-sync-period"
+	FlagWorkers             = "concurrent-pv-binder-syncs"
+	FlagDynamicProvisioning = "enable-dynamic-provisioning"
+	FlagHostPathProvisioner = "enable-hostpath-provisioner"
 )
 
 // Default client budget of this binary: the defaults of --kube-api-qps and --kube-api-burst.
@@ -55,11 +57,18 @@ type Options struct {
 	// Workers is the number of goroutines per queue (volumes and claims). Binds of
 	// different claims run in parallel; a PV is never written by two of them at once.
 	Workers int
+	// DynamicProvisioning off: a claim no PV fits is never handed to a provisioner (no
+	// annotation, no event), it waits for a PV an admin creates.
+	DynamicProvisioning bool
+	// HostPathProvisioner turns on the kubernetes.io/host-path provisioner, for development
+	// and testing on one node only: it makes directories on this process's own filesystem.
+	HostPathProvisioner bool
 }
 
-// DefaultOptions returns the defaults: upstream's sync period and eight workers per queue.
+// DefaultOptions returns the defaults: upstream's sync period and provisioning settings, and
+// eight workers per queue.
 func DefaultOptions() Options {
-	return Options{SyncPeriod: 15 * time.Second, Workers: 8}
+	return Options{SyncPeriod: 15 * time.Second, Workers: 8, DynamicProvisioning: true}
 }
 
 // Validate reports the first bad value as an *app.FlagError.
@@ -78,5 +87,10 @@ func (o *Options) Flags() []cli.Flag {
 			"how often every PersistentVolume and PersistentVolumeClaim is re-examined without an event"),
 		app.Bound(app.CategoryController, FlagWorkers, &o.Workers,
 			"number of workers per queue (volumes, claims); claims bind in parallel, never two to one volume"),
+		app.Bound(app.CategoryController, FlagDynamicProvisioning, &o.DynamicProvisioning,
+			"hand claims no volume fits to their StorageClass's provisioner"),
+		app.Bound(app.CategoryController, FlagHostPathProvisioner, &o.HostPathProvisioner,
+			"provision kubernetes.io/host-path volumes as directories under /tmp/hostpath_pv of this process's filesystem; "+
+				"for development and testing only, does not work in a multi-node cluster"),
 	}
 }

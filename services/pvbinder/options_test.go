@@ -23,6 +23,13 @@ func TestDefaultSyncPeriodIsUpstreams(t *testing.T) {
 	}
 }
 
+// Upstream's provisioning defaults: dynamic provisioning on, the host-path provisioner off.
+func TestDefaultProvisioningIsUpstreams(t *testing.T) {
+	if d := DefaultOptions(); !d.DynamicProvisioning || d.HostPathProvisioner {
+		t.Errorf("defaults = %+v, want dynamic provisioning on and the host-path provisioner off", d)
+	}
+}
+
 // Bad values, from flags or the environment, exit with the usage code before anything
 // connects anywhere.
 func TestBadFlagsExitWithUsageCode(t *testing.T) {
