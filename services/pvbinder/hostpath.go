@@ -173,6 +173,9 @@ func hostPathDeletable(base, path string) error {
 // in-tree finalizer, then the PV. A directory it may not delete marks the PV Failed.
 // Called with the PV's lock held.
 func (c *Controller) deleteHostPath(ctx context.Context, pv *v1.PersistentVolume) error {
+	if pv.DeletionTimestamp != nil {
+		return nil // deleted already; the pv-protection controller lets it go
+	}
 	if pv.Spec.HostPath == nil {
 		return c.failVolume(ctx, pv, ReasonVolumeFailedDelete, fmt.Sprintf(
 			"failed to create deleter for volume %q: spec.PersistentVolumeSource.HostPath is nil", pv.Name))
