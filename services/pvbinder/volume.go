@@ -159,8 +159,9 @@ func (c *Controller) failVolume(ctx context.Context, pv *v1.PersistentVolume, re
 	return nil
 }
 
-// reclaim applies a Released PV's reclaim policy. Of upstream's in-tree deleters this binary
-// has the host-path one; the storage of any other PV is deleted by the external (CSI)
+// reclaim applies a Released PV's reclaim policy. Recycle runs a recycler Pod (recycle.go).
+// Of upstream's in-tree deleters this binary has the host-path one; the storage of any other
+// PV is deleted by the external (CSI)
 // provisioner that made it, which watches for Released PVs with Delete, and the PV object
 // with it. A PV nothing can delete is marked Failed with an event, so an admin notices.
 func (c *Controller) reclaim(ctx context.Context, pv *v1.PersistentVolume) error {
@@ -192,8 +193,7 @@ func (c *Controller) reclaim(ctx context.Context, pv *v1.PersistentVolume) error
 				"error getting deleter volume plugin for volume %q: no deletable volume plugin matched", pv.Name))
 		}
 	case v1.PersistentVolumeReclaimRecycle:
-		// Deprecated upstream, and it needs in-tree plugins and recycler pods.
-		return c.failVolume(ctx, pv, ReasonVolumeFailedRecycle, "No recycler plugin found for the volume!")
+		return c.recycle(ctx, pv)
 	default:
 		return c.failVolume(ctx, pv, ReasonVolumeUnknownReclaim, "Volume has unrecognized PersistentVolumeReclaimPolicy")
 	}
