@@ -14,6 +14,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -273,6 +274,90 @@ func pvbinderScenario(t *testing.T, admin kubernetes.Interface, ns string, snaps
 	eventually(t, "the volume Released once its claim is gone", func(ctx context.Context) (bool, error) {
 		v, err := admin.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
 		return err == nil && v.Status.Phase == corev1.VolumeReleased, nil
+	})
+
+	// Recycle: a recycler Pod scrubs the released volume; once it succeeded (the test plays
+	// the kubelet) the volume is Available again and the Pod removed.
+	recycled := pv.DeepCopy()
+	recycled.ObjectMeta = metav1.ObjectMeta{GenerateName: "charttest-recycled-"}
+	recycled.Spec.PersistentVolumeReclaimPolicy = corev1.PersistentVolumeReclaimRecycle
+	recycled, err = admin.CoreV1().PersistentVolumes().Create(ctx, recycled, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = admin.CoreV1().PersistentVolumes().Delete(context.Background(), recycled.Name, metav1.DeleteOptions{})
+	})
+	used := pvc.DeepCopy()
+	used.Name, used.Spec.VolumeName = "used", recycled.Name
+	if _, err := admin.CoreV1().PersistentVolumeClaims(ns).Create(ctx, used, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the claim to recycle Bound", func(ctx context.Context) (bool, error) {
+		c, err := admin.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "used", metav1.GetOptions{})
+		return err == nil && c.Status.Phase == corev1.ClaimBound, nil
+	})
+	if err := admin.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, "used", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CoreV1().PersistentVolumeClaims(ns).Patch(ctx, "used", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	recycler := "recycler-for-" + recycled.Name
+	eventually(t, "the recycler Pod Succeeded", func(ctx context.Context) (bool, error) {
+		p, err := admin.CoreV1().Pods("default").Get(ctx, recycler, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		p.Status.Phase = corev1.PodSucceeded
+		_, err = admin.CoreV1().Pods("default").UpdateStatus(ctx, p, metav1.UpdateOptions{})
+		return err == nil, nil
+	})
+	eventually(t, "the recycled volume Available and its recycler Pod gone", func(ctx context.Context) (bool, error) {
+		v, err := admin.CoreV1().PersistentVolumes().Get(ctx, recycled.Name, metav1.GetOptions{})
+		if err != nil || v.Status.Phase != corev1.VolumeAvailable {
+			return false, nil
+		}
+		_, err = admin.CoreV1().Pods("default").Get(ctx, recycler, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+
+	// The host-path provisioner (--enable-hostpath-provisioner) creates a volume for a claim
+	// of its class and, the claim gone, deletes it.
+	class := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "charttest-" + ns}, Provisioner: "kubernetes.io/host-path"}
+	if _, err := admin.StorageV1().StorageClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = admin.StorageV1().StorageClasses().Delete(context.Background(), class.Name, metav1.DeleteOptions{})
+	})
+	dyn := pvc.DeepCopy()
+	dyn.Name, dyn.Spec.VolumeName, dyn.Spec.StorageClassName = "dyn", "", &class.Name
+	dyn, err = admin.CoreV1().PersistentVolumeClaims(ns).Create(ctx, dyn, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	provisioned := "pvc-" + string(dyn.UID)
+	eventually(t, "the host-path claim Bound to its provisioned volume", func(ctx context.Context) (bool, error) {
+		c, err := admin.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "dyn", metav1.GetOptions{})
+		return err == nil && c.Status.Phase == corev1.ClaimBound && c.Spec.VolumeName == provisioned, nil
+	})
+	if err := admin.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, "dyn", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CoreV1().PersistentVolumeClaims(ns).Patch(ctx, "dyn", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	// The binder deletes it; the test plays the pv-protection controller.
+	eventually(t, "the provisioned volume deleted once its claim is gone", func(ctx context.Context) (bool, error) {
+		v, err := admin.CoreV1().PersistentVolumes().Get(ctx, provisioned, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		if err == nil && v.DeletionTimestamp != nil {
+			_, _ = admin.CoreV1().PersistentVolumes().Patch(ctx, provisioned, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+		}
+		return false, nil
 	})
 }
 

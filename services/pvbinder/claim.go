@@ -25,6 +25,7 @@ const (
 	ReasonFailedBinding         = "FailedBinding"
 	ReasonVolumeMismatch        = "VolumeMismatch"
 	ReasonWaitForFirstConsumer  = "WaitForFirstConsumer"
+	ReasonWaitForPodScheduled   = "WaitForPodScheduled"
 	ReasonExternalProvisioning  = "ExternalProvisioning"
 	ReasonProvisioningFailed    = "ProvisioningFailed"
 	ReasonClaimLost             = "ClaimLost"
@@ -101,9 +102,12 @@ func (c *Controller) syncUnboundClaim(ctx context.Context, key string, claim *v1
 	if pv != nil {
 		logger.V(4).Info("Binding claim to the best matching volume", "pv", pv.Name)
 		defer c.release(pv.Name, claim.UID)
+		// A provision under way ends here, as upstream: its failed binds count as errors.
 		if err := c.bind(ctx, pv, claim); err != nil {
+			c.ops.end(key, err)
 			return err
 		}
+		c.ops.end(key, nil)
 		c.wakeNext()
 		return nil
 	}
@@ -129,7 +133,12 @@ func (c *Controller) syncUnboundClaim(ctx context.Context, key string, claim *v1
 		// The scheduler pre-binds a PV (or asks for one with selected-node); either change
 		// brings the claim back. Bind wake-ups would only repeat this event.
 		c.waiting.remove(key)
-		c.recorder.Event(claim, v1.EventTypeNormal, ReasonWaitForFirstConsumer, "waiting for first consumer to be created before binding")
+		pods, err := podsOf(c.pods, key)
+		if err != nil {
+			return err
+		}
+		reason, message := waitForConsumerEvent(unscheduledConsumers(pods))
+		c.recorder.Event(claim, v1.EventTypeNormal, reason, message)
 	case class != "":
 		// Provisioning; the claim's status stays as it is until a PV appears.
 		return c.provision(ctx, key, claim, class)
@@ -361,12 +370,16 @@ func (c *Controller) assignDefaultClass(ctx context.Context, key string, claim *
 	return true, nil
 }
 
-// provision asks the class's external provisioner for a volume by annotating the claim;
-// the provisioner creates a PV pre-bound to it, which the claim then binds. A class of an
-// in-tree plugin migrated to CSI is served by that CSI driver's provisioner, as upstream.
-// This binary has no in-tree volume plugins, so any other in-tree provisioner name fails
-// with an event, as upstream does for a plugin it lacks.
+// provision hands a claim to its class's provisioner, as upstream: it annotates the claim
+// with the provisioner's name; an external provisioner (the CSI driver, for an in-tree plugin
+// migrated to CSI) then creates a PV pre-bound to it, which the claim binds, while the
+// kubernetes.io/host-path plugin is run here. Any other in-tree provisioner name fails with
+// an event, as upstream does for a plugin it lacks. With dynamic provisioning off, nothing
+// happens: the claim waits for a PV.
 func (c *Controller) provision(ctx context.Context, key string, claim *v1.PersistentVolumeClaim, className string) error {
+	if !c.opts.DynamicProvisioning {
+		return nil
+	}
 	class, err := c.classLister.Get(className)
 	if apierrors.IsNotFound(err) {
 		c.recorder.Event(claim, v1.EventTypeWarning, ReasonProvisioningFailed,
@@ -377,11 +390,15 @@ func (c *Controller) provision(ctx context.Context, key string, claim *v1.Persis
 		return err
 	}
 	provisioner := c.migration.provisionerName(class.Provisioner)
-	if strings.HasPrefix(provisioner, inTreeProvisionerNamePrefix) {
+	inTree := provisioner == hostPathPluginName
+	if !inTree && strings.HasPrefix(provisioner, inTreeProvisionerNamePrefix) {
 		c.recorder.Event(claim, v1.EventTypeWarning, ReasonProvisioningFailed,
 			fmt.Sprintf("no volume plugin matched name: %s", class.Provisioner))
 		return nil
 	}
+	// The clock of the end to end provision starts at the first attempt and stops when the
+	// claim is bound.
+	c.ops.start(key, provisioner, opProvision)
 	if claim.Annotations[storagehelpers.AnnStorageProvisioner] != provisioner || claim.Annotations[storagehelpers.AnnBetaStorageProvisioner] != provisioner {
 		updated := claim.DeepCopy()
 		metav1.SetMetaDataAnnotation(&updated.ObjectMeta, storagehelpers.AnnStorageProvisioner, provisioner)
@@ -391,11 +408,19 @@ func (c *Controller) provision(ctx context.Context, key string, claim *v1.Persis
 		c.migration.setMigratedTo(updated.Annotations, provisioner)
 		written, err := c.client.CoreV1().PersistentVolumeClaims(claim.Namespace).Update(ctx, updated, metav1.UpdateOptions{})
 		if err != nil {
-			c.recorder.Event(claim, v1.EventTypeWarning, ReasonProvisioningFailed, fmt.Sprintf("Error saving claim: %v", err))
+			if !inTree {
+				c.recorder.Event(claim, v1.EventTypeWarning, ReasonProvisioningFailed, fmt.Sprintf("Error saving claim: %v", err))
+			}
+			c.ops.end(key, err)
 			return fmt.Errorf("annotating claim %s for provisioner %s: %w", key, provisioner, err)
 		}
 		c.claims.Wrote(key, updated.ResourceVersion, written)
 		claim = written
+	}
+	if inTree {
+		// A claim whose provisioning failed stays in the waiting list: an admin's static
+		// PV of its class is what it waits for then.
+		return c.provisionHostPath(ctx, claim, class)
 	}
 	// The provisioner's PV names the claim, which brings it back; bind wake-ups would only
 	// repeat the event below. (A claim of a class without a usable provisioner stays in the

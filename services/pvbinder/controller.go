@@ -1,6 +1,8 @@
 // Package pvbinder is kube-controller-manager's PersistentVolume binder as a service of its
 // own: it binds PersistentVolumeClaims to PersistentVolumes (static and pre-bound), asks
 // external provisioners for volumes (the CSI driver for an in-tree plugin migrated to CSI),
+// runs the kubernetes.io/host-path provisioner and deleter (for development on one node)
+// and recycler Pods for the Recycle policy (NFS and hostPath volumes),
 // applies the default StorageClass to class-less claims, releases PVs whose claims are gone
 // by their reclaim policy and marks claims Lost when their PV disappears. Annotations,
 // phases, events and metrics are upstream's.
@@ -74,7 +76,22 @@ type Controller struct {
 	pvLister    corelisters.PersistentVolumeLister
 	claimLister corelisters.PersistentVolumeClaimLister
 	classLister storagelisters.StorageClassLister
-	migration   csiMigration
+	// pods are indexed by the claims they use: which Pods a claim waits for.
+	pods      cache.Indexer
+	migration csiMigration
+	// hostPathBase is where host-path volumes are made (hostPathBase; a test's own directory
+	// in unit tests).
+	hostPathBase string
+	// recyclers make recycler Pods; inFlight are the recycles under way.
+	recyclers recyclers
+	inFlight  recycling
+	// runCtx ends when Run returns: what outlives one sync (recycler event forwarding) ends
+	// with it. Set by Run.
+	runCtx context.Context
+	// initErr is a setting New could not apply; Run returns it.
+	initErr error
+	// ops times provisions and deletions for the volume_operation_* metrics.
+	ops *operationTimes
 	// handlers are the event-handler registrations; Run returns their failure, if any.
 	handlers informer.Handlers
 
@@ -105,28 +122,40 @@ func New(
 	pvs coreinformers.PersistentVolumeInformer,
 	claims coreinformers.PersistentVolumeClaimInformer,
 	classes storageinformers.StorageClassInformer,
+	pods coreinformers.PodInformer,
 	client kubernetes.Interface,
 	recorder record.EventRecorder,
 	opts Options,
 	reg prometheus.Registerer,
 ) *Controller {
 	c := &Controller{
-		client:      client,
-		recorder:    recorder,
-		opts:        opts,
-		pvLister:    pvs.Lister(),
-		claimLister: claims.Lister(),
-		classLister: classes.Lister(),
-		migration:   newCSIMigration(),
-		volumeQueue: worker.New(worker.Options[string]{Name: VolumeQueueName, Controller: ControllerID, Registerer: reg}),
-		claimQueue:  worker.New(worker.Options[string]{Name: ClaimQueueName, Controller: ControllerID, Registerer: reg}),
-		volumes:     writecache.New[*v1.PersistentVolume](),
-		claims:      writecache.New[*v1.PersistentVolumeClaim](),
-		pvLocks:     keymutex.NewHashed(pvLockStripes),
-		waiting:     newWaitingClaims(),
-		reserved:    map[string]types.UID{},
+		client:       client,
+		recorder:     recorder,
+		opts:         opts,
+		pvLister:     pvs.Lister(),
+		claimLister:  claims.Lister(),
+		classLister:  classes.Lister(),
+		pods:         pods.Informer().GetIndexer(),
+		hostPathBase: hostPathBase,
+		migration:    newCSIMigration(),
+		volumeQueue:  worker.New(worker.Options[string]{Name: VolumeQueueName, Controller: ControllerID, Registerer: reg}),
+		claimQueue:   worker.New(worker.Options[string]{Name: ClaimQueueName, Controller: ControllerID, Registerer: reg}),
+		volumes:      writecache.New[*v1.PersistentVolume](),
+		claims:       writecache.New[*v1.PersistentVolumeClaim](),
+		pvLocks:      keymutex.NewHashed(pvLockStripes),
+		waiting:      newWaitingClaims(),
+		reserved:     map[string]types.UID{},
 	}
 	c.metrics = newBinderMetrics(reg, c.pvLister, c.claimLister)
+	c.ops = newOperationTimes(c.metrics)
+	c.recyclers, c.initErr = newRecyclers(opts)
+	// Fails only on an informer already started (Run returns the error).
+	c.handlers.Track(pods.Informer().HasSynced, pods.Informer().AddIndexers(cache.Indexers{podClaimIndex: podClaimKeys}))
+	c.handlers.Add(pods.Informer(), cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.onPodAdd,
+		UpdateFunc: func(_, obj any) { c.onRecyclerPod(obj) },
+		DeleteFunc: c.onRecyclerPod,
+	})
 	c.handlers.Add(pvs.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.onVolume(obj) },
 		UpdateFunc: func(_, obj any) { c.onVolume(obj) },
@@ -155,6 +184,12 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	if err := c.handlers.Err(); err != nil {
 		return fmt.Errorf("registering event handlers: %w", err)
 	}
+	if c.initErr != nil {
+		return c.initErr
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	c.runCtx = ctx
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting persistent volume binder", "workers", workers, "syncPeriod", c.opts.SyncPeriod)
 	defer logger.Info("Shutting down persistent volume binder")
@@ -216,10 +251,50 @@ func (c *Controller) onVolumeDelete(obj any) {
 		return
 	}
 	c.volumes.Forget(pv.Name)
+	// A deletion under way ends: upstream's end to end delete latency.
+	c.ops.end(pv.Name, nil)
 	// The claim bound to it is Lost now.
 	if pv.Spec.ClaimRef != nil {
 		c.claimQueue.Add(refKey(pv.Spec.ClaimRef))
 	}
+}
+
+// onPodAdd brings up the unbound claims a new Pod waiting to be scheduled uses, so their
+// WaitForPodScheduled event names it without waiting for the resync.
+func (c *Controller) onPodAdd(obj any) {
+	c.onRecyclerPod(obj)
+	pod, ok := obj.(*v1.Pod)
+	if !ok || pod.Spec.NodeName != "" || podTerminated(pod) {
+		return
+	}
+	keys, _ := podClaimKeys(pod)
+	for _, key := range keys {
+		if claim, err := c.claim(key); err == nil && claim.Spec.VolumeName == "" {
+			c.claimQueue.Add(key)
+		}
+	}
+}
+
+// onRecyclerPod queues the PV a recycler Pod scrubs, whose recycle goes on with the Pod's
+// progress.
+func (c *Controller) onRecyclerPod(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if pod, ok := obj.(*v1.Pod); ok {
+		if name := recycledVolume(pod); name != "" {
+			c.volumeQueue.Add(name)
+		}
+	}
+}
+
+// background is the context of work that outlives a sync: Run's, or (in tests calling syncs
+// directly) one that never ends.
+func (c *Controller) background() context.Context {
+	if c.runCtx != nil {
+		return c.runCtx
+	}
+	return context.Background()
 }
 
 func (c *Controller) onClaimAdd(obj any) {
@@ -253,6 +328,7 @@ func (c *Controller) onClaimDelete(obj any) {
 	key := claimKey(claim.Namespace, claim.Name)
 	c.claims.Forget(key)
 	c.waiting.remove(key)
+	c.ops.forget(key)
 	// Its volume is Released now (or, if a bind was under way, the reservation undone).
 	if claim.Spec.VolumeName != "" {
 		c.volumeQueue.Add(claim.Spec.VolumeName)

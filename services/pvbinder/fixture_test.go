@@ -254,10 +254,17 @@ type fixture struct {
 	pvs      cache.Indexer
 	claims   cache.Indexer
 	classes  cache.Indexer
+	pods     cache.Indexer
 	registry *prometheus.Registry
 }
 
 func newFixture(t *testing.T, api *apiServer) *fixture {
+	t.Helper()
+	return newFixtureWith(t, api, DefaultOptions())
+}
+
+// newFixtureWith is newFixture with the controller's options.
+func newFixtureWith(t *testing.T, api *apiServer, opts Options) *fixture {
 	t.Helper()
 	factory := informers.NewSharedInformerFactory(api, 0)
 	f := &fixture{
@@ -267,10 +274,11 @@ func newFixture(t *testing.T, api *apiServer) *fixture {
 		pvs:      factory.Core().V1().PersistentVolumes().Informer().GetIndexer(),
 		claims:   factory.Core().V1().PersistentVolumeClaims().Informer().GetIndexer(),
 		classes:  factory.Storage().V1().StorageClasses().Informer().GetIndexer(),
+		pods:     factory.Core().V1().Pods().Informer().GetIndexer(),
 		registry: prometheus.NewRegistry(),
 	}
 	f.c = New(factory.Core().V1().PersistentVolumes(), factory.Core().V1().PersistentVolumeClaims(),
-		factory.Storage().V1().StorageClasses(), api, f.recorder, DefaultOptions(), f.registry)
+		factory.Storage().V1().StorageClasses(), factory.Core().V1().Pods(), api, f.recorder, opts, f.registry)
 	t.Cleanup(f.c.volumeQueue.ShutDown)
 	t.Cleanup(f.c.claimQueue.ShutDown)
 	f.catchUp()
@@ -284,6 +292,7 @@ func (f *fixture) catchUp() {
 	fixtures.CatchUp(f.t, tracker, f.pvs, pvResource, "PersistentVolume")
 	fixtures.CatchUp(f.t, tracker, f.claims, pvcResource, "PersistentVolumeClaim")
 	fixtures.CatchUp(f.t, tracker, f.classes, storagev1.SchemeGroupVersion.WithResource("storageclasses"), "StorageClass")
+	fixtures.CatchUp(f.t, tracker, f.pods, v1.SchemeGroupVersion.WithResource("pods"), "Pod")
 }
 
 func (f *fixture) syncClaim(name string) error {

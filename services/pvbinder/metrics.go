@@ -1,6 +1,10 @@
 package pvbinder
 
 import (
+	"strconv"
+	"sync"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -11,13 +15,36 @@ import (
 	"github.com/kcm-split/kcm-split/shared/metrics"
 )
 
-// binderMetrics are the controller's own metrics: upstream's pv_collector_* gauges and
-// retroactive_storageclass_* counters under their names, and the bind latency histogram.
+// binderMetrics are the controller's own metrics: upstream's pv_collector_* gauges,
+// retroactive_storageclass_* counters and volume operation metrics under their names, and
+// the bind latency histogram.
 type binderMetrics struct {
 	bindLatency       prometheus.Histogram
 	retroactive       prometheus.Counter
 	retroactiveErrors prometheus.Counter
+
+	// End to end provision (until the claim is bound) and delete (until the PV is gone)
+	// latency, and failed attempts, by plugin or provisioner name and operation.
+	opSeconds          *prometheus.HistogramVec
+	opErrors           *prometheus.CounterVec
+	opErrorsDeprecated *prometheus.CounterVec
+	// One in-tree plugin call (volume_provision, volume_delete) and its outcome.
+	storageOpSeconds *prometheus.HistogramVec
 }
+
+// Upstream's buckets for the volume operation histograms: 100 ms to 10 minutes.
+var volumeOperationBuckets = []float64{.1, .25, .5, 1, 2.5, 5, 10, 15, 25, 50, 120, 300, 600}
+
+// Operation names, upstream's.
+const (
+	opProvision = "provision"
+	opDelete    = "delete"
+	// In-tree plugin calls, in storage_operation_duration_seconds.
+	opVolumeProvision = "volume_provision"
+	opVolumeDelete    = "volume_delete"
+	// pluginUnknown labels an operation whose plugin or provisioner cannot be named.
+	pluginUnknown = "N/A"
+)
 
 func newBinderMetrics(reg prometheus.Registerer, pvs corelisters.PersistentVolumeLister, claims corelisters.PersistentVolumeClaimLister) *binderMetrics {
 	f := metrics.With(reg)
@@ -37,6 +64,26 @@ func newBinderMetrics(reg prometheus.Registerer, pvs corelisters.PersistentVolum
 			Name: "retroactive_storageclass_errors_total",
 			Help: "Total number of failed retroactive StorageClass assignments to persistent volume claim",
 		}),
+		opSeconds: f.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "volume_operation_total_seconds",
+			Help:    "Storage operation end to end duration in seconds",
+			Buckets: volumeOperationBuckets,
+		}, []string{"plugin_name", "operation_name"}),
+		opErrors: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "volume_operation_errors_total",
+			Help: "Total volume operation errors",
+		}, []string{"plugin_name", "operation_name"}),
+		// Deprecated upstream in 1.36 for volume_operation_errors_total and still exported
+		// there, so dashboards of either name keep working.
+		opErrorsDeprecated: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "volume_operation_total_errors",
+			Help: "(Deprecated since 1.36.0) Total volume operation errors",
+		}, []string{"plugin_name", "operation_name"}),
+		storageOpSeconds: f.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "storage_operation_duration_seconds",
+			Help:    "Storage operation duration",
+			Buckets: volumeOperationBuckets,
+		}, []string{"volume_plugin", "operation_name", "status", "migrated"}),
 	}
 	if reg != nil {
 		metrics.Register(reg, &countCollector{pvs: pvs, claims: claims})
@@ -134,4 +181,75 @@ func pluginName(pv *v1.PersistentVolume) string {
 		return "kubernetes.io/fc"
 	}
 	return "N/A"
+}
+
+// observePluginCall records one call of an in-tree plugin (status success or
+// fail-unknown, as upstream; never a migrated plugin: those are the CSI driver's).
+func (m *binderMetrics) observePluginCall(plugin, op string, start time.Time, err error) {
+	status := "success"
+	if err != nil {
+		status = "fail-unknown"
+	}
+	m.storageOpSeconds.WithLabelValues(plugin, op, status, strconv.FormatBool(false)).Observe(time.Since(start).Seconds())
+}
+
+// No library serves this: upstream's operation timestamp cache is in k8s.io/kubernetes itself.
+//
+// operationTimes holds when each provision (by claim key) or delete (by PV name) began, as
+// upstream: the first attempt starts the clock, every failed attempt counts an error, and
+// success (the claim bound, the PV gone) observes the end to end latency and forgets the
+// entry. Entries of objects that disappear are dropped, so it holds at most one per
+// unbound claim and released PV.
+type operationTimes struct {
+	m  *binderMetrics
+	mu sync.Mutex
+	ts map[string]operationStart
+}
+
+type operationStart struct {
+	plugin, op string
+	at         time.Time
+}
+
+func newOperationTimes(m *binderMetrics) *operationTimes {
+	return &operationTimes{m: m, ts: map[string]operationStart{}}
+}
+
+// start begins key's operation unless one is under way.
+func (o *operationTimes) start(key, plugin, op string) {
+	if plugin == "" {
+		plugin = pluginUnknown
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if _, ok := o.ts[key]; !ok {
+		o.ts[key] = operationStart{plugin: plugin, op: op, at: time.Now()}
+	}
+}
+
+// end records the outcome of an attempt of key's operation, if one is under way: an error
+// counts and keeps the clock running, success observes the latency and ends it.
+func (o *operationTimes) end(key string, err error) {
+	o.mu.Lock()
+	s, ok := o.ts[key]
+	if ok && err == nil {
+		delete(o.ts, key)
+	}
+	o.mu.Unlock()
+	if !ok {
+		return
+	}
+	if err != nil {
+		o.m.opErrors.WithLabelValues(s.plugin, s.op).Inc()
+		o.m.opErrorsDeprecated.WithLabelValues(s.plugin, s.op).Inc()
+		return
+	}
+	o.m.opSeconds.WithLabelValues(s.plugin, s.op).Observe(time.Since(s.at).Seconds())
+}
+
+// forget drops key's operation without recording anything (its claim is gone).
+func (o *operationTimes) forget(key string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.ts, key)
 }

@@ -26,8 +26,17 @@ const (
 // Flag names. The sync period is upstream's; the worker count is this binary's own (upstream
 // runs exactly one worker per queue).
 const (
-	FlagSyncPeriod = "pvclaimbinder-sync-period"
-	FlagWorkers    = "concurrent-pv-binder-syncs"
+	FlagSyncPeriod          = "pvclaimbinder-sync-period"
+	FlagWorkers             = "concurrent-pv-binder-syncs"
+	FlagDynamicProvisioning = "enable-dynamic-provisioning"
+	FlagHostPathProvisioner = "enable-hostpath-provisioner"
+
+	FlagRecyclerTemplateNFS        = "pv-recycler-pod-template-filepath-nfs"
+	FlagRecyclerMinTimeoutNFS      = "pv-recycler-minimum-timeout-nfs"
+	FlagRecyclerIncrementNFS       = "pv-recycler-increment-timeout-nfs"
+	FlagRecyclerTemplateHostPath   = "pv-recycler-pod-template-filepath-hostpath"
+	FlagRecyclerMinTimeoutHostPath = "pv-recycler-minimum-timeout-hostpath"
+	FlagRecyclerIncrementHostPath  = "pv-recycler-timeout-increment-hostpath"
 )
 
 // Default client budget of this binary: the defaults of --kube-api-qps and --kube-api-burst.
@@ -55,11 +64,29 @@ type Options struct {
 	// Workers is the number of goroutines per queue (volumes and claims). Binds of
 	// different claims run in parallel; a PV is never written by two of them at once.
 	Workers int
+	// DynamicProvisioning off: a claim no PV fits is never handed to a provisioner (no
+	// annotation, no event), it waits for a PV an admin creates.
+	DynamicProvisioning bool
+	// HostPathProvisioner turns on the kubernetes.io/host-path provisioner, for development
+	// and testing on one node only: it makes directories on this process's own filesystem.
+	HostPathProvisioner bool
+
+	// Recycler Pods (the Recycle reclaim policy), per recyclable source: the Pod template
+	// file ("" for upstream's default Pod), and its ActiveDeadlineSeconds, the larger of
+	// the minimum and the increment per whole Gi of the volume.
+	RecyclerTemplateNFS, RecyclerTemplateHostPath     string
+	RecyclerMinTimeoutNFS, RecyclerMinTimeoutHostPath int
+	RecyclerIncrementNFS, RecyclerIncrementHostPath   int
 }
 
-// DefaultOptions returns the defaults: upstream's sync period and eight workers per queue.
+// DefaultOptions returns the defaults: upstream's sync period and provisioning settings, and
+// eight workers per queue.
 func DefaultOptions() Options {
-	return Options{SyncPeriod: 15 * time.Second, Workers: 8}
+	return Options{
+		SyncPeriod: 15 * time.Second, Workers: 8, DynamicProvisioning: true,
+		RecyclerMinTimeoutNFS: 300, RecyclerIncrementNFS: 30,
+		RecyclerMinTimeoutHostPath: 60, RecyclerIncrementHostPath: 30,
+	}
 }
 
 // Validate reports the first bad value as an *app.FlagError.
@@ -67,7 +94,24 @@ func (o Options) Validate() error {
 	return app.FirstError(
 		app.Positive(FlagSyncPeriod, o.SyncPeriod),
 		app.AtLeast(FlagWorkers, o.Workers, 1),
+		app.AtLeast(FlagRecyclerMinTimeoutNFS, o.RecyclerMinTimeoutNFS, 0),
+		app.AtLeast(FlagRecyclerIncrementNFS, o.RecyclerIncrementNFS, 0),
+		app.AtLeast(FlagRecyclerMinTimeoutHostPath, o.RecyclerMinTimeoutHostPath, 0),
+		app.AtLeast(FlagRecyclerIncrementHostPath, o.RecyclerIncrementHostPath, 0),
+		templateError(FlagRecyclerTemplateNFS, o.RecyclerTemplateNFS),
+		templateError(FlagRecyclerTemplateHostPath, o.RecyclerTemplateHostPath),
 	)
+}
+
+// templateError reports a recycler Pod template file that cannot be used.
+func templateError(flag, path string) error {
+	if path == "" {
+		return nil
+	}
+	if _, err := loadRecyclerTemplate(path); err != nil {
+		return &app.FlagError{Flag: flag, Err: err}
+	}
+	return nil
 }
 
 // Flags returns the controller's flags, each bound to its field of o; their defaults are o's
@@ -78,5 +122,23 @@ func (o *Options) Flags() []cli.Flag {
 			"how often every PersistentVolume and PersistentVolumeClaim is re-examined without an event"),
 		app.Bound(app.CategoryController, FlagWorkers, &o.Workers,
 			"number of workers per queue (volumes, claims); claims bind in parallel, never two to one volume"),
+		app.Bound(app.CategoryController, FlagDynamicProvisioning, &o.DynamicProvisioning,
+			"hand claims no volume fits to their StorageClass's provisioner"),
+		app.Bound(app.CategoryController, FlagHostPathProvisioner, &o.HostPathProvisioner,
+			"provision kubernetes.io/host-path volumes as directories under /tmp/hostpath_pv of this process's filesystem; "+
+				"for development and testing only, does not work in a multi-node cluster"),
+		app.Bound(app.CategoryController, FlagRecyclerTemplateNFS, &o.RecyclerTemplateNFS,
+			"the file path to a pod definition used as a template for NFS persistent volume recycling"),
+		app.Bound(app.CategoryController, FlagRecyclerMinTimeoutNFS, &o.RecyclerMinTimeoutNFS,
+			"the minimum ActiveDeadlineSeconds to use for an NFS Recycler pod"),
+		app.Bound(app.CategoryController, FlagRecyclerIncrementNFS, &o.RecyclerIncrementNFS,
+			"the increment of time added per Gi to ActiveDeadlineSeconds for an NFS scrubber pod"),
+		app.Bound(app.CategoryController, FlagRecyclerTemplateHostPath, &o.RecyclerTemplateHostPath,
+			"the file path to a pod definition used as a template for HostPath persistent volume recycling; "+
+				"for development and testing only, does not work in a multi-node cluster"),
+		app.Bound(app.CategoryController, FlagRecyclerMinTimeoutHostPath, &o.RecyclerMinTimeoutHostPath,
+			"the minimum ActiveDeadlineSeconds to use for a HostPath Recycler pod; for development and testing only"),
+		app.Bound(app.CategoryController, FlagRecyclerIncrementHostPath, &o.RecyclerIncrementHostPath,
+			"the increment of time added per Gi to ActiveDeadlineSeconds for a HostPath scrubber pod; for development and testing only"),
 	}
 }

@@ -14,6 +14,8 @@ func TestOptionsValidate(t *testing.T) {
 		{Name: "one worker, short period", Opts: Options{Workers: 1, SyncPeriod: time.Second}},
 		{Name: "no workers", Opts: Options{Workers: 0, SyncPeriod: time.Second}, WantFlag: FlagWorkers},
 		{Name: "zero period", Opts: Options{Workers: 1}, WantFlag: FlagSyncPeriod},
+		{Name: "negative recycler timeout", Opts: func() Options { o := DefaultOptions(); o.RecyclerMinTimeoutHostPath = -1; return o }(), WantFlag: FlagRecyclerMinTimeoutHostPath},
+		{Name: "missing recycler template", Opts: func() Options { o := DefaultOptions(); o.RecyclerTemplateNFS = "/nonexistent/pod.yaml"; return o }(), WantFlag: FlagRecyclerTemplateNFS},
 	})
 }
 
@@ -23,11 +25,27 @@ func TestDefaultSyncPeriodIsUpstreams(t *testing.T) {
 	}
 }
 
+// Upstream's provisioning defaults: dynamic provisioning on, the host-path provisioner off.
+func TestDefaultProvisioningIsUpstreams(t *testing.T) {
+	if d := DefaultOptions(); !d.DynamicProvisioning || d.HostPathProvisioner {
+		t.Errorf("defaults = %+v, want dynamic provisioning on and the host-path provisioner off", d)
+	}
+}
+
+func TestDefaultRecyclerTimeoutsAreUpstreams(t *testing.T) {
+	d := DefaultOptions()
+	if d.RecyclerMinTimeoutNFS != 300 || d.RecyclerIncrementNFS != 30 || d.RecyclerMinTimeoutHostPath != 60 || d.RecyclerIncrementHostPath != 30 ||
+		d.RecyclerTemplateNFS != "" || d.RecyclerTemplateHostPath != "" {
+		t.Errorf("defaults = %+v, want upstream's 300/30 (NFS) and 60/30 (hostPath), default templates", d)
+	}
+}
+
 // Bad values, from flags or the environment, exit with the usage code before anything
 // connects anywhere.
 func TestBadFlagsExitWithUsageCode(t *testing.T) {
 	apptest.BadFlags(t, Spec, []apptest.BadFlag{
 		{Name: "zero workers", Args: []string{"--" + FlagWorkers + "=0"}, WantFlag: FlagWorkers},
+		{Name: "unreadable recycler template", Args: []string{"--" + FlagRecyclerTemplateHostPath + "=/nonexistent/pod.yaml"}, WantFlag: FlagRecyclerTemplateHostPath},
 		{Name: "negative period", Args: []string{"--" + FlagSyncPeriod + "=-1s"}, WantFlag: FlagSyncPeriod},
 		{Name: "from the environment", Env: map[string]string{app.EnvVar(FlagSyncPeriod): "0s"}, WantFlag: FlagSyncPeriod},
 	})

@@ -33,6 +33,7 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 		factory.Core().V1().PersistentVolumes(),
 		factory.Core().V1().PersistentVolumeClaims(),
 		factory.Storage().V1().StorageClasses(),
+		factory.Core().V1().Pods(),
 		rt.Client,
 		rt.EventRecorder(ctx, ComponentName),
 		opts,

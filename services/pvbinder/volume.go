@@ -159,10 +159,11 @@ func (c *Controller) failVolume(ctx context.Context, pv *v1.PersistentVolume, re
 	return nil
 }
 
-// reclaim applies a Released PV's reclaim policy. This binary has no volume plugins: the
-// storage behind a PV is deleted by the external (CSI) provisioner that made it, which
-// watches for Released PVs with Delete, and the PV object with it. A PV nothing can delete
-// is marked Failed with an event, so an admin notices.
+// reclaim applies a Released PV's reclaim policy. Recycle runs a recycler Pod (recycle.go).
+// Of upstream's in-tree deleters this binary has the host-path one; the storage of any other
+// PV is deleted by the external (CSI)
+// provisioner that made it, which watches for Released PVs with Delete, and the PV object
+// with it. A PV nothing can delete is marked Failed with an event, so an admin notices.
 func (c *Controller) reclaim(ctx context.Context, pv *v1.PersistentVolume) error {
 	logger := klog.FromContext(ctx)
 	if pv.Annotations[storagehelpers.AnnMigratedTo] != "" {
@@ -173,8 +174,12 @@ func (c *Controller) reclaim(ctx context.Context, pv *v1.PersistentVolume) error
 		logger.V(4).Info("Volume is released; policy Retain keeps it for an admin")
 		return nil
 	case v1.PersistentVolumeReclaimDelete:
+		// The clock of the end to end delete runs until the PV is gone, whoever deletes it.
+		c.ops.start(pv.Name, c.deleterName(pv), opDelete)
 		provisioner := pv.Annotations[storagehelpers.AnnDynamicallyProvisioned]
 		switch {
+		case provisioner == hostPathPluginName || (provisioner == "" && pv.Spec.HostPath != nil):
+			return c.deleteHostPath(ctx, pv)
 		case provisioner != "" && !strings.HasPrefix(provisioner, inTreeProvisionerNamePrefix):
 			logger.V(4).Info("Volume is released; waiting for its external provisioner to delete it", "provisioner", provisioner)
 			return nil
@@ -188,11 +193,31 @@ func (c *Controller) reclaim(ctx context.Context, pv *v1.PersistentVolume) error
 				"error getting deleter volume plugin for volume %q: no deletable volume plugin matched", pv.Name))
 		}
 	case v1.PersistentVolumeReclaimRecycle:
-		// Deprecated upstream, and it needs in-tree plugins and recycler pods.
-		return c.failVolume(ctx, pv, ReasonVolumeFailedRecycle, "No recycler plugin found for the volume!")
+		return c.recycle(ctx, pv)
 	default:
 		return c.failVolume(ctx, pv, ReasonVolumeUnknownReclaim, "Volume has unrecognized PersistentVolumeReclaimPolicy")
 	}
+}
+
+// deleterName labels a PV's delete operation as upstream: the in-tree plugin that deletes
+// it, else the provisioner of its class (the CSI driver of a migrated plugin), else N/A.
+func (c *Controller) deleterName(pv *v1.PersistentVolume) string {
+	provisioner := pv.Annotations[storagehelpers.AnnDynamicallyProvisioned]
+	switch {
+	case provisioner == hostPathPluginName || (provisioner == "" && pv.Spec.HostPath != nil):
+		return hostPathPluginName
+	case provisioner != "" && strings.HasPrefix(provisioner, inTreeProvisionerNamePrefix):
+		return pluginUnknown
+	case provisioner == "" && pv.Spec.CSI == nil:
+		return pluginUnknown
+	}
+	// An external provisioner or a CSI driver: the class's provisioner names it, which
+	// keeps the label's values few whatever names provisioners write on their PVs.
+	class, err := c.classLister.Get(storagehelpers.GetPersistentVolumeClass(pv))
+	if err != nil {
+		return pluginUnknown
+	}
+	return c.migration.provisionerName(class.Provisioner)
 }
 
 // unbind undoes a PV's claimRef: all of it if this binder set it, only the UID if a user
