@@ -80,7 +80,8 @@ for entry in $CONTROLLER_PORTS; do
   code=$(curl -sk -o /dev/null -w '%{http_code}' "$url")
   [ "$code" = 401 ] || die "smoke: ${entry%=*} $url without a token answered $code, want 401"
   # Read the whole body first: grep -q quitting early would fail curl under pipefail.
-  body=$(curl -fsSk -H "Authorization: Bearer $token" "$url") ||
+  # (NUL bytes dropped: upstream's zone label joins region and zone with one.)
+  body=$(curl -fsSk -H "Authorization: Bearer $token" "$url" | tr -d '\0') ||
     die "smoke: ${entry%=*} $url refused an authorized token"
   grep -q '^workqueue_adds_total' <<<"$body" ||
     die "smoke: ${entry%=*} $url did not serve its metrics to an authorized token"

@@ -21,6 +21,9 @@ KCM_DISABLED=(
   resourcequota-controller namespace-controller service-lb-controller
   persistentvolume-binder-controller node-ipam-controller
 )
+# UPSTREAM=1: the baseline. kube-controller-manager runs every controller itself and no
+# kcm-split binary starts (`UPSTREAM=1 make conformance` compares upstream with kcm-split).
+if [ "${UPSTREAM:-}" = 1 ]; then KCM_DISABLED=(); fi
 SERVICE_CIDR=10.96.0.0/16
 SERVICE_IP=10.96.0.1 # the first address: the "kubernetes" Service
 # Pod ranges, documentation addresses (RFC 5737 TEST-NET-2, RFC 3849): nodelifecycle-controller
@@ -75,6 +78,7 @@ controllers=()
 say "building the kcm-split controllers (make build)"
 make -s -C "$ROOT" build >/dev/null || die "building the controllers failed (make build)"
 for dir in "$ROOT"/services/*/cmd/*/; do
+  [ "${UPSTREAM:-}" = 1 ] && break
   compgen -G "$dir*.go" >/dev/null || continue
   controllers+=("$(basename "$dir")")
 done
@@ -310,7 +314,8 @@ kubectl wait --for=condition=Established --timeout=60s crd/ipaddresspools.lb.kcm
 kubectl apply -f "$HERE/manifests/servicelb-demo-pool.yaml" >/dev/null
 
 # --- Everything else talks only to the apiserver: start it all, then wait for each --------------
-kcm_controllers="*$(printf ',-%s' "${KCM_DISABLED[@]}")"
+kcm_controllers="*"
+[ ${#KCM_DISABLED[@]} -eq 0 ] || kcm_controllers="*$(printf ',-%s' "${KCM_DISABLED[@]}")"
 say "starting kube-controller-manager (--controllers=$kcm_controllers)"
 launch kube-controller-manager \
   --kubeconfig="$LOCAL/config/kube-controller-manager.kubeconfig" \
