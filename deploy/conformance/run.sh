@@ -21,7 +21,8 @@ cd "$root"
 FOCUS=${FOCUS:-'\[sig-api-machinery\] ResourceQuota|\[sig-api-machinery\] Namespaces|OrderedNamespaceDeletion|\[sig-network\] EndpointSlice |\[sig-node\] NoExecuteTaintManager|\[sig-node\] Node Lifecycle'}
 # kwok's Pods run no containers: specs that exec into Pods, send traffic or need a cloud, real
 # volumes or a second scheduler cannot pass on it whoever the controller is.
-SKIP=${SKIP:-'\[Flaky\]|\[Feature:|\[Slow\]|should verify ResourceQuota with terminating scopes through scope selectors|should verify ResourceQuota with best effort scope'}
+# The two EndpointSlice specs named here exec into a Pod and curl the Service (a data plane).
+SKIP=${SKIP:-'\[Flaky\]|\[Feature:|\[Slow\]|should verify ResourceQuota with terminating scopes through scope selectors|should verify ResourceQuota with best effort scope|multiple endpoint IPs specified in multiple EndpointSlices|multiple ports specified in multiple EndpointSlices'}
 
 K8S_VERSION=v1.36.3
 if [ ! -x "$bin/e2e.test" ]; then
