@@ -222,13 +222,22 @@ func (c *Controller) recycle(ctx context.Context, pv *v1.PersistentVolume) error
 		return err
 	}
 	flight := c.inFlight.get(pv.UID)
-	if !exists {
-		if flight != nil {
-			if time.Since(flight.created) < recyclerCacheLag {
-				return worker.RequeueAfter(time.Second)
-			}
-			return c.recycleFailed(ctx, pv, nil, "recycler pod was deleted")
+	if !exists && flight != nil {
+		if time.Since(flight.created) < recyclerCacheLag {
+			return worker.RequeueAfter(time.Second)
 		}
+		// A cache miss alone is no proof the Pod is gone (the informer may lag or relist):
+		// only the apiserver's NotFound fails the recycle.
+		live, err := c.client.CoreV1().Pods(want.Namespace).Get(ctx, want.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return c.recycleFailed(ctx, pv, nil, "recycler pod was deleted")
+		case err != nil:
+			return fmt.Errorf("reading recycler pod %s: %w", key, err)
+		}
+		obj, exists = live, true
+	}
+	if !exists {
 		// Not while a Pod still uses the claim's data, unless the claim name is another
 		// claim's now (the PV is released all the same), as upstream.
 		if pods := c.podsUsing(refKey(pv.Spec.ClaimRef)); len(pods) > 0 {

@@ -238,3 +238,31 @@ func TestRecycleWaitsForPodsUsingTheVolume(t *testing.T) {
 		t.Error("recycler pod created while the volume is in use")
 	}
 }
+
+// The recycler Pod missing from the cache alone fails nothing (the informer may lag or
+// relist); the apiserver's NotFound does.
+func TestRecyclerPodGoneOnlyWhenTheAPIServerSaysSo(t *testing.T) {
+	api := newAPIServer(releasedRecyclable("y", "1Gi"))
+	f := newFixture(t, api)
+	f.settle()
+	uid := api.pv(t, "y").UID
+	f.c.inFlight.get(uid).created = time.Now().Add(-time.Minute) // past the cache lag
+	pod := recyclerPodOf(t, api, "y")
+	if err := f.c.pods.Delete(pod); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.syncVolume("y")
+	if got := api.pv(t, "y"); got.Status.Phase != v1.VolumeReleased {
+		t.Fatalf("a cache miss alone made the PV %s, want Released while its recycler runs", got.Status.Phase)
+	}
+	if err := api.CoreV1().Pods(pod.Namespace).Delete(context.Background(), pod.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.syncVolume("y")
+	if got := api.pv(t, "y"); got.Status.Phase != v1.VolumeFailed {
+		t.Errorf("phase %s after the recycler Pod was deleted, want Failed", got.Status.Phase)
+	}
+	if ev := strings.Join(f.events(), "\n"); !strings.Contains(ev, "recycler pod was deleted") {
+		t.Errorf("events %q", ev)
+	}
+}
