@@ -45,6 +45,10 @@ if [ "${TOOLS_MINIMAL:-}" != "1" ]; then
   build kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "$ldflags"
   build kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler "$ldflags"
   build kubectl k8s.io/kubernetes/cmd/kubectl "$ldflags"
+  # The real node of `make node-up` / `make chart-e2e` (deploy/node).
+  build kubelet k8s.io/kubernetes/cmd/kubelet "$ldflags"
+  build kube-proxy k8s.io/kubernetes/cmd/kube-proxy "$ldflags"
+  build tcpforward ./tcpforward
   install kwok "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
   install helm "helm.sh/helm/v4/cmd/helm@$HELM_VERSION"
   # kwok has no default stages: keep the ones its module ships beside the binary.
