@@ -2,7 +2,7 @@
 # kwok with 3 fake nodes, and every kcm-split controller. State in .local/ (git-ignored).
 # Included by the root Makefile.
 
-.PHONY: up down status clean-local
+.PHONY: up down status clean-local node-up node-down
 
 up: ## Start the local control plane with every kcm-split controller (builds what is missing)
 	@bash deploy/local/up.sh
@@ -15,3 +15,9 @@ status: ## Show which local control-plane processes run, with their logs
 
 clean-local: down ## Stop the local control plane and delete .local/ (data, logs, PKI, kubeconfig)
 	rm -rf .local
+
+node-up: ## Add a real node (containerd, kubelet, kube-proxy; root) to a running `make up`; `make down` removes it
+	@bash deploy/local/node-up.sh
+
+node-down: ## Remove the real node of `make node-up`, and all it put on the machine; the control plane keeps running
+	@bash deploy/local/node-down.sh

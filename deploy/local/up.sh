@@ -26,6 +26,7 @@ KCM_DISABLED=(
 if [ "${UPSTREAM:-}" = 1 ]; then KCM_DISABLED=(); fi
 SERVICE_CIDR=10.96.0.0/16
 SERVICE_IP=10.96.0.1 # the first address: the "kubernetes" Service
+NODE_IP=10.200.0.1   # the real node of `make node-up` (deploy/local/node.sh), if one is added
 # Pod ranges, documentation addresses (RFC 5737 TEST-NET-2, RFC 3849): nodelifecycle-controller
 # cuts them into one /26 and one /64 per node (deploy/local/flags/nodelifecycle-controller), so
 # the 3 kwok nodes use 3 of the 4 IPv4 ranges. kwok takes Pod IPs from a node's podCIDR, and
@@ -126,7 +127,9 @@ pki_fresh() {
   for f in ca apiserver admin kube-controller-manager kube-scheduler front-proxy-ca front-proxy-client; do
     openssl x509 -checkend 86400 -noout -in "$PKI/$f.crt" >/dev/null 2>&1 || return 1
   done
-  [ -s "$PKI/sa.key" ] && [ -s "$PKI/sa.pub" ]
+  [ -s "$PKI/sa.key" ] && [ -s "$PKI/sa.pub" ] &&
+    # the real node's IP (make node-up) among the serving certificate's names
+    openssl x509 -noout -ext subjectAltName -in "$PKI/apiserver.crt" 2>/dev/null | grep -q "IP Address:$NODE_IP\b"
 }
 # leaf NAME SUBJECT EXTENSIONS-SECTION: a key and a cert signed by $CA (default: the cluster CA).
 leaf() {
@@ -156,7 +159,7 @@ subjectKeyIdentifier = hash
 basicConstraints = critical, CA:FALSE
 keyUsage = critical, digitalSignature, keyEncipherment
 extendedKeyUsage = serverAuth
-subjectAltName = IP:127.0.0.1, IP:$SERVICE_IP, DNS:localhost, DNS:kubernetes, DNS:kubernetes.default, DNS:kubernetes.default.svc, DNS:kubernetes.default.svc.cluster.local
+subjectAltName = IP:127.0.0.1, IP:$SERVICE_IP, IP:$NODE_IP, DNS:localhost, DNS:kubernetes, DNS:kubernetes.default, DNS:kubernetes.default.svc, DNS:kubernetes.default.svc.cluster.local
 [client]
 basicConstraints = critical, CA:FALSE
 keyUsage = critical, digitalSignature, keyEncipherment
@@ -284,7 +287,8 @@ if [[ " ${controllers[*]} " != *" nodelifecycle-controller "* ]]; then
 fi
 # --endpoint-reconciler-type=none: the apiserver would publish its advertise address as the
 # "kubernetes" Service's endpoints, and validation rejects 127.0.0.1 (loopback) there, every 10s.
-# Nothing runs in a pod here, so that Service needs no endpoints.
+# Nothing runs in a pod here unless `make node-up` adds a real node, which publishes its own
+# relay as those endpoints. --kubelet-*: `kubectl logs/exec` reach that node's kubelet by IP.
 say "starting kube-apiserver on https://127.0.0.1:$API_PORT"
 launch kube-apiserver \
   --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$API_PORT" \
@@ -300,6 +304,8 @@ launch kube-apiserver \
   --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
   --service-cluster-ip-range="$SERVICE_CIDR" \
   --endpoint-reconciler-type=none \
+  --kubelet-client-certificate="$PKI/admin.crt" --kubelet-client-key="$PKI/admin.key" \
+  --kubelet-preferred-address-types=InternalIP,Hostname \
   --allow-privileged=true \
   "${admission[@]}"
 wait_for kube-apiserver "$T_APISERVER" "/readyz" api_ok /readyz
