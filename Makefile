@@ -37,7 +37,7 @@ build: ## Build every controller binary into bin/ (static, stripped: as shipped)
 	done
 
 .PHONY: test
-test: tools lint helm-lint test-e2e test-go ## Run lint and every test (unit, integration on a real apiserver, make-up smoke), all modules
+test: tools lint helm-lint test-e2e chart-e2e test-go ## Run lint and every test (unit, integration on a real apiserver, make-up smoke, the chart on a real node), all modules
 
 .PHONY: test-go
 test-go: ## Run go test -race in every module (needs bin/etcd and bin/kube-apiserver); logs in .test-logs/
@@ -46,6 +46,10 @@ test-go: ## Run go test -race in every module (needs bin/etcd and bin/kube-apise
 .PHONY: test-e2e
 test-e2e: ## Smoke-test `make up`: a Deployment's Pods appear in its Endpoints, then `make down`
 	@bash deploy/local/smoke.sh
+
+.PHONY: chart-e2e
+chart-e2e: tools ## The chart end to end on a real node (root): make up + node-up, install/upgrade/scale/uninstall, make down; figures in .test-logs/chart-e2e.log
+	@bash deploy/charttest/e2e.sh
 
 .PHONY: test-unit
 test-unit: ## Run only the unit tests (-short skips the real control plane)

@@ -138,11 +138,9 @@ EOF
 # node_images: the image tarballs of `make images` (bin/images/*.tar).
 node_images() { compgen -G "$BIN/images/*.tar" || true; }
 
-# node_pause_image: the pause image's reference, as the images build names it.
-node_pause_image() {
-  local f=$BIN/images/pause.ref
-  if [ -f "$f" ]; then cat "$f"; else echo "docker.io/local/pause:1.0"; fi
-}
+# The sandbox image containerd asks for: whatever image named */pause:* make images built,
+# tagged with this name after the import (so the name make images gives it does not matter).
+NODE_SANDBOX_IMAGE=docker.io/kcm-split-node/sandbox:local
 
 node_containerd_config() {
   cat >"$NODE_DIR/containerd.toml" <<EOF
@@ -155,7 +153,7 @@ state = "$NODE_DIR/containerd/state"
 [plugins."io.containerd.internal.v1.opt"]
   path = "$NODE_DIR/containerd/opt"
 [plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "$(node_pause_image)"
+  sandbox_image = "$NODE_SANDBOX_IMAGE"
   # Root here lacks CAP_SYS_RESOURCE: the -998 oom_score_adj of a sandbox would be refused.
   restrict_oom_score_adj = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
@@ -288,6 +286,13 @@ node_up() {
     nctr images import --no-unpack=false "$img" >>"$LOGS/node-images.log" 2>&1 ||
       ndie "importing $img failed: $LOGS/node-images.log"
   done
+  local pause
+  pause=$(nctr images ls -q | grep -m1 '/pause:' || true)
+  if [ -n "$pause" ]; then
+    nctr images tag "$pause" "$NODE_SANDBOX_IMAGE" >/dev/null
+  else
+    nwarn "no */pause:* image among bin/images: no Pod sandbox can start (make images)"
+  fi
   nsay "imported ${#images[@]} images: $(nctr images ls -q | grep -v '^sha256:' | tr '\n' ' ')"
 
   # Pods reach the apiserver at the kubernetes Service's ClusterIP; kube-proxy sends that to
