@@ -523,7 +523,7 @@ func (s *suite) endpointsOfRealPods() {
 	}
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: wns},
-		Spec: corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+		Spec:       corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
 	}
 	if _, err := s.cs.CoreV1().Services(wns).Create(s.ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
