@@ -9,6 +9,12 @@
 #                   script started it)
 #   UPSTREAM=1      the baseline: a fresh `make up` whose kube-controller-manager runs every
 #                   controller itself, no kcm-split binary
+#   NODE=1          the data-plane specs on a real node (root): a fresh `make up` plus
+#                   `make node-up` with the images of `make images` (agnhost and pause tagged as
+#                   e2e.test names them), the kwok nodes tainted NoSchedule so that every test
+#                   Pod runs on the real node behind kube-proxy; default FOCUS then the
+#                   EndpointSlice specs (all five) and the Services [Conformance] specs
+#                   (FOCUS_NODE / SKIP_NODE override those)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bin=$root/bin
@@ -24,6 +30,11 @@ FOCUS=${FOCUS:-'\[sig-api-machinery\] ResourceQuota|\[sig-api-machinery\] Namesp
 # The two EndpointSlice specs named here exec into a Pod and curl the Service (a data plane).
 SKIP=${SKIP:-'\[Flaky\]|\[Feature:|\[Slow\]|should verify ResourceQuota with terminating scopes through scope selectors|should verify ResourceQuota with best effort scope|multiple endpoint IPs specified in multiple EndpointSlices|multiple ports specified in multiple EndpointSlices'}
 
+if [ "${NODE:-}" = 1 ]; then
+  FOCUS=${FOCUS_NODE:-'\[sig-network\] EndpointSlice |\[sig-network\] Services .*\[Conformance\]'}
+  SKIP=${SKIP_NODE:-'\[Flaky\]|\[Feature:|\[Slow\]|\[Disruptive\]|\[Serial\]'}
+fi
+
 K8S_VERSION=v1.36.3
 if [ ! -x "$bin/e2e.test" ]; then
   echo "conformance: building e2e.test $K8S_VERSION (tools module; several minutes the first time)"
@@ -36,10 +47,30 @@ fi
 
 started=0
 kubeconfig=$root/.local/kubeconfig
-if [ "${UPSTREAM:-}" = 1 ] || ! { [ -f "$kubeconfig" ] && "$bin/kubectl" --kubeconfig "$kubeconfig" get --raw=/readyz >/dev/null 2>&1; }; then
+if [ "${NODE:-}" = 1 ] || [ "${UPSTREAM:-}" = 1 ] || ! { [ -f "$kubeconfig" ] && "$bin/kubectl" --kubeconfig "$kubeconfig" get --raw=/readyz >/dev/null 2>&1; }; then
   make down >/dev/null 2>&1 || true
   make up
   started=1
+fi
+if [ "${NODE:-}" = 1 ]; then
+  [ "$(id -u)" = 0 ] || { echo "conformance: NODE=1 runs a real kubelet: run as root" >&2; exit 1; }
+  make images
+  make node-up
+  # e2e.test asks for upstream's image names; nothing can be pulled, so the same images of
+  # make images are tagged with those names on the node.
+  (
+    # shellcheck source=deploy/local/lib.sh
+    source deploy/local/lib.sh
+    # shellcheck source=deploy/local/node.sh
+    source deploy/local/node.sh
+    agnhost=$(nctr images ls -q | grep -m1 '/agnhost:' || true)
+    [ -n "$agnhost" ] || { echo "conformance: no agnhost image on the node (make images)" >&2; exit 1; }
+    want_agnhost=$(grep -o '"agnhost", "[^"]*"' "$(cd deploy/tools && GOWORK=off go env GOMODCACHE)/k8s.io/kubernetes@$K8S_VERSION/test/utils/image/manifest.go" | sed -n 's/.*"agnhost", "\(2\.[0-9.]*\)"/\1/p' | sort -V | tail -n1)
+    nctr images tag --force "$agnhost" "registry.k8s.io/e2e-test-images/agnhost:$want_agnhost" >/dev/null
+    nctr images tag --force "$NODE_SANDBOX_IMAGE" registry.k8s.io/pause:3.10.2 >/dev/null
+    echo "conformance: $agnhost tagged registry.k8s.io/e2e-test-images/agnhost:$want_agnhost on the node"
+  )
+  "$bin/kubectl" --kubeconfig "$root/.local/kubeconfig" taint nodes -l type=kwok kcm-split.io/kwok=:NoSchedule --overwrite >/dev/null
 fi
 finish() {
   if [ "$started" = 1 ] && [ "${KEEP_UP:-}" != 1 ]; then make down >/dev/null 2>&1 || true; fi

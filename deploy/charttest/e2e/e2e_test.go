@@ -149,7 +149,10 @@ func TestChartE2E(t *testing.T) {
 	samePods(t, before.pods, after.pods, "")
 	s.quotaCounts()
 
-	// --- scale endpoints to 2 explicitly (it is the default): standby Ready, PDB allows one --
+	// --- scale endpoints (2 is the default: out to 3, then to 2): standby Ready, PDB allows one
+	s.helm("upgrade", release, s.chart.Dir, "-n", ns, "--reuse-values", "--set", "controllers.endpoints.replicas=3")
+	s.waitReady("endpoints-controller", 3, cfg.tag)
+	s.waitPDB("kcm-split-endpoints-controller", 1)
 	s.helm("upgrade", release, s.chart.Dir, "-n", ns, "--reuse-values", "--set", "controllers.endpoints.replicas=2")
 	s.waitReady("endpoints-controller", 2, cfg.tag)
 	leader := s.waitLeader("endpoints-controller")
@@ -173,7 +176,7 @@ func TestChartE2E(t *testing.T) {
 	s.waitRolledOut("endpoints-controller", 2, cfg.tag2, before.podsOf("endpoints-controller"))
 	newLeader := s.waitLeader("endpoints-controller")
 	rollout := time.Since(start)
-	gap := lw.handover(t, oldLeader, newLeader)
+	_, _, gap := lw.until(t, oldLeader, newLeader)
 	if !strings.Contains(s.podImage(newLeader), ":"+cfg.tag2) {
 		t.Fatalf("Lease moved to %s, which does not run tag %s", newLeader, cfg.tag2)
 	}
@@ -197,9 +200,13 @@ func TestChartE2E(t *testing.T) {
 	if err := s.cs.CoreV1().Pods(ns).Delete(s.ctx, leader, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	next := lw.next(t, leader)
-	figure(t, "takeover after the leader Pod was deleted (delete call to new holder)", next.Sub(start))
-	figure(t, "takeover after the leader Pod was deleted: time without a leader", lw.handover(t, leader, s.waitLeader("endpoints-controller")))
+	seenAt, next, gap := lw.until(t, leader, "")
+	t.Logf("Lease: %s -> %s", leader, next)
+	figure(t, "takeover after the leader Pod was deleted: delete call to the new holder seen", seenAt.Sub(start))
+	figure(t, "takeover after the leader Pod was deleted: time without a leader", gap)
+	if l := s.waitLeader("endpoints-controller"); l == leader {
+		t.Fatalf("the deleted Pod %s still holds the Lease", leader)
+	}
 	s.waitReady("endpoints-controller", 2, cfg.tag2)
 
 	// --- uninstall: every object of the release is gone --------------------------------------
@@ -576,9 +583,34 @@ func (s *suite) endpointsOfRealPods() {
 			}
 		}
 		sort.Strings(ips)
-		return strings.Join(ips, ",") == strings.Join(podIPs, ","), fmt.Errorf("slices %v", ips)
+		if strings.Join(ips, ",") != strings.Join(podIPs, ",") {
+			return false, fmt.Errorf("slices %v, Pods %v", ips, podIPs)
+		}
+		return true, nil
 	})
 	t.Logf("e2e-web/web: Endpoints and EndpointSlices list the real Pods %v", podIPs)
+	if len(s.cfg.workloadArgs) == 0 {
+		return
+	}
+	// agnhost netexec answers /hostname: through kube-proxy, the ClusterIP reaches the Pods.
+	got, err := s.cs.CoreV1().Services(wns).Get(s.ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + got.Spec.ClusterIP + "/hostname"
+	s.poll("GET "+url+" answered by a Pod", time.Minute, func() (bool, error) {
+		resp, err := (&http.Client{Timeout: 3 * time.Second}).Get(url)
+		if err != nil {
+			return false, err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != http.StatusOK || !strings.HasPrefix(string(b), "web-") {
+			return false, fmt.Errorf("%d %q %v", resp.StatusCode, b, err)
+		}
+		t.Logf("GET %s: %s", url, b)
+		return true, nil
+	})
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -640,7 +672,10 @@ func (s *suite) quotaCounts() {
 			return false, err
 		}
 		p, sv := q.Status.Used["pods"], q.Status.Used["services"]
-		return p.Value() == 2 && sv.Value() == 1, fmt.Errorf("used %v", q.Status.Used)
+		if p.Value() != 2 || sv.Value() != 1 {
+			return false, fmt.Errorf("used %v", q.Status.Used)
+		}
+		return true, nil
 	})
 }
 
@@ -651,18 +686,22 @@ func (s *suite) waitPDB(name string, allowed int32) {
 		if err != nil {
 			return false, err
 		}
-		return p.Status.DisruptionsAllowed == allowed, fmt.Errorf("disruptionsAllowed %d", p.Status.DisruptionsAllowed)
+		if p.Status.DisruptionsAllowed != allowed {
+			return false, fmt.Errorf("disruptionsAllowed %d", p.Status.DisruptionsAllowed)
+		}
+		return true, nil
 	})
 }
 
-// leaseWatch records the holders a Lease goes through, with the local time each was seen.
+// leaseWatch records the records a Lease goes through, with the local time each was seen.
 type leaseWatch struct {
 	ch <-chan seen
 }
 
 type seen struct {
-	holder string // the holder Pod, "" when released
-	at     time.Time
+	holder         string // the holder Pod, "" when released
+	renew, acquire time.Time
+	at             time.Time // when the watch delivered it
 }
 
 func (s *suite) watchLease(name string) *leaseWatch {
@@ -682,66 +721,48 @@ func (s *suite) watchLease(name string) *leaseWatch {
 			if !ok {
 				continue
 			}
-			h := ""
+			e := seen{at: time.Now()}
 			if l.Spec.HolderIdentity != nil {
-				h = holderPod(*l.Spec.HolderIdentity)
+				e.holder = holderPod(*l.Spec.HolderIdentity)
 			}
-			ch <- seen{holder: h, at: time.Now()}
+			if l.Spec.RenewTime != nil {
+				e.renew = l.Spec.RenewTime.Time
+			}
+			if l.Spec.AcquireTime != nil {
+				e.acquire = l.Spec.AcquireTime.Time
+			}
+			ch <- e
 		}
 	}()
 	s.t.Cleanup(w.Stop)
 	return &leaseWatch{ch: ch}
 }
 
-// next returns when the Lease is first seen held by a Pod other than old.
-func (lw *leaseWatch) next(t *testing.T, old string) time.Time {
+// until follows the Lease from holder old until it is held by target (any other Pod when
+// target is empty). It returns when that holder was first seen (local clock), who it is, and
+// the time the controller had no leader on the way: for every change of holder, the new
+// holder's acquireTime minus the previous record's renewTime (the old leader's last renewal,
+// or its release, which client-go stamps), both written by the apiserver's clients on this
+// machine, so intermediate holders are counted too.
+func (lw *leaseWatch) until(t *testing.T, old, target string) (time.Time, string, time.Duration) {
 	t.Helper()
+	var prev *seen
+	var leaderless time.Duration
 	timeout := time.After(2 * time.Minute)
 	for {
 		select {
 		case e := <-lw.ch:
-			if e.holder != "" && e.holder != old {
-				return e.at
+			if prev != nil && e.holder != prev.holder && e.holder != "" && !e.acquire.IsZero() && !prev.renew.IsZero() {
+				leaderless += e.acquire.Sub(prev.renew)
 			}
+			if e.holder != "" && e.holder != old && (target == "" || e.holder == target) {
+				return e.at, e.holder, leaderless
+			}
+			prev = &e
 		case <-timeout:
-			t.Fatalf("the Lease did not move from %s within 2m", old)
+			t.Fatalf("the Lease did not move from %s to %q within 2m", old, target)
 		}
 	}
-}
-
-// handover drains what the watch saw up to the new holder and returns the time without a
-// leader: from the old holder's last sighting (its release, or its last renewal when the Lease
-// went straight to the new holder) to the new holder's first.
-func (lw *leaseWatch) handover(t *testing.T, old, new string) time.Duration {
-	t.Helper()
-	var lastOld, released, firstNew time.Time
-	timeout := time.After(2 * time.Minute)
-	for firstNew.IsZero() {
-		select {
-		case e := <-lw.ch:
-			switch e.holder {
-			case old:
-				lastOld = e.at
-			case "":
-				if released.IsZero() {
-					released = e.at
-				}
-			case new:
-				firstNew = e.at
-			}
-		case <-timeout:
-			t.Fatalf("the Lease was not seen held by %s within 2m", new)
-		}
-	}
-	from := released
-	if from.IsZero() {
-		from = lastOld
-	}
-	if from.IsZero() {
-		t.Logf("handover %s -> %s: the watch saw neither the old holder nor a release", old, new)
-		return 0
-	}
-	return firstNew.Sub(from)
 }
 
 // gone: every object the release had is NotFound after the uninstall.
@@ -773,7 +794,10 @@ func (s *suite) gone(objs []charttest.Object) {
 		for _, p := range ps.Items {
 			left = append(left, "Pod/"+p.Name)
 		}
-		return len(left) == 0, fmt.Errorf("left: %v", left)
+		if len(left) > 0 {
+			return false, fmt.Errorf("left: %v", left)
+		}
+		return true, nil
 	})
 	s.t.Logf("uninstall: all %d objects of the release and its Pods are gone", len(objs))
 }
