@@ -28,6 +28,7 @@ export KCM_SPLIT_BIN_DIR=$BIN
 logs=$root/.test-logs
 mkdir -p "$logs"
 log=$logs/chart-e2e.log
+rm -f "$log"
 start=$SECONDS
 
 say "chart-e2e: building tools, images and controllers"

@@ -45,7 +45,16 @@ node_launch() {
   local name=$1 exe=$2
   shift 2
   setsid "$exe" "$@" </dev/null >"$LOGS/node-$name.log" 2>&1 9>&- &
-  echo "$! $(readlink -f "$exe")" >"$NODE_RUN/$name.pid"
+  local pid=$! real i
+  real=$(readlink -f "$exe")
+  echo "$pid $real" >"$NODE_RUN/$name.pid"
+  # Until the forked shell has exec'd, /proc/<pid>/exe is still bash: wait for the exec so
+  # that node_alive does not take a slow start for an exit.
+  for ((i = 0; i < 50; i++)); do
+    [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" != "$real" ] || return 0
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.1
+  done
 }
 
 # node_stop NAME: SIGTERM, SIGKILL after 30 s.
