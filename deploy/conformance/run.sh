@@ -46,6 +46,7 @@ if [ ! -x "$bin/e2e.test" ]; then
 fi
 
 started=0
+extra=()
 kubeconfig=$root/.local/kubeconfig
 if [ "${NODE:-}" = 1 ] || [ "${UPSTREAM:-}" = 1 ] || ! { [ -f "$kubeconfig" ] && "$bin/kubectl" --kubeconfig "$kubeconfig" get --raw=/readyz >/dev/null 2>&1; }; then
   make down >/dev/null 2>&1 || true
@@ -71,6 +72,8 @@ if [ "${NODE:-}" = 1 ]; then
     echo "conformance: $agnhost tagged registry.k8s.io/e2e-test-images/agnhost:$want_agnhost on the node"
   )
   "$bin/kubectl" --kubeconfig "$root/.local/kubeconfig" taint nodes -l type=kwok kcm-split.io/kwok=:NoSchedule --overwrite >/dev/null
+  # The framework waits for every node to be schedulable unless its taint is non-blocking.
+  extra+=(--non-blocking-taints=kcm-split.io/kwok,node-role.kubernetes.io/control-plane)
 fi
 finish() {
   if [ "$started" = 1 ] && [ "${KEEP_UP:-}" != 1 ]; then make down >/dev/null 2>&1 || true; fi
@@ -83,7 +86,7 @@ set +e
 "$bin/e2e.test" --kubeconfig="$kubeconfig" --provider=skeleton \
   --ginkgo.focus="$FOCUS" --ginkgo.skip="$SKIP" --ginkgo.no-color --ginkgo.timeout=2h \
   --ginkgo.json-report="$out/report.json" --report-dir="$out" \
-  --allowed-not-ready-nodes=0 --minStartupPods=0 >"$out/e2e.log" 2>&1
+  --allowed-not-ready-nodes=0 --minStartupPods=0 --kubectl-path="$bin/kubectl" ${extra[@]+"${extra[@]}"} >"$out/e2e.log" 2>&1
 rc=$?
 set -e
 (cd deploy/tools && GOWORK=off go run ./e2esummary "$out/report.json") | tee "$out/summary.txt"
