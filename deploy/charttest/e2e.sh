@@ -11,7 +11,7 @@
 #   6. always: make down (the node drained and removed first) and a check that nothing is left
 #      behind (network namespaces, veths, mounts under .local, iptables chains, the node IP).
 # FIGURE lines (install to Ready, handover on upgrade, takeover) are printed and kept in
-# .test-logs/chart-e2e.log. Refuses to run over a `make up` that is already running.
+# .test-logs/chart-e2e.log; the chart Pods' logs in .test-logs/chart-e2e-pods/. Refuses to run over a `make up` that is already running.
 # Usage: deploy/charttest/e2e.sh
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -29,6 +29,9 @@ logs=$root/.test-logs
 mkdir -p "$logs"
 log=$logs/chart-e2e.log
 rm -f "$log"
+# The chart Pods' logs (followed by the test before each leader goes away).
+podlogs=$logs/chart-e2e-pods
+rm -rf "$podlogs" && mkdir -p "$podlogs"
 start=$SECONDS
 
 say "chart-e2e: building tools, images and controllers"
@@ -92,7 +95,7 @@ say "chart-e2e: images $registry/<binary>:$tag and :$tag2; workload $workload"
 set +e
 (cd deploy/charttest && KCM_SPLIT_CHART_E2E=1 KUBECONFIG=$KUBECONFIG_FILE \
   KCM_SPLIT_E2E_IMAGE_REGISTRY=$registry KCM_SPLIT_E2E_IMAGE_TAG=$tag KCM_SPLIT_E2E_IMAGE_TAG2=$tag2 \
-  KCM_SPLIT_E2E_NODE=$NODE_NAME KCM_SPLIT_E2E_WORKLOAD_IMAGE=$workload KCM_SPLIT_E2E_WORKLOAD_ARGS=$workload_args \
+  KCM_SPLIT_E2E_NODE=$NODE_NAME KCM_SPLIT_E2E_LOG_DIR=$podlogs KCM_SPLIT_E2E_WORKLOAD_IMAGE=$workload KCM_SPLIT_E2E_WORKLOAD_ARGS=$workload_args \
   go test -count=1 -v -timeout 30m -run '^TestChartE2E$' ./e2e/) 2>&1 | tee "$log"
 result=${PIPESTATUS[0]}
 set -e

@@ -170,6 +170,7 @@ func TestChartE2E(t *testing.T) {
 	// --- upgrade endpoints alone to a new tag: only its Deployment rolls ---------------------
 	before = s.snapshot()
 	oldLeader := s.waitLeader("endpoints-controller")
+	s.keepLogs("endpoints-controller")
 	lw := s.watchLease("endpoints-controller")
 	start = time.Now()
 	s.helm("upgrade", release, s.chart.Dir, "-n", ns, "--reuse-values", "--set", "controllers.endpoints.image.tag="+cfg.tag2)
@@ -196,6 +197,7 @@ func TestChartE2E(t *testing.T) {
 	// --- delete the leader Pod: takeover -------------------------------------------------------
 	leader = s.waitLeader("endpoints-controller")
 	lw = s.watchLease("endpoints-controller")
+	s.keepLogs("endpoints-controller")
 	start = time.Now()
 	if err := s.cs.CoreV1().Pods(ns).Delete(s.ctx, leader, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -215,9 +217,61 @@ func TestChartE2E(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, c := range []string{"endpoints-controller", "namespace-controller", "quota-controller"} {
+		s.keepLogs(c)
+	}
 	s.helm("uninstall", release, "-n", ns, "--wait", "--timeout", "3m")
 	installed = false
 	s.gone(objs)
+	// What stays by design: the Leases, which the binaries create (not the chart). Nothing
+	// renews them any more: each is released, or expires (helm deletes the Role that lets a
+	// draining leader release its Lease together with the Deployment, so the release may be
+	// refused).
+	for _, c := range []string{"endpoints-controller", "namespace-controller", "quota-controller"} {
+		var how string
+		s.poll("Lease "+c+" kept, released or expired", time.Minute, func() (bool, error) {
+			l, err := s.cs.CoordinationV1().Leases(ns).Get(s.ctx, c, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+				how = "released"
+				return true, nil
+			}
+			if l.Spec.RenewTime != nil && l.Spec.LeaseDurationSeconds != nil &&
+				time.Since(l.Spec.RenewTime.Time) > time.Duration(*l.Spec.LeaseDurationSeconds)*time.Second {
+				how = "expired, still naming " + holderPod(*l.Spec.HolderIdentity)
+				return true, nil
+			}
+			return false, fmt.Errorf("held by %s", *l.Spec.HolderIdentity)
+		})
+		t.Logf("after uninstall: Lease %s kept, %s", c, how)
+	}
+}
+
+// keepLogs follows the logs of the controller's Pods into KCM_SPLIT_E2E_LOG_DIR (if set), so
+// that what a leader did while it was replaced stays readable after its Pod is gone.
+func (s *suite) keepLogs(binary string) {
+	dir := os.Getenv("KCM_SPLIT_E2E_LOG_DIR")
+	if dir == "" {
+		return
+	}
+	for _, p := range s.pods(binary) {
+		name := p.Name
+		go func() {
+			rc, err := s.cs.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{Follow: true}).Stream(s.ctx)
+			if err != nil {
+				return
+			}
+			defer rc.Close()
+			f, err := os.OpenFile(filepath.Join(dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+			if err != nil {
+				return
+			}
+			defer f.Close()
+			_, _ = io.Copy(f, rc)
+		}()
+	}
 }
 
 func mustEnv(t *testing.T, k string) string {
