@@ -37,7 +37,7 @@ build: ## Build every controller binary into bin/ (static, stripped: as shipped)
 	done
 
 .PHONY: test
-test: tools lint helm-lint test-e2e chart-e2e test-go ## Run lint and every test (unit, integration on a real apiserver, make-up smoke, the chart on a real node), all modules
+test: tools lint helm-lint test-e2e test-go chart-e2e ## Run lint and every test (unit, integration on a real apiserver, make-up smoke, then the chart on a real node), all modules
 
 .PHONY: test-go
 test-go: ## Run go test -race in every module (needs bin/etcd and bin/kube-apiserver); logs in .test-logs/
