@@ -64,11 +64,13 @@ if [ "${NODE:-}" = 1 ]; then
     source deploy/local/lib.sh
     # shellcheck source=deploy/local/node.sh
     source deploy/local/node.sh
-    agnhost=$(nctr images ls -q | grep -m1 '/agnhost:' || true)
+    agnhost=$(nctr images ls -q | grep '/agnhost:' | head -n1 || true)
     [ -n "$agnhost" ] || { echo "conformance: no agnhost image on the node (make images)" >&2; exit 1; }
     want_agnhost=$(grep -o '"agnhost", "[^"]*"' "$(cd deploy/tools && GOWORK=off go env GOMODCACHE)/k8s.io/kubernetes@$K8S_VERSION/test/utils/image/manifest.go" | sed -n 's/.*"agnhost", "\(2\.[0-9.]*\)"/\1/p' | sort -V | tail -n1)
-    nctr images tag --force "$agnhost" "registry.k8s.io/e2e-test-images/agnhost:$want_agnhost" >/dev/null
-    nctr images tag --force "$NODE_SANDBOX_IMAGE" registry.k8s.io/pause:3.10.2 >/dev/null
+    want=registry.k8s.io/e2e-test-images/agnhost:$want_agnhost
+    [ "$agnhost" = "$want" ] || nctr images tag --force "$agnhost" "$want" >/dev/null
+    nctr images ls -q | grep -x 'registry.k8s.io/pause:3.10.2' >/dev/null ||
+      nctr images tag --force "$NODE_SANDBOX_IMAGE" registry.k8s.io/pause:3.10.2 >/dev/null
     echo "conformance: $agnhost tagged registry.k8s.io/e2e-test-images/agnhost:$want_agnhost on the node"
   )
   "$bin/kubectl" --kubeconfig "$root/.local/kubeconfig" taint nodes -l type=kwok kcm-split.io/kwok=:NoSchedule --overwrite >/dev/null
