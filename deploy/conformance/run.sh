@@ -75,7 +75,7 @@ if [ "${NODE:-}" = 1 ]; then
   )
   "$bin/kubectl" --kubeconfig "$root/.local/kubeconfig" taint nodes -l type=kwok kcm-split.io/kwok=:NoSchedule --overwrite >/dev/null
   # The framework waits for every node to be schedulable unless its taint is non-blocking.
-  extra+=(--non-blocking-taints=kcm-split.io/kwok,node-role.kubernetes.io/control-plane)
+  extra+=("--non-blocking-taints=kcm-split.io/kwok,node-role.kubernetes.io/control-plane")
 fi
 finish() {
   if [ "$started" = 1 ] && [ "${KEEP_UP:-}" != 1 ]; then make down >/dev/null 2>&1 || true; fi
