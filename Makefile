@@ -47,6 +47,16 @@ images: ## OCI images without Docker into bin/images/: each controller (linux/am
 	@cd deploy/images && GOWORK=off go run . -root $(ROOT) -out $(BIN)/images -version $(VERSION) \
 		-revision "$(REVISION)" -epoch $(SOURCE_DATE_EPOCH) -agnhost $(BIN)/agnhost $(IMAGES_FLAGS)
 
+comma := ,
+empty :=
+space := $(empty) $(empty)
+CONTROLLERS := $(subst $(space),$(comma),$(notdir $(CMDS)))
+
+.PHONY: images-push
+images-push: ## Build the controllers' images and push them to ghcr.io/kcm-split/<binary>:$(VERSION) (the release workflow; after docker login)
+	@cd deploy/images && GOWORK=off go run . -root $(ROOT) -out $(BIN)/images -version $(VERSION) \
+		-revision "$(REVISION)" -epoch $(SOURCE_DATE_EPOCH) -only $(CONTROLLERS) -push $(IMAGES_FLAGS)
+
 .PHONY: test
 test: tools lint helm-lint test-e2e test-go ## Run lint and every test (unit, integration on a real apiserver, make-up smoke), all modules
 

@@ -42,7 +42,7 @@ const versionVar = "github.com/kcm-split/kcm-split/shared/app.Version"
 
 type options struct {
 	root, out, version, revision, source, registry string
-	platforms, nodePlatform, only, agnhost         string
+	platforms, nodePlatform, only, agnhost, tags   string
 	epoch                                          int64
 	push                                           bool
 }
@@ -60,7 +60,8 @@ func main() {
 	flag.StringVar(&o.only, "only", "", "comma-separated images to build (binary names, pause, agnhost); empty: every controller and pause, plus agnhost if -agnhost is set")
 	flag.StringVar(&o.agnhost, "agnhost", "", "a built agnhost binary (node platform) to make "+AgnhostRef+" of")
 	flag.Int64Var(&o.epoch, "epoch", envEpoch(), "creation time and file mtime, Unix seconds (default $SOURCE_DATE_EPOCH, else 0)")
-	flag.BoolVar(&o.push, "push", false, "also push each controller's index to <registry>/<binary>:<version>")
+	flag.StringVar(&o.tags, "extra-tags", "", "comma-separated tags the controllers' images also get besides -version (the release adds the chart's appVersion, without the v)")
+	flag.BoolVar(&o.push, "push", false, "also push each controller's index to <registry>/<binary>:<version> (and each extra tag); credentials from the Docker config, as docker login writes it")
 	flag.Parse()
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "images:", err)
@@ -143,17 +144,29 @@ func run(ctx context.Context, o options) error {
 		}
 		fmt.Printf("images: %s %s %s (%s, %.1f MB)\n", strings.Join(t.refs, " "), d, rel(root, file), platformList(t.platforms), float64(fi.Size())/1e6)
 		if o.push && t.push {
-			for _, ref := range t.refs {
-				tag, err := name.NewTag(ref, name.StrictValidation)
-				if err != nil {
-					return err
-				}
-				if err := remote.WriteIndex(tag, idx, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
-					return fmt.Errorf("push %s: %w", ref, err)
-				}
-				fmt.Printf("images: pushed %s@%s\n", ref, d)
+			if err := push(ctx, idx, t.refs, authn.DefaultKeychain); err != nil {
+				return err
 			}
 		}
+	}
+	return nil
+}
+
+// push writes idx (its images and blobs first) under every reference.
+func push(ctx context.Context, idx v1.ImageIndex, refs []string, keys authn.Keychain) error {
+	d, err := idx.Digest()
+	if err != nil {
+		return err
+	}
+	for _, ref := range refs {
+		tag, err := name.NewTag(ref, name.StrictValidation)
+		if err != nil {
+			return err
+		}
+		if err := remote.WriteIndex(tag, idx, remote.WithContext(ctx), remote.WithAuthFromKeychain(keys)); err != nil {
+			return fmt.Errorf("push %s: %w", ref, err)
+		}
+		fmt.Printf("images: pushed %s@%s\n", ref, d)
 	}
 	return nil
 }
@@ -180,13 +193,19 @@ func targets(root string, o options) ([]target, error) {
 	var ts []target
 	for _, c := range cmds {
 		bin := filepath.Base(c)
+		refs := []string{o.registry + "/" + bin + ":" + o.version}
+		for _, tag := range strings.Split(o.tags, ",") {
+			if tag != "" && tag != o.version {
+				refs = append(refs, o.registry+"/"+bin+":"+tag)
+			}
+		}
 		ts = append(ts, target{
 			name: bin, dir: filepath.Dir(filepath.Dir(c)), pkg: "./cmd/" + bin,
 			// As `make build` builds them, and deploy/Dockerfile.
 			ldflags: "-s -w -X " + versionVar + "=" + o.version,
 			// The chart passes only arguments: the entrypoint is the same in every image.
 			path:      "/controller",
-			refs:      []string{o.registry + "/" + bin + ":" + o.version},
+			refs:      refs,
 			platforms: platforms,
 			push:      true,
 		})
