@@ -7,7 +7,7 @@ SHELL := /bin/bash
 
 ROOT     := $(abspath .)
 BIN      := $(ROOT)/bin
-MODULES  := shared $(patsubst %/go.mod,%,$(wildcard services/*/go.mod)) deploy/charttest deploy/drills
+MODULES  := shared $(patsubst %/go.mod,%,$(wildcard services/*/go.mod)) deploy/charttest deploy/drills deploy/images
 # One binary per services/<alias>/cmd/<name>.
 CMDS     := $(wildcard services/*/cmd/*)
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -35,6 +35,27 @@ build: ## Build every controller binary into bin/ (static, stripped: as shipped)
 		echo "build: bin/$$(basename $$c)"; \
 		CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/$$(basename $$c) ./$$c; \
 	done
+
+# Images: the commit's time is every image's creation time and every file's mtime, so the same
+# commit and VERSION give the same digests.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+
+.PHONY: images
+images: ## OCI images without Docker into bin/images/: each controller (linux/amd64+arm64), pause and agnhost (node arch)
+	@TOOLS_ONLY=agnhost bash deploy/tools/build.sh $(BIN)
+	@cd deploy/images && GOWORK=off go run . -root $(ROOT) -out $(BIN)/images -version $(VERSION) \
+		-revision "$(REVISION)" -epoch $(SOURCE_DATE_EPOCH) -agnhost $(BIN)/agnhost $(IMAGES_FLAGS)
+
+comma := ,
+empty :=
+space := $(empty) $(empty)
+CONTROLLERS := $(subst $(space),$(comma),$(notdir $(CMDS)))
+
+.PHONY: images-push
+images-push: ## Build the controllers' images and push them to ghcr.io/kcm-split/<binary>:$(VERSION) (the release workflow; after docker login)
+	@cd deploy/images && GOWORK=off go run . -root $(ROOT) -out $(BIN)/images -version $(VERSION) \
+		-revision "$(REVISION)" -epoch $(SOURCE_DATE_EPOCH) -only $(CONTROLLERS) -push $(IMAGES_FLAGS)
 
 .PHONY: test
 test: tools lint helm-lint test-e2e test-go chart-e2e ## Run lint and every test (unit, integration on a real apiserver, make-up smoke, then the chart on a real node), all modules
@@ -64,13 +85,16 @@ FEATUREGATES := GOWORK=off CGO_ENABLED=0 go run -trimpath ./featuregates
 GATES_TABLE  := shared/features/zz_generated.gates.go
 
 .PHONY: lint
-lint: ## gofmt, go vet and staticcheck on every module; each service also builds alone (GOWORK=off); generated files current
+lint: ## gofmt, go vet and staticcheck on every module; each service also builds alone (GOWORK=off); generated files current; actionlint
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	@cd deploy/tools && $(FEATUREGATES) | diff -u $(ROOT)/$(GATES_TABLE) - || { echo "$(GATES_TABLE) is stale: run make generate"; exit 1; }
 	@for m in $(MODULES); do \
 		echo "== lint $$m"; \
-		(cd $$m && GOWORK=off go build ./... && go vet ./... && $(BIN)/staticcheck ./...); \
+		gowork=$$(grep -qE "^\s*\./$$m/?\s*$$" go.work || echo off); \
+		(cd $$m && GOWORK=off go build ./... && GOWORK=$$gowork go vet ./... && GOWORK=$$gowork $(BIN)/staticcheck ./...); \
 	done
+	@TOOLS_ONLY=actionlint bash deploy/tools/build.sh $(BIN) >/dev/null
+	@echo "== actionlint .github/workflows" && $(BIN)/actionlint
 
 .PHONY: tidy
 tidy: ## go mod tidy in every module (and the tools module)

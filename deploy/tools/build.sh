@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the real control plane and helper tools into bin/ (git-ignored), skipping what is present.
 # Usage: deploy/tools/build.sh [BIN_DIR]
+# TOOLS_ONLY="name ..." builds only those (make images: agnhost; make lint: staticcheck actionlint).
 # Everything comes from the Go module proxy; nothing else is downloaded.
 set -euo pipefail
 
@@ -14,14 +15,18 @@ K8S_VERSION=v1.36.3
 KWOK_VERSION=v0.8.0
 HELM_VERSION=v4.3.1
 STATICCHECK_VERSION=v0.8.2
+ACTIONLINT_VERSION=v1.7.12
 # Static binaries, as the Kubernetes release builds them.
 export GOWORK=off GOFLAGS=-buildvcs=false CGO_ENABLED=0
 
 pkg=k8s.io/component-base/version
 ldflags="-s -w -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=36 -X $pkg.gitTreeState=clean"
 
+wanted() { [ -z "${TOOLS_ONLY:-}" ] || [[ " $TOOLS_ONLY " == *" $1 "* ]]; }
+
 build() { # name package [ldflags]
   local name=$1 p=$2 flags=${3:-"-s -w"}
+  wanted "$name" || return 0
   if [ -x "$bin/$name" ]; then echo "tools: $name present, skipping"; return; fi
   echo "tools: building $name ($p)"
   local start=$SECONDS
@@ -32,6 +37,7 @@ build() { # name package [ldflags]
 
 install() { # name module@version
   local name=$1 p=$2
+  wanted "$name" || return 0
   if [ -x "$bin/$name" ]; then echo "tools: $name present, skipping"; return; fi
   echo "tools: installing $name ($p)"
   GOBIN="$bin" go install -trimpath -ldflags "-s -w" "$p"
@@ -39,9 +45,10 @@ install() { # name module@version
 
 build etcd go.etcd.io/etcd/server/v3
 install staticcheck "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
+install actionlint "github.com/rhysd/actionlint/cmd/actionlint@$ACTIONLINT_VERSION"
 build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$ldflags"
 # The rest is needed by `make up` (and the chart tests), not by `make test`'s integration tests.
-if [ "${TOOLS_MINIMAL:-}" != "1" ]; then
+if [ "${TOOLS_MINIMAL:-}" != "1" ] || [ -n "${TOOLS_ONLY:-}" ]; then
   build kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "$ldflags"
   build kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler "$ldflags"
   build kubectl k8s.io/kubernetes/cmd/kubectl "$ldflags"
@@ -51,8 +58,10 @@ if [ "${TOOLS_MINIMAL:-}" != "1" ]; then
   build tcpforward ./tcpforward
   install kwok "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
   install helm "helm.sh/helm/v4/cmd/helm@$HELM_VERSION"
+  # Upstream's e2e test server (Services, EndpointSlices with real Pods); make images wraps it.
+  build agnhost k8s.io/kubernetes/test/images/agnhost
   # kwok has no default stages: keep the ones its module ships beside the binary.
-  if [ ! -d "$bin/kwok-stages" ]; then
+  if wanted kwok && [ ! -d "$bin/kwok-stages" ]; then
     src=$(go env GOMODCACHE)/sigs.k8s.io/kwok@$KWOK_VERSION/kustomize/stage
     [ -d "$src" ] || (cd "$here" && go mod download -x "sigs.k8s.io/kwok@$KWOK_VERSION" >/dev/null 2>&1) || true
     mkdir -p "$bin/kwok-stages"

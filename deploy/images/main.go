@@ -1,0 +1,303 @@
+// Command images builds kcm-split's container images without Docker: one OCI image per
+// controller (linux/amd64 and linux/arm64 in one index), the pause image a node needs and,
+// given a built agnhost, the agnhost image upstream's e2e specs run. Each image holds one
+// static binary and nothing else; the same sources, version and SOURCE_DATE_EPOCH give the
+// same digests. Images are written as OCI-layout tarballs (`ctr images import` reads them) and,
+// with -push, pushed to the registry.
+//
+// Usage (from the repository root; `make images` does this):
+//
+//	go run ./deploy/images -root . -out bin/images -version v0.1.0 -revision <sha> -epoch <unix>
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+)
+
+// Names the e2e framework of Kubernetes v1.36.3 and the kubelet ask for
+// (k8s.io/kubernetes/test/utils/image/manifest.go), and the short local name of REALNODE.md.
+const (
+	AgnhostRef    = "registry.k8s.io/e2e-test-images/agnhost:2.63.0"
+	PauseRef      = "registry.k8s.io/pause:3.10.2"
+	LocalPauseRef = "docker.io/local/pause:3.10"
+)
+
+const versionVar = "github.com/kcm-split/kcm-split/shared/app.Version"
+
+type options struct {
+	root, out, version, revision, source, registry string
+	platforms, nodePlatform, only, agnhost, tags   string
+	epoch                                          int64
+	push                                           bool
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.root, "root", ".", "repository root")
+	flag.StringVar(&o.out, "out", "bin/images", "directory the image tarballs are written to")
+	flag.StringVar(&o.version, "version", "dev", "version: the controllers' tag, label and --version")
+	flag.StringVar(&o.revision, "revision", "", "source revision (git commit) for the labels")
+	flag.StringVar(&o.source, "source", "https://github.com/kcm-split/kcm-split", "source repository for the labels")
+	flag.StringVar(&o.registry, "registry", "ghcr.io/kcm-split", "registry prefix of the controllers' images: <registry>/<binary>:<version>")
+	flag.StringVar(&o.platforms, "platforms", "linux/amd64,linux/arm64", "platforms of the controllers' images")
+	flag.StringVar(&o.nodePlatform, "node-platform", "linux/"+runtime.GOARCH, "platform of the pause and agnhost images")
+	flag.StringVar(&o.only, "only", "", "comma-separated images to build (binary names, pause, agnhost); empty: every controller and pause, plus agnhost if -agnhost is set")
+	flag.StringVar(&o.agnhost, "agnhost", "", "a built agnhost binary (node platform) to make "+AgnhostRef+" of")
+	flag.Int64Var(&o.epoch, "epoch", envEpoch(), "creation time and file mtime, Unix seconds (default $SOURCE_DATE_EPOCH, else 0)")
+	flag.StringVar(&o.tags, "extra-tags", "", "comma-separated tags the controllers' images also get besides -version (the release adds the chart's appVersion, without the v)")
+	flag.BoolVar(&o.push, "push", false, "also push each controller's index to <registry>/<binary>:<version> (and each extra tag); credentials from the Docker config, as docker login writes it")
+	flag.Parse()
+	if err := run(context.Background(), o); err != nil {
+		fmt.Fprintln(os.Stderr, "images:", err)
+		os.Exit(1)
+	}
+}
+
+func envEpoch() int64 {
+	n, _ := strconv.ParseInt(os.Getenv("SOURCE_DATE_EPOCH"), 10, 64)
+	return n
+}
+
+// target is one image to build: a main package, where it is built from, and its names.
+type target struct {
+	name      string   // binary and file name
+	dir       string   // module directory the package is built in (GOWORK=off)
+	pkg       string   // package, relative to dir
+	ldflags   string   // -ldflags
+	path      string   // the binary's path in the image (entrypoint)
+	refs      []string // names in the tarball
+	platforms []v1.Platform
+	prebuilt  string // a binary built elsewhere (agnhost), node platform only
+	user      string
+	args      []string
+	dirs      []string
+	push      bool
+}
+
+func run(ctx context.Context, o options) error {
+	root, err := filepath.Abs(o.root)
+	if err != nil {
+		return err
+	}
+	out, err := filepath.Abs(o.out)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(out, ".build"), 0o755); err != nil {
+		return err
+	}
+	targets, err := targets(root, o)
+	if err != nil {
+		return err
+	}
+	created := time.Unix(o.epoch, 0).UTC()
+	for _, t := range targets {
+		var imgs []v1.Image
+		for _, p := range t.platforms {
+			bin := t.prebuilt
+			if bin == "" {
+				bin = filepath.Join(out, ".build", t.name+"-"+p.OS+"-"+p.Architecture)
+				if err := goBuild(ctx, t, p, bin); err != nil {
+					return err
+				}
+			}
+			img, err := Image(Spec{
+				Binary: bin, Path: t.path, Platform: p, Created: created, User: t.user, Args: t.args, Dirs: t.dirs,
+				Labels: labels(o, t.name, created),
+			})
+			if err != nil {
+				return fmt.Errorf("%s %s: %w", t.name, p, err)
+			}
+			imgs = append(imgs, img)
+		}
+		idx, err := Index(imgs)
+		if err != nil {
+			return err
+		}
+		file := filepath.Join(out, t.name+".tar")
+		if err := WriteArchive(file, idx, t.refs, created); err != nil {
+			return fmt.Errorf("%s: %w", t.name, err)
+		}
+		d, err := idx.Digest()
+		if err != nil {
+			return err
+		}
+		fi, err := os.Stat(file)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("images: %s %s %s (%s, %.1f MB)\n", strings.Join(t.refs, " "), d, rel(root, file), platformList(t.platforms), float64(fi.Size())/1e6)
+		if o.push && t.push {
+			if err := push(ctx, idx, t.refs, authn.DefaultKeychain); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// push writes idx (its images and blobs first) under every reference.
+func push(ctx context.Context, idx v1.ImageIndex, refs []string, keys authn.Keychain) error {
+	d, err := idx.Digest()
+	if err != nil {
+		return err
+	}
+	for _, ref := range refs {
+		tag, err := name.NewTag(ref, name.StrictValidation)
+		if err != nil {
+			return err
+		}
+		if err := remote.WriteIndex(tag, idx, remote.WithContext(ctx), remote.WithAuthFromKeychain(keys)); err != nil {
+			return fmt.Errorf("push %s: %w", ref, err)
+		}
+		fmt.Printf("images: pushed %s@%s\n", ref, d)
+	}
+	return nil
+}
+
+func targets(root string, o options) ([]target, error) {
+	platforms, err := parsePlatforms(o.platforms)
+	if err != nil {
+		return nil, err
+	}
+	node, err := parsePlatforms(o.nodePlatform)
+	if err != nil {
+		return nil, err
+	}
+	if len(node) != 1 {
+		return nil, errors.New("-node-platform takes one platform")
+	}
+	cmds, err := filepath.Glob(filepath.Join(root, "services", "*", "cmd", "*"))
+	if err != nil {
+		return nil, err
+	}
+	if len(cmds) == 0 {
+		return nil, fmt.Errorf("no services/*/cmd/* under %s", root)
+	}
+	var ts []target
+	for _, c := range cmds {
+		bin := filepath.Base(c)
+		refs := []string{o.registry + "/" + bin + ":" + o.version}
+		for _, tag := range strings.Split(o.tags, ",") {
+			if tag != "" && tag != o.version {
+				refs = append(refs, o.registry+"/"+bin+":"+tag)
+			}
+		}
+		ts = append(ts, target{
+			name: bin, dir: filepath.Dir(filepath.Dir(c)), pkg: "./cmd/" + bin,
+			// As `make build` builds them, and deploy/Dockerfile.
+			ldflags: "-s -w -X " + versionVar + "=" + o.version,
+			// The chart passes only arguments: the entrypoint is the same in every image.
+			path:      "/controller",
+			refs:      refs,
+			platforms: platforms,
+			push:      true,
+		})
+	}
+	ts = append(ts, target{
+		name: "pause", dir: filepath.Join(root, "deploy", "images"), pkg: "./pause", ldflags: "-s -w",
+		path: "/pause", refs: []string{PauseRef, LocalPauseRef}, platforms: node,
+	})
+	if o.agnhost != "" {
+		abs, err := filepath.Abs(o.agnhost)
+		if err != nil {
+			return nil, err
+		}
+		// As upstream's image: root, entrypoint /agnhost, "pause" by default, /uploads for
+		// netexec's upload handler. Upstream's also carries an Alpine userland (sh, curl, nc)
+		// for specs that exec into the Pod; this one has none.
+		ts = append(ts, target{
+			name: "agnhost", prebuilt: abs, path: "/agnhost", refs: []string{AgnhostRef}, platforms: node,
+			user: "0:0", args: []string{"pause"}, dirs: []string{"uploads"},
+		})
+	}
+	if o.only == "" {
+		return ts, nil
+	}
+	want := strings.Split(o.only, ",")
+	var sel []target
+	for _, t := range ts {
+		if slices.Contains(want, t.name) {
+			sel = append(sel, t)
+		}
+	}
+	if len(sel) != len(want) {
+		return nil, fmt.Errorf("-only %s: some names match no image (agnhost needs -agnhost)", o.only)
+	}
+	return sel, nil
+}
+
+func parsePlatforms(s string) ([]v1.Platform, error) {
+	var ps []v1.Platform
+	for _, f := range strings.Split(s, ",") {
+		p, err := v1.ParsePlatform(f)
+		if err != nil {
+			return nil, err
+		}
+		if p.OS != "linux" {
+			return nil, fmt.Errorf("platform %s: only linux", f)
+		}
+		ps = append(ps, *p)
+	}
+	return ps, nil
+}
+
+func platformList(ps []v1.Platform) string {
+	var s []string
+	for _, p := range ps {
+		s = append(s, p.String())
+	}
+	return strings.Join(s, ",")
+}
+
+func labels(o options, title string, created time.Time) map[string]string {
+	l := map[string]string{
+		"org.opencontainers.image.title":   title,
+		"org.opencontainers.image.version": o.version,
+		"org.opencontainers.image.source":  o.source,
+		"org.opencontainers.image.created": created.Format(time.RFC3339),
+	}
+	if o.revision != "" {
+		l["org.opencontainers.image.revision"] = o.revision
+	}
+	return l
+}
+
+// goBuild cross-compiles t for p as a static binary, the module alone (GOWORK=off), with paths
+// and VCS stamps left out so the binary depends only on the sources and the toolchain.
+func goBuild(ctx context.Context, t target, p v1.Platform, bin string) error {
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false", "-ldflags", t.ldflags, "-o", bin, t.pkg)
+	cmd.Dir = t.dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOOS="+p.OS, "GOARCH="+p.Architecture)
+	if p.Variant != "" && p.Architecture == "arm" {
+		cmd.Env = append(cmd.Env, "GOARM="+strings.TrimPrefix(p.Variant, "v"))
+	}
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("go build %s for %s: %w", t.name, p, err)
+	}
+	return nil
+}
+
+func rel(root, p string) string {
+	if r, err := filepath.Rel(root, p); err == nil {
+		return r
+	}
+	return p
+}
