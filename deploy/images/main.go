@@ -1,6 +1,7 @@
 // Command images builds kcm-split's container images without Docker: one OCI image per
 // controller (linux/amd64 and linux/arm64 in one index), the pause image a node needs and,
-// given a built agnhost, the agnhost image upstream's e2e specs run. Each image holds one
+// given a built agnhost, the agnhost image upstream's e2e specs run (and a stand-in for their
+// nginx image). Each image holds one
 // static binary and nothing else; the same sources, version and SOURCE_DATE_EPOCH give the
 // same digests. Images are written as OCI-layout tarballs (`ctr images import` reads them) and,
 // with -push, pushed to the registry.
@@ -34,6 +35,7 @@ import (
 // (k8s.io/kubernetes/test/utils/image/manifest.go), and the short local name of REALNODE.md.
 const (
 	AgnhostRef    = "registry.k8s.io/e2e-test-images/agnhost:2.63.0"
+	NginxRef      = "registry.k8s.io/e2e-test-images/nginx:1.15-4"
 	PauseRef      = "registry.k8s.io/pause:3.10.2"
 	LocalPauseRef = "docker.io/local/pause:3.10"
 )
@@ -57,7 +59,7 @@ func main() {
 	flag.StringVar(&o.registry, "registry", "ghcr.io/kcm-split", "registry prefix of the controllers' images: <registry>/<binary>:<version>")
 	flag.StringVar(&o.platforms, "platforms", "linux/amd64,linux/arm64", "platforms of the controllers' images")
 	flag.StringVar(&o.nodePlatform, "node-platform", "linux/"+runtime.GOARCH, "platform of the pause and agnhost images")
-	flag.StringVar(&o.only, "only", "", "comma-separated images to build (binary names, pause, agnhost); empty: every controller and pause, plus agnhost if -agnhost is set")
+	flag.StringVar(&o.only, "only", "", "comma-separated images to build (binary names, pause, agnhost, nginx); empty: every controller and pause, plus agnhost and nginx if -agnhost is set")
 	flag.StringVar(&o.agnhost, "agnhost", "", "a built agnhost binary (node platform) to make "+AgnhostRef+" of")
 	flag.Int64Var(&o.epoch, "epoch", envEpoch(), "creation time and file mtime, Unix seconds (default $SOURCE_DATE_EPOCH, else 0)")
 	flag.StringVar(&o.tags, "extra-tags", "", "comma-separated tags the controllers' images also get besides -version (the release adds the chart's appVersion, without the v)")
@@ -99,9 +101,13 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Join(out, ".build"), 0o755); err != nil {
+	// The cross-compiled binaries live only until their image is written (Go's build cache
+	// keeps the next build fast).
+	build := filepath.Join(out, ".build")
+	if err := os.MkdirAll(build, 0o755); err != nil {
 		return err
 	}
+	defer os.RemoveAll(build)
 	targets, err := targets(root, o)
 	if err != nil {
 		return err
@@ -112,7 +118,7 @@ func run(ctx context.Context, o options) error {
 		for _, p := range t.platforms {
 			bin := t.prebuilt
 			if bin == "" {
-				bin = filepath.Join(out, ".build", t.name+"-"+p.OS+"-"+p.Architecture)
+				bin = filepath.Join(build, t.name+"-"+p.OS+"-"+p.Architecture)
 				if err := goBuild(ctx, t, p, bin); err != nil {
 					return err
 				}
@@ -225,6 +231,12 @@ func targets(root string, o options) ([]target, error) {
 		ts = append(ts, target{
 			name: "agnhost", prebuilt: abs, path: "/agnhost", refs: []string{AgnhostRef}, platforms: node,
 			user: "0:0", args: []string{"pause"}, dirs: []string{"uploads"},
+		})
+		// A stand-in for upstream's nginx image, which the EndpointSlice specs run only to
+		// have Ready Pods: agnhost serving HTTP on port 80, as nginx would.
+		ts = append(ts, target{
+			name: "nginx", prebuilt: abs, path: "/agnhost", refs: []string{NginxRef}, platforms: node,
+			user: "0:0", args: []string{"netexec", "--http-port=80", "--udp-port=-1"},
 		})
 	}
 	if o.only == "" {

@@ -58,8 +58,6 @@ if [ "${TOOLS_MINIMAL:-}" != "1" ] || [ -n "${TOOLS_ONLY:-}" ]; then
   build tcpforward ./tcpforward
   install kwok "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
   install helm "helm.sh/helm/v4/cmd/helm@$HELM_VERSION"
-  # Upstream's e2e test server (Services, EndpointSlices with real Pods); make images wraps it.
-  build agnhost k8s.io/kubernetes/test/images/agnhost
   # kwok has no default stages: keep the ones its module ships beside the binary.
   if wanted kwok && [ ! -d "$bin/kwok-stages" ]; then
     src=$(go env GOMODCACHE)/sigs.k8s.io/kwok@$KWOK_VERSION/kustomize/stage
@@ -73,5 +71,10 @@ if [ "${TOOLS_MINIMAL:-}" != "1" ] || [ -n "${TOOLS_ONLY:-}" ]; then
     done
     chmod -R u+w "$bin/kwok-stages"
   fi
+fi
+# Upstream's e2e test server (Services, EndpointSlices with real Pods): only when asked for by
+# name (make images wraps it in an image), so that make tools and make test do not build it.
+if [[ " ${TOOLS_ONLY:-} " == *" agnhost "* ]]; then
+  build agnhost k8s.io/kubernetes/test/images/agnhost
 fi
 echo "tools: done ($bin)"
