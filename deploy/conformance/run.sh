@@ -16,13 +16,16 @@ out=$root/.local/conformance
 cd "$root"
 
 # Specs of the replaced controllers that need neither a data plane nor a cloud: ResourceQuota
-# (quota), Namespaces and OrderedNamespaceDeletion (namespace), EndpointSlice (the endpoints
-# family), NoExecuteTaintManager and Node Lifecycle (nodelifecycle).
-FOCUS=${FOCUS:-'\[sig-api-machinery\] ResourceQuota|\[sig-api-machinery\] Namespaces|OrderedNamespaceDeletion|\[sig-network\] EndpointSlice |\[sig-node\] NoExecuteTaintManager|\[sig-node\] Node Lifecycle'}
+# (quota), Namespaces and OrderedNamespaceDeletion (namespace), EndpointSlice, EndpointSliceMirroring
+# and the API Server's Endpoints and EndpointSlices (the endpoints family: the mirroring
+# controller must leave the apiserver's own skip-mirror Endpoints alone), NoExecuteTaintManager
+# and Node Lifecycle (nodelifecycle).
+FOCUS=${FOCUS:-'\[sig-api-machinery\] ResourceQuota|\[sig-api-machinery\] Namespaces|OrderedNamespaceDeletion|\[sig-network\] EndpointSlice |\[sig-network\] EndpointSliceMirroring |\[sig-network\] API Server should have Endpoints and EndpointSlices|\[sig-node\] NoExecuteTaintManager|\[sig-node\] Node Lifecycle'}
 # kwok's Pods run no containers: specs that exec into Pods, send traffic or need a cloud, real
 # volumes or a second scheduler cannot pass on it whoever the controller is.
-# The two EndpointSlice specs named here exec into a Pod and curl the Service (a data plane).
-SKIP=${SKIP:-'\[Flaky\]|\[Feature:|\[Slow\]|should verify ResourceQuota with terminating scopes through scope selectors|should verify ResourceQuota with best effort scope|multiple endpoint IPs specified in multiple EndpointSlices|multiple ports specified in multiple EndpointSlices'}
+# The two EndpointSlice specs and the EndpointSliceMirroring one named here exec into a Pod and
+# curl the Service (a data plane).
+SKIP=${SKIP:-'\[Flaky\]|\[Feature:|\[Slow\]|should verify ResourceQuota with terminating scopes through scope selectors|should verify ResourceQuota with best effort scope|multiple endpoint IPs specified in multiple EndpointSlices|multiple ports specified in multiple EndpointSlices|should mirror a custom Endpoint with multiple subsets and same IP address'}
 
 K8S_VERSION=v1.36.3
 if [ ! -x "$bin/e2e.test" ]; then
