@@ -284,7 +284,7 @@ func TestMirrorAdoptsUpstreamSlices(t *testing.T) {
 	upstream := func(name string, ips ...string) *discovery.EndpointSlice {
 		s := &discovery.EndpointSlice{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
-				Labels: map[string]string{discovery.LabelServiceName: "ext", discovery.LabelManagedBy: endpoints.MirrorManagedBy, "team": "ext"},
+				Labels:          map[string]string{discovery.LabelServiceName: "ext", discovery.LabelManagedBy: endpoints.MirrorManagedBy, "team": "ext"},
 				OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(ep, corev1.SchemeGroupVersion.WithKind("Endpoints"))},
 			},
 			AddressType: discovery.AddressTypeIPv4,
