@@ -464,7 +464,7 @@ func TestRestartMidUpdateLeavesNoDuplicates(t *testing.T) {
 	}
 
 	second := env.StartLeading(t, controller, "second")
-	ss := waitSlices(t, c, ns, "churn", "150 endpoints, 130 ready", func(ss []discovery.EndpointSlice) bool {
+	waitSlices(t, c, ns, "churn", "150 endpoints, 130 ready", func(ss []discovery.EndpointSlice) bool {
 		n, ready := 0, 0
 		for _, s := range ss {
 			n += len(s.Endpoints)
@@ -473,7 +473,7 @@ func TestRestartMidUpdateLeavesNoDuplicates(t *testing.T) {
 		return n == 150 && ready == 130
 	})
 	sliceQueueDrained(t, c, second)
-	ss = listSlices(t, c, ns, "churn")
+	ss := listSlices(t, c, ns, "churn")
 	seen := map[string]string{}
 	for _, s := range ss {
 		for _, e := range s.Endpoints {
