@@ -151,8 +151,10 @@ func endpointsScenario(t *testing.T, admin kubernetes.Interface, ns string, _ fu
 	if _, err := admin.CoreV1().Services(ns).Create(ctx, ext, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	//lint:ignore SA1019 custom Endpoints are the input of the mirroring controller under test
 	custom := &corev1.Endpoints{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ext"},
+		//lint:ignore SA1019 as above
 		Subsets: []corev1.EndpointSubset{{
 			Addresses: []corev1.EndpointAddress{{IP: "192.0.2.5"}},
 			Ports:     []corev1.EndpointPort{{Name: "db", Port: 5432, Protocol: corev1.ProtocolTCP}},
