@@ -91,7 +91,8 @@ var scenarios = map[string]scenario{
 			{Verb: "update", Resource: "pods", Subresource: "status"},
 		},
 		unused: with(eventsOnFailure, map[string]string{
-			"update /services/finalizers": "checked by the OwnerReferencesPermissionEnforcement admission plugin (off here) when a slice blocks its Service's deletion; no request of the controller",
+			"update /services/finalizers":  "checked by the OwnerReferencesPermissionEnforcement admission plugin (off here) when a slice blocks its Service's deletion; no request of the controller",
+			"update /endpoints/finalizers": "the same check for a mirrored slice blocking its Endpoints' deletion; no request of the controller",
 		}),
 	},
 	"namespace": {

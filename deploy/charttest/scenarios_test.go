@@ -40,6 +40,8 @@ func eventually(t *testing.T, what string, cond func(ctx context.Context) (bool,
 // endpointsScenario: a Service and a ready Pod get Endpoints and an EndpointSlice (create);
 // the Pod turning unready moves its address (update); a stray slice claiming to be the
 // controller's is removed (slice delete); deleting the Service removes the Endpoints (delete).
+// Custom Endpoints of a Service without a selector are mirrored into a slice, which goes with
+// them.
 func endpointsScenario(t *testing.T, admin kubernetes.Interface, ns string, _ func() string) {
 	ctx := context.Background()
 	labels := map[string]string{"app": "web"}
@@ -141,6 +143,38 @@ func endpointsScenario(t *testing.T, admin kubernetes.Interface, ns string, _ fu
 		_, err := admin.CoreV1().Endpoints(ns).Get(ctx, "web", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})
+
+	ext := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ext"},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "db", Port: 5432, Protocol: corev1.ProtocolTCP}}},
+	}
+	if _, err := admin.CoreV1().Services(ns).Create(ctx, ext, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	//lint:ignore SA1019 custom Endpoints are the input of the mirroring controller under test
+	custom := &corev1.Endpoints{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ext"},
+		//lint:ignore SA1019 as above
+		Subsets: []corev1.EndpointSubset{{
+			Addresses: []corev1.EndpointAddress{{IP: "192.0.2.5"}},
+			Ports:     []corev1.EndpointPort{{Name: "db", Port: 5432, Protocol: corev1.ProtocolTCP}},
+		}},
+	}
+	if _, err := admin.CoreV1().Endpoints(ns).Create(ctx, custom, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mirrored := metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=ext,endpointslice.kubernetes.io/managed-by=endpointslicemirroring-controller.k8s.io"}
+	mirrorCount := func(want int) func(context.Context) (bool, error) {
+		return func(ctx context.Context) (bool, error) {
+			list, err := admin.DiscoveryV1().EndpointSlices(ns).List(ctx, mirrored)
+			return err == nil && len(list.Items) == want, nil
+		}
+	}
+	eventually(t, "the custom Endpoints mirrored into a slice", mirrorCount(1))
+	if err := admin.CoreV1().Endpoints(ns).Delete(ctx, "ext", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the mirrored slice deleted with its Endpoints", mirrorCount(0))
 }
 
 // namespaceScenario: a deleted namespace with a ConfigMap and a Pod in it has its content

@@ -53,6 +53,31 @@ done
 k -n "$ns" get endpointslices -l kubernetes.io/service-name=web
 say "smoke: ok (3 ready endpoints in the Service's EndpointSlices)"
 
+# Custom Endpoints of a Service without a selector are mirrored into an EndpointSlice
+# (endpoints-controller's endpointslice-mirroring-controller; KCM's is off).
+k -n "$ns" apply -f - >/dev/null <<'YAML'
+apiVersion: v1
+kind: Service
+metadata: {name: ext}
+spec: {ports: [{name: db, port: 5432}]}
+---
+apiVersion: v1
+kind: Endpoints
+metadata: {name: ext}
+subsets: [{addresses: [{ip: 192.0.2.5}], ports: [{name: db, port: 5432}]}]
+YAML
+mirrored='kubernetes.io/service-name=ext,endpointslice.kubernetes.io/managed-by=endpointslicemirroring-controller.k8s.io'
+deadline=$((SECONDS + 60))
+until [ "$(k -n "$ns" get endpointslices -l "$mirrored" -o jsonpath='{.items[*].endpoints[*].addresses[0]}' 2>/dev/null)" = 192.0.2.5 ]; do
+  if [ "$SECONDS" -ge "$deadline" ]; then
+    k -n "$ns" get endpointslices -o yaml || true
+    die "smoke: the custom Endpoints of $ns/ext were not mirrored into an EndpointSlice within 60s"
+  fi
+  sleep 1
+done
+k -n "$ns" get endpointslices -l "$mirrored"
+say "smoke: ok (custom Endpoints of a Service without a selector mirrored into an EndpointSlice)"
+
 # shellcheck source=/dev/null
 source "$RUN/ports.env"
 # nodelifecycle-controller's node IPAM gave every kwok node an IPv4 and an IPv6 Pod range from

@@ -17,7 +17,8 @@ source "$(dirname "$0")/lib.sh"
 # Everything KCM runs that kcm-split replaces. Names verified against
 # `kube-controller-manager --help` (v1.36); none is off by default, so all are valid here.
 KCM_DISABLED=(
-  endpoints-controller endpointslice-controller node-lifecycle-controller taint-eviction-controller
+  endpoints-controller endpointslice-controller endpointslice-mirroring-controller
+  node-lifecycle-controller taint-eviction-controller
   resourcequota-controller namespace-controller service-lb-controller
   persistentvolume-binder-controller node-ipam-controller
 )

@@ -1,7 +1,9 @@
 // Package endpoints is kube-controller-manager's endpoints controller as a service of its own.
 // For every Service with a selector it maintains the core/v1 Endpoints object of the same
 // name: the IPs and ports of the Pods the Service selects, ready ones under addresses and the
-// others under notReadyAddresses. Their EndpointSlices are SliceController's (slices.go).
+// others under notReadyAddresses. Their EndpointSlices are SliceController's (slices.go); the
+// custom Endpoints of Services without a selector are mirrored into slices by MirrorController
+// (mirror.go).
 package endpoints
 
 import (

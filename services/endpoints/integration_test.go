@@ -644,7 +644,8 @@ func TestBadFlagsExit2(t *testing.T) {
 		{[]string{"--kubeconfig=/nonexistent/kubeconfig"}, "", "--kubeconfig"},
 		{nil, "KCM_SPLIT_CONCURRENT_ENDPOINT_SYNCS=-3", "--concurrent-endpoint-syncs"},
 		{[]string{"--max-endpoints-per-slice=1001"}, "", "--max-endpoints-per-slice"},
-		{[]string{"--controllers=*,-endpointslice-mirroring-controller"}, "", "endpointslice-mirroring-controller"},
+		{[]string{"--controllers=*,-garbage-collector-controller"}, "", "garbage-collector-controller"},
+		{[]string{"--mirroring-max-endpoints-per-subset=0"}, "", "--mirroring-max-endpoints-per-subset"},
 	} {
 		t.Run(strings.Join(append(tc.args, tc.env), " "), func(t *testing.T) {
 			cmd := exec.Command(bin, tc.args...)

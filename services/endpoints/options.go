@@ -38,20 +38,34 @@ const (
 	SliceManagedBy = "endpointslice-controller.k8s.io"
 )
 
+// Names of the EndpointSlice mirroring controller this binary also runs, upstream's.
+const (
+	// MirrorQueueName is upstream's workqueue name: workqueue_*{name="endpoint_slice_mirroring"}.
+	MirrorQueueName = "endpoint_slice_mirroring"
+	// MirrorComponentName is the source component of the mirroring controller's Events.
+	MirrorComponentName = "endpoint-slice-mirroring-controller"
+	// MirrorManagedBy is the endpointslice.kubernetes.io/managed-by value of mirrored slices:
+	// upstream's, so slices kube-controller-manager mirrored are adopted, not duplicated.
+	MirrorManagedBy = "endpointslicemirroring-controller.k8s.io"
+)
+
 // Controller names for --controllers, kube-controller-manager's; each also has upstream's alias.
 const (
 	EndpointsController     = "endpoints-controller"
 	EndpointSliceController = "endpointslice-controller"
+	// EndpointSliceMirroringController mirrors custom Endpoints into EndpointSlices.
+	EndpointSliceMirroringController = "endpointslice-mirroring-controller"
 )
 
 // controllerAliases maps upstream's aliases to the names above.
 var controllerAliases = map[string]string{
-	"endpoint":      EndpointsController,
-	"endpointslice": EndpointSliceController,
+	"endpoint":               EndpointsController,
+	"endpointslice":          EndpointSliceController,
+	"endpointslicemirroring": EndpointSliceMirroringController,
 }
 
 // knownControllers are the controllers this binary runs, all on by default.
-var knownControllers = []string{EndpointsController, EndpointSliceController}
+var knownControllers = []string{EndpointsController, EndpointSliceController, EndpointSliceMirroringController}
 
 // Flag names, upstream's.
 const (
@@ -61,12 +75,23 @@ const (
 	FlagConcurrentSliceSyncs = "concurrent-service-endpoint-syncs"
 	FlagMaxEndpointsPerSlice = "max-endpoints-per-slice"
 	FlagSliceBatchPeriod     = "endpointslice-updates-batch-period"
+
+	FlagMirroringConcurrentSyncs       = "mirroring-concurrent-service-endpoint-syncs"
+	FlagMirroringMaxEndpointsPerSubset = "mirroring-max-endpoints-per-subset"
+	FlagMirroringBatchPeriod           = "mirroring-endpointslice-updates-batch-period"
 )
 
 // Bounds of --max-endpoints-per-slice, upstream's.
 const (
 	defaultMaxEndpointsPerSlice = 100
 	maxMaxEndpointsPerSlice     = 1000
+)
+
+// Bounds of the mirroring flags, upstream's.
+const (
+	defaultMirroringMaxEndpointsPerSubset = 1000
+	maxMirroringMaxEndpointsPerSubset     = 1000
+	maxMirroringConcurrentSyncs           = 50
 )
 
 // Default client budget of this binary: the defaults of --kube-api-qps and --kube-api-burst.
@@ -97,6 +122,13 @@ type Options struct {
 	MaxEndpointsPerSlice int
 	// SliceBatchPeriod is BatchPeriod for EndpointSlices.
 	SliceBatchPeriod time.Duration
+	// MirroringConcurrentSyncs is the number of Endpoints mirrored in parallel.
+	MirroringConcurrentSyncs int
+	// MirroringMaxEndpointsPerSubset caps the addresses of one Endpoints subset that are
+	// mirrored (and so the endpoints of one mirrored slice); the rest are skipped.
+	MirroringMaxEndpointsPerSubset int
+	// MirroringBatchPeriod delays the sync a change to a mirrored slice triggers.
+	MirroringBatchPeriod time.Duration
 }
 
 // DefaultOptions returns upstream's defaults.
@@ -108,6 +140,10 @@ func DefaultOptions() Options {
 		ConcurrentSliceSyncs: 5,
 		MaxEndpointsPerSlice: defaultMaxEndpointsPerSlice,
 		SliceBatchPeriod:     0,
+
+		MirroringConcurrentSyncs:       5,
+		MirroringMaxEndpointsPerSubset: defaultMirroringMaxEndpointsPerSubset,
+		MirroringBatchPeriod:           0,
 	}
 }
 
@@ -122,6 +158,11 @@ func (o Options) Validate() error {
 		app.AtLeast(FlagMaxEndpointsPerSlice, o.MaxEndpointsPerSlice, 1),
 		atMost(FlagMaxEndpointsPerSlice, o.MaxEndpointsPerSlice, maxMaxEndpointsPerSlice),
 		app.NotNegative(FlagSliceBatchPeriod, o.SliceBatchPeriod),
+		app.AtLeast(FlagMirroringConcurrentSyncs, o.MirroringConcurrentSyncs, 1),
+		atMost(FlagMirroringConcurrentSyncs, o.MirroringConcurrentSyncs, maxMirroringConcurrentSyncs),
+		app.AtLeast(FlagMirroringMaxEndpointsPerSubset, o.MirroringMaxEndpointsPerSubset, 1),
+		atMost(FlagMirroringMaxEndpointsPerSubset, o.MirroringMaxEndpointsPerSubset, maxMirroringMaxEndpointsPerSubset),
+		app.NotNegative(FlagMirroringBatchPeriod, o.MirroringBatchPeriod),
 	)
 }
 
@@ -168,7 +209,7 @@ func (o Options) Enabled() (map[string]bool, error) {
 	for _, name := range knownControllers {
 		enabled[name] = isEnabled(name, entries, canonical)
 	}
-	if !enabled[EndpointsController] && !enabled[EndpointSliceController] {
+	if !slices.ContainsFunc(knownControllers, func(name string) bool { return enabled[name] }) {
 		return nil, &app.FlagError{Flag: FlagControllers, Err: fmt.Errorf("%q enables none of %s", o.Controllers, strings.Join(knownControllers, ", "))}
 	}
 	return enabled, nil
@@ -205,5 +246,11 @@ func (o *Options) Flags() []cli.Flag {
 			"maximum number of endpoints in one EndpointSlice (1-1000); more means fewer slices but larger ones to rewrite on each change"),
 		app.Bound(app.CategoryController, FlagSliceBatchPeriod, &o.SliceBatchPeriod,
 			"delay before syncing a Service's EndpointSlices after a Pod change, so that several Pod changes make one update; 0 syncs at once"),
+		app.Bound(app.CategoryController, FlagMirroringConcurrentSyncs, &o.MirroringConcurrentSyncs,
+			"number of custom Endpoints mirrored to EndpointSlices concurrently (1-50)"),
+		app.Bound(app.CategoryController, FlagMirroringMaxEndpointsPerSubset, &o.MirroringMaxEndpointsPerSubset,
+			"maximum number of addresses of one Endpoints subset mirrored to an EndpointSlice (1-1000); the rest are skipped with a TooManyAddressesToMirror event"),
+		app.Bound(app.CategoryController, FlagMirroringBatchPeriod, &o.MirroringBatchPeriod,
+			"delay before mirroring an Endpoints again after a change to one of its mirrored EndpointSlices, so that several changes make one update; 0 syncs at once"),
 	}
 }

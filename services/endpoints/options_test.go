@@ -29,40 +29,52 @@ func TestOptionsValidate(t *testing.T) {
 		{Name: "empty slices", Opts: with(func(o *Options) { o.MaxEndpointsPerSlice = 0 }), WantFlag: FlagMaxEndpointsPerSlice},
 		{Name: "slices of 1001", Opts: with(func(o *Options) { o.MaxEndpointsPerSlice = 1001 }), WantFlag: FlagMaxEndpointsPerSlice},
 		{Name: "negative slice batch period", Opts: with(func(o *Options) { o.SliceBatchPeriod = -time.Second }), WantFlag: FlagSliceBatchPeriod},
+		{Name: "no mirroring workers", Opts: with(func(o *Options) { o.MirroringConcurrentSyncs = 0 }), WantFlag: FlagMirroringConcurrentSyncs},
+		{Name: "51 mirroring workers", Opts: with(func(o *Options) { o.MirroringConcurrentSyncs = 51 }), WantFlag: FlagMirroringConcurrentSyncs},
+		{Name: "mirror 1 per subset", Opts: with(func(o *Options) { o.MirroringMaxEndpointsPerSubset = 1 })},
+		{Name: "mirror none per subset", Opts: with(func(o *Options) { o.MirroringMaxEndpointsPerSubset = 0 }), WantFlag: FlagMirroringMaxEndpointsPerSubset},
+		{Name: "mirror 1001 per subset", Opts: with(func(o *Options) { o.MirroringMaxEndpointsPerSubset = 1001 }), WantFlag: FlagMirroringMaxEndpointsPerSubset},
+		{Name: "negative mirroring batch period", Opts: with(func(o *Options) { o.MirroringBatchPeriod = -time.Second }), WantFlag: FlagMirroringBatchPeriod},
 		{Name: "unknown controller", Opts: with(func(o *Options) { o.Controllers = "*,foo" }), WantFlag: FlagControllers},
 	})
 }
 
 func TestDefaultsAreUpstreams(t *testing.T) {
 	d := DefaultOptions()
-	if d.ConcurrentSyncs != 5 || d.BatchPeriod != 0 || d.ConcurrentSliceSyncs != 5 || d.MaxEndpointsPerSlice != 100 || d.SliceBatchPeriod != 0 || d.Controllers != "*" {
-		t.Errorf("defaults = %+v, want 5 workers each, no batching, 100 endpoints per slice, every controller", d)
+	if d.ConcurrentSyncs != 5 || d.BatchPeriod != 0 || d.ConcurrentSliceSyncs != 5 || d.MaxEndpointsPerSlice != 100 || d.SliceBatchPeriod != 0 || d.Controllers != "*" ||
+		d.MirroringConcurrentSyncs != 5 || d.MirroringMaxEndpointsPerSubset != 1000 || d.MirroringBatchPeriod != 0 {
+		t.Errorf("defaults = %+v, want 5 workers each, no batching, 100 endpoints per slice, 1000 mirrored per subset, every controller", d)
 	}
 }
 
 func TestControllers(t *testing.T) {
-	both := map[string]bool{EndpointsController: true, EndpointSliceController: true}
-	onlyEndpoints := map[string]bool{EndpointsController: true, EndpointSliceController: false}
-	onlySlices := map[string]bool{EndpointsController: false, EndpointSliceController: true}
+	all := map[string]bool{EndpointsController: true, EndpointSliceController: true, EndpointSliceMirroringController: true}
+	both := map[string]bool{EndpointsController: true, EndpointSliceController: true, EndpointSliceMirroringController: false}
+	noSlices := map[string]bool{EndpointsController: true, EndpointSliceController: false, EndpointSliceMirroringController: true}
+	onlyEndpoints := map[string]bool{EndpointsController: true, EndpointSliceController: false, EndpointSliceMirroringController: false}
+	onlySlices := map[string]bool{EndpointsController: false, EndpointSliceController: true, EndpointSliceMirroringController: false}
+	onlyMirroring := map[string]bool{EndpointsController: false, EndpointSliceController: false, EndpointSliceMirroringController: true}
 	for _, tc := range []struct {
 		flag    string
 		want    map[string]bool
 		wantErr string // in the error, besides the flag's name
 	}{
-		{flag: "*", want: both},
+		{flag: "*", want: all},
 		{flag: "endpoints-controller,endpointslice-controller", want: both},
-		{flag: "*,-endpointslice-controller", want: onlyEndpoints},
-		{flag: "*,-endpointslice", want: onlyEndpoints}, // upstream's alias
-		{flag: "-endpoint,*", want: onlySlices},
+		{flag: "*,-endpointslice-controller", want: noSlices},
+		{flag: "*,-endpointslice,-endpointslicemirroring", want: onlyEndpoints}, // upstream's aliases
+		{flag: "*,-endpointslice-mirroring-controller", want: both},
+		{flag: "endpointslice-mirroring-controller", want: onlyMirroring},
+		{flag: "-endpoint,-endpointslice,*", want: onlyMirroring},
 		{flag: "endpointslice-controller", want: onlySlices},
 		{flag: " endpoint , endpointslice ", want: both},
 		// The first entry naming a controller decides, as in kube-controller-manager.
 		{flag: "endpoints-controller,-endpoints-controller,endpointslice", want: both},
-		{flag: "-endpoints-controller,endpoints-controller,*", want: onlySlices},
+		{flag: "-endpoints-controller,endpoints-controller,*", want: map[string]bool{EndpointSliceController: true, EndpointSliceMirroringController: true, EndpointsController: false}},
 		// Disabling another controller of kube-controller-manager is not a choice here.
-		{flag: "*,-endpointslice-mirroring-controller", wantErr: `unknown controllers "endpointslice-mirroring-controller"`},
+		{flag: "*,-garbage-collector-controller", wantErr: `unknown controllers "garbage-collector-controller"`},
 		{flag: "*,foo,-bar", wantErr: `unknown controllers "foo", "bar"`},
-		{flag: "-endpoints-controller,-endpointslice-controller", wantErr: "enables none"},
+		{flag: "-endpoints-controller,-endpointslice-controller,-endpointslice-mirroring-controller", wantErr: "enables none"},
 		{flag: "", wantErr: "enables none"},
 	} {
 		t.Run(tc.flag, func(t *testing.T) {
@@ -92,7 +104,9 @@ func TestBadFlagsExitWithUsageCode(t *testing.T) {
 		{Name: "slices too large", Args: []string{"--" + FlagMaxEndpointsPerSlice + "=1001"}, WantFlag: FlagMaxEndpointsPerSlice},
 		{Name: "negative slice batch period", Args: []string{"--" + FlagSliceBatchPeriod + "=-1s"}, WantFlag: FlagSliceBatchPeriod},
 		{Name: "unknown controller", Args: []string{"--" + FlagControllers + "=*,nodelifecycle-controller"}, WantFlag: FlagControllers},
-		{Name: "controllers from the environment", Env: map[string]string{app.EnvVar(FlagControllers): "-endpoint,-endpointslice"}, WantFlag: FlagControllers},
+		{Name: "controllers from the environment", Env: map[string]string{app.EnvVar(FlagControllers): "-endpoint,-endpointslice,-endpointslicemirroring"}, WantFlag: FlagControllers},
+		{Name: "mirroring subset too large", Args: []string{"--" + FlagMirroringMaxEndpointsPerSubset + "=1001"}, WantFlag: FlagMirroringMaxEndpointsPerSubset},
+		{Name: "negative mirroring batch period", Args: []string{"--" + FlagMirroringBatchPeriod + "=-1s"}, WantFlag: FlagMirroringBatchPeriod},
 	})
 }
 

@@ -5,6 +5,7 @@ package endpoints_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -398,5 +399,94 @@ func TestControllersFlag(t *testing.T) {
 	waitEndpoints(t, c, ns, "one", "written now", func(ep *corev1.Endpoints) bool { return ep != nil && len(readyIPs(ep)) == 1 })
 	if ss := listSlices(t, c, ns, "two"); len(ss) != 0 || endpointsOnly.Metric(`workqueue_depth{name="endpoint_slice"}`) != -1 {
 		t.Fatalf("with the EndpointSlice controller off, slices were written (%s) or its queue exists", describeSlices(ss))
+	}
+}
+
+// TestRestartMidUpdateLeavesNoDuplicates: the leader is killed while it rewrites a Service's
+// slices after a churn of its Pods (some gone, others new, some flipping readiness); its
+// successor ends with every endpoint in exactly one slice and none left over.
+func TestRestartMidUpdateLeavesNoDuplicates(t *testing.T) {
+	testenv.Require(t, env)
+	c := env.Client(t)
+	ns := env.Namespace(t)
+	ctx := context.Background()
+	sel := map[string]string{"app": "churn"}
+	createPods(t, c, ns, 150, sel)
+	first := env.StartLeading(t, controller, "first")
+	createService(t, c, makeService(ns, "churn", sel))
+	waitSlices(t, c, ns, "churn", "100/50, all ready", func(ss []discovery.EndpointSlice) bool {
+		return slices.Equal(sizes(ss), []int{100, 50}) && countReady(ss[0])+countReady(ss[1]) == 150
+	})
+
+	// The churn: 60 Pods go, 60 new ones come, 20 of those that stay turn not ready.
+	churn := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		var errs []error
+		for i := range 60 {
+			if err := c.CoreV1().Pods(ns).Delete(ctx, fmt.Sprintf("p-%04d", i), *metav1.NewDeleteOptions(0)); err != nil {
+				errs = append(errs, err)
+			}
+			p := makePod(ns, fmt.Sprintf("q-%04d", i), fmt.Sprintf("10.110.0.%d", i+1), sel)
+			status := p.Status
+			created, err := c.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			created.Status = status
+			if _, err := c.CoreV1().Pods(ns).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		for i := 100; i < 120; i++ {
+			p, err := c.CoreV1().Pods(ns).Get(ctx, fmt.Sprintf("p-%04d", i), metav1.GetOptions{})
+			if err == nil {
+				setReady(p, false)
+				_, err = c.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+			}
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}
+		done <- errors.Join(errs...)
+	}()
+	// Killed (no drain, no release) as soon as it has written for the churn.
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return len(sliceWrites(t, ns, churn)) > 0, nil
+	}); err != nil {
+		t.Fatal("the leader never wrote after the churn began")
+	}
+	first.Kill()
+	<-first.Done()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	second := env.StartLeading(t, controller, "second")
+	waitSlices(t, c, ns, "churn", "150 endpoints, 130 ready", func(ss []discovery.EndpointSlice) bool {
+		n, ready := 0, 0
+		for _, s := range ss {
+			n += len(s.Endpoints)
+			ready += countReady(s)
+		}
+		return n == 150 && ready == 130
+	})
+	sliceQueueDrained(t, c, second)
+	ss := listSlices(t, c, ns, "churn")
+	seen := map[string]string{}
+	for _, s := range ss {
+		for _, e := range s.Endpoints {
+			if other, dup := seen[e.Addresses[0]]; dup {
+				t.Fatalf("%s is in slices %s and %s: %s", e.Addresses[0], other, s.Name, describeSlices(ss))
+			}
+			seen[e.Addresses[0]] = s.Name
+			if e.TargetRef == nil || strings.HasPrefix(e.TargetRef.Name, "p-00") && e.TargetRef.Name < "p-0060" {
+				t.Fatalf("endpoint %+v is of a deleted Pod", e)
+			}
+		}
+	}
+	if len(seen) != 150 {
+		t.Fatalf("%d distinct endpoints, want 150: %s", len(seen), describeSlices(ss))
 	}
 }

@@ -3,11 +3,13 @@ package endpoints
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/informers"
 	discoveryinformers "k8s.io/client-go/informers/discovery/v1"
 	"k8s.io/component-base/featuregate"
@@ -21,7 +23,7 @@ import (
 func Spec() app.Spec {
 	return app.WithOptions(app.Spec{
 		ID:          ControllerID,
-		Usage:       "keeps the Endpoints and EndpointSlices of every Service with a selector in line with the Pods it selects",
+		Usage:       "keeps the Endpoints and EndpointSlices of every Service with a selector in line with the Pods it selects, and mirrors the custom Endpoints of Services without one into EndpointSlices",
 		DefaultPort: DefaultPort,
 		// trafficDistribution PreferSameZone/PreferSameNode hints (EndpointSlices); locked on.
 		FeatureGates: []featuregate.Feature{features.PreferSameTrafficDistribution},
@@ -40,6 +42,15 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 		return err // validated at parse time already
 	}
 	factory := informers.NewSharedInformerFactoryWithOptions(rt.Client, rt.ResyncPeriod(), informers.WithTransform(cacheTransform))
+	// One EndpointSlice informer for both slice controllers, holding the slices of whichever
+	// of them run; each lists only its own by label.
+	var managedBy []string
+	if enabled[EndpointSliceController] {
+		managedBy = append(managedBy, SliceManagedBy)
+	}
+	if enabled[EndpointSliceMirroringController] {
+		managedBy = append(managedBy, MirrorManagedBy)
+	}
 	var runs []func(context.Context) error
 	var synced []func() bool
 	if enabled[EndpointsController] {
@@ -59,7 +70,7 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 		c := NewSliceController(
 			factory.Core().V1().Pods(),
 			factory.Core().V1().Services(),
-			managedSlices(factory),
+			managedSlices(factory, managedBy),
 			factory.Core().V1().Nodes(),
 			rt.Client,
 			rt.EventRecorder(ctx, SliceComponentName),
@@ -70,15 +81,35 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 		runs = append(runs, func(ctx context.Context) error { return c.Run(ctx, opts.ConcurrentSliceSyncs) })
 		synced = append(synced, c.HasSynced)
 	}
-	klog.FromContext(ctx).Info("Controllers enabled", "endpoints", enabled[EndpointsController], "endpointSlices", enabled[EndpointSliceController])
+	if enabled[EndpointSliceMirroringController] {
+		c := NewMirrorController(
+			factory.Core().V1().Endpoints(),
+			factory.Core().V1().Services(),
+			managedSlices(factory, managedBy),
+			rt.Client,
+			rt.EventRecorder(ctx, MirrorComponentName),
+			opts,
+			rt.Registry,
+		)
+		runs = append(runs, func(ctx context.Context) error { return c.Run(ctx, opts.MirroringConcurrentSyncs) })
+		synced = append(synced, c.HasSynced)
+	}
+	klog.FromContext(ctx).Info("Controllers enabled", "endpoints", enabled[EndpointsController],
+		"endpointSlices", enabled[EndpointSliceController], "endpointSliceMirroring", enabled[EndpointSliceMirroringController])
 	return rt.RunController(ctx, allSynced(synced), runAll(runs), factory)
 }
 
-// managedSlices is the factory's EndpointSlice informer, watching only the slices this
-// binary manages, as the API server filters them: the data plane's other slices (mirrored,
-// or written by meshes and other controllers) never enter the cache.
-func managedSlices(factory informers.SharedInformerFactory) discoveryinformers.EndpointSliceInformer {
-	selector := labels.Set{discovery.LabelManagedBy: SliceManagedBy}.String()
+// managedSlices is the factory's EndpointSlice informer, watching only the slices whose
+// managed-by label is one of managedBy, as the API server filters them: slices written by
+// meshes and other controllers never enter the cache. The factory keeps one informer per
+// type, so every call returns the same informer: the one of the first call's selector.
+func managedSlices(factory informers.SharedInformerFactory, managedBy []string) discoveryinformers.EndpointSliceInformer {
+	req, err := labels.NewRequirement(discovery.LabelManagedBy, selection.In, managedBy)
+	if err != nil {
+		// Fixed, valid values; refusing them would be a programming error.
+		panic(fmt.Sprintf("managed-by selector for %v: %v", managedBy, err))
+	}
+	selector := labels.NewSelector().Add(*req).String()
 	return discoveryinformers.New(factory, metav1.NamespaceAll, func(o *metav1.ListOptions) {
 		o.LabelSelector = selector
 	}).EndpointSlices()

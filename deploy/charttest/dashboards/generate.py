@@ -20,10 +20,11 @@ CONTROLLERS = {
     "endpoints": {
         "id": "endpoints-controller",
         "title": "Endpoints controller",
-        "queues": ["endpoint", "endpoint_slice"],
+        "queues": ["endpoint", "endpoint_slice", "endpoint_slice_mirroring"],
         # The Endpoints part has no metrics of its own (upstream has none); the EndpointSlice
         # part has upstream's endpoint_slice_controller_* (its reconciles have the
-        # controller="endpointslice-controller" label).
+        # controller="endpointslice-controller" label), the mirroring part upstream's
+        # endpoint_slice_mirroring_controller_* (controller="endpointslice-mirroring-controller").
         "own": [
             ("EndpointSlice syncs by result", "ops", [
                 ('sum by (result) (rate(endpoint_slice_controller_syncs{$JOB}[$__rate_interval]))', "{{result}}")]),
@@ -36,6 +37,12 @@ CONTROLLERS = {
             ("Endpoints added and removed per sync p99", "short", [
                 ('histogram_quantile(0.99, sum by (le) (rate(endpoint_slice_controller_endpoints_added_per_sync_bucket{$JOB}[$__rate_interval])))', "added"),
                 ('histogram_quantile(0.99, sum by (le) (rate(endpoint_slice_controller_endpoints_removed_per_sync_bucket{$JOB}[$__rate_interval])))', "removed")]),
+            ("Mirrored EndpointSlice writes by operation", "ops", [
+                ('sum by (operation) (rate(endpoint_slice_mirroring_controller_changes{$JOB}[$__rate_interval]))', "{{operation}}")]),
+            ("Mirrored slices and endpoints, addresses skipped per sync p99", "short", [
+                ('max(endpoint_slice_mirroring_controller_num_endpoint_slices{$JOB})', "slices"),
+                ('max(endpoint_slice_mirroring_controller_endpoints_desired{$JOB})', "endpoints"),
+                ('histogram_quantile(0.99, sum by (le) (rate(endpoint_slice_mirroring_controller_addresses_skipped_per_sync_bucket{$JOB}[$__rate_interval])))', "skipped p99")]),
         ],
     },
     "namespace": {

@@ -1,0 +1,316 @@
+package endpoints
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	discoveryinformers "k8s.io/client-go/informers/discovery/v1"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	endpointsliceutil "k8s.io/endpointslice/util"
+	"k8s.io/klog/v2"
+
+	"github.com/kcm-split/kcm-split/shared/informer"
+	"github.com/kcm-split/kcm-split/shared/worker"
+)
+
+// Event reasons of the mirroring controller, upstream's; both are recorded on the Endpoints.
+const (
+	ReasonInvalidIPAddress         = "InvalidIPAddress"
+	ReasonTooManyAddressesToMirror = "TooManyAddressesToMirror"
+)
+
+// Backoff of a failing Endpoints, upstream's: 1s doubling to 100s, and no more than 10
+// retries a second overall (bursts of 100).
+const (
+	mirrorBackoffBase = time.Second
+	mirrorBackoffMax  = 100 * time.Second
+)
+
+// MirrorController mirrors the Endpoints of Services without a selector (written by their
+// owners) into EndpointSlices, so that consumers of slices (kube-proxy, DNS, meshes) see
+// them: kube-controller-manager's endpointslice-mirroring-controller. Endpoints of Services
+// with a selector are the other two controllers' business and are never mirrored, nor are
+// those labelled endpointslice.kubernetes.io/skip-mirror=true or used as leader-election
+// locks.
+type MirrorController struct {
+	client   kubernetes.Interface
+	recorder record.EventRecorder
+	opts     Options
+
+	endpoints corelisters.EndpointsLister
+	services  corelisters.ServiceLister
+	slices    discoverylisters.EndpointSliceLister
+	handlers  informer.Handlers
+
+	queue   *worker.Queue[string]
+	tracker *endpointsliceutil.EndpointSliceTracker
+	metrics *mirrorMetrics
+}
+
+// NewMirrorController builds the controller and registers its event handlers on the
+// informers, which are shared with the binary's other controllers; it starts nothing. slices
+// must hold at least the slices managed by MirrorManagedBy. Queue, reconcile and upstream's
+// endpoint_slice_mirroring_controller_* metrics go to reg (nil: none).
+func NewMirrorController(
+	endpoints coreinformers.EndpointsInformer,
+	services coreinformers.ServiceInformer,
+	slices discoveryinformers.EndpointSliceInformer,
+	client kubernetes.Interface,
+	recorder record.EventRecorder,
+	opts Options,
+	reg prometheus.Registerer,
+) *MirrorController {
+	c := &MirrorController{
+		client:    client,
+		recorder:  recorder,
+		opts:      opts,
+		endpoints: endpoints.Lister(),
+		services:  services.Lister(),
+		slices:    slices.Lister(),
+		queue: worker.New(worker.Options[string]{
+			Name:       MirrorQueueName,
+			Controller: EndpointSliceMirroringController,
+			Registerer: reg,
+			RateLimiter: workqueue.NewTypedMaxOfRateLimiter(
+				workqueue.NewTypedItemExponentialFailureRateLimiter[string](mirrorBackoffBase, mirrorBackoffMax),
+				&workqueue.TypedBucketRateLimiter[string]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+			),
+		}),
+		tracker: endpointsliceutil.NewEndpointSliceTracker(),
+		metrics: newMirrorMetrics(reg, opts.MirroringMaxEndpointsPerSubset),
+	}
+	c.handlers.Add(endpoints.Informer(), cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.onEndpoints,
+		UpdateFunc: c.onEndpointsUpdate,
+		DeleteFunc: c.onEndpoints,
+	})
+	c.handlers.Add(services.Informer(), cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.onServiceAddOrDelete,
+		UpdateFunc: c.onServiceUpdate,
+		DeleteFunc: c.onServiceAddOrDelete,
+	})
+	c.handlers.Add(slices.Informer(), cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.onSliceAdd,
+		UpdateFunc: c.onSliceUpdate,
+		DeleteFunc: c.onSliceDelete,
+	})
+	return c
+}
+
+// HasSynced reports whether the informers have listed and the handlers have seen every
+// listed object.
+func (c *MirrorController) HasSynced() bool { return c.handlers.HasSynced() }
+
+// Run waits for the caches and runs workers until ctx ends; it returns nil when ctx ends.
+// The informers' initial listing queues every Endpoints that may be mirrored, so a start
+// over correct slices reads them all and writes nothing.
+func (c *MirrorController) Run(ctx context.Context, workers int) error {
+	defer c.queue.ShutDown()
+	if err := c.handlers.Err(); err != nil {
+		return fmt.Errorf("registering event handlers: %w", err)
+	}
+	logger := klog.FromContext(ctx)
+	logger.Info("Starting endpoint slice mirroring controller", "workers", workers,
+		"maxEndpointsPerSubset", c.opts.MirroringMaxEndpointsPerSubset, "batchPeriod", c.opts.MirroringBatchPeriod)
+	defer logger.Info("Shutting down endpoint slice mirroring controller")
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.handlers.Synced()...) {
+		return nil
+	}
+	c.queue.Run(ctx, workers, c.syncEndpoints)
+	return nil
+}
+
+// syncEndpoints times one sync in upstream's endpoints_sync_duration.
+func (c *MirrorController) syncEndpoints(ctx context.Context, key string) error {
+	start := time.Now()
+	err := c.sync(ctx, key)
+	c.metrics.syncDuration.Observe(time.Since(start).Seconds())
+	klog.FromContext(ctx).V(4).Info("Finished mirroring endpoints", "endpoints", key, "duration", time.Since(start))
+	return err
+}
+
+// sync brings the mirrored slices of the Endpoints named by key (namespace/name) in line
+// with it, or deletes them when it is not to be mirrored (any more).
+func (c *MirrorController) sync(ctx context.Context, key string) error {
+	namespace, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		utilruntime.HandleErrorWithContext(ctx, err, "Dropping malformed key", "key", key)
+		return nil
+	}
+	logger := klog.FromContext(ctx).WithValues("endpoints", key)
+	ctx = klog.NewContext(ctx, logger)
+
+	ep, err := c.endpoints.Endpoints(namespace).Get(name)
+	switch {
+	case apierrors.IsNotFound(err):
+		return c.unmirror(ctx, namespace, name, "Endpoints deleted")
+	case err != nil:
+		return err
+	case !shouldMirror(ep):
+		return c.unmirror(ctx, namespace, name, "Endpoints not to be mirrored")
+	}
+	svc, err := c.services.Services(namespace).Get(name)
+	switch {
+	case apierrors.IsNotFound(err):
+		return c.unmirror(ctx, namespace, name, "no Service")
+	case err != nil:
+		return err
+	case svc.Spec.Selector != nil:
+		// The endpoints and endpointslice controllers own this Service's Endpoints and slices.
+		return c.unmirror(ctx, namespace, name, "Service has a selector")
+	}
+
+	existing, err := c.mirroredSlices(namespace, name)
+	if err != nil {
+		return err
+	}
+	if c.tracker.StaleSlices(svc, existing) {
+		return errStaleSlices
+	}
+	return c.reconcile(ctx, ep, existing)
+}
+
+// mirroredSlices lists the slices this controller made for the Endpoints namespace/name,
+// those being deleted left out.
+func (c *MirrorController) mirroredSlices(namespace, name string) ([]*discovery.EndpointSlice, error) {
+	list, err := c.slices.EndpointSlices(namespace).List(labels.SelectorFromValidatedSet(labels.Set{
+		discovery.LabelServiceName: name,
+		discovery.LabelManagedBy:   MirrorManagedBy,
+	}))
+	if err != nil {
+		return nil, err
+	}
+	return withoutDeleted(list), nil
+}
+
+// reconcile computes the slices of ep and writes what differs from existing.
+func (c *MirrorController) reconcile(ctx context.Context, ep *v1.Endpoints, existing []*discovery.EndpointSlice) error {
+	logger := klog.FromContext(ctx)
+	maxPer := c.opts.MirroringMaxEndpointsPerSubset
+	d := desiredMirror(ep, maxPer)
+	c.metrics.skipped.Observe(float64(d.skipped))
+	if d.invalid > 0 {
+		c.recorder.Eventf(ep, v1.EventTypeWarning, ReasonInvalidIPAddress,
+			"Skipped %d invalid IP addresses when mirroring to EndpointSlices", d.invalid)
+	}
+	if d.skipped > d.invalid {
+		logger.Info("Addresses past the per-subset maximum were not mirrored", "skippedAddresses", d.skipped, "maxEndpointsPerSubset", maxPer)
+		c.recorder.Eventf(ep, v1.EventTypeWarning, ReasonTooManyAddressesToMirror,
+			"A max of %d addresses can be mirrored to EndpointSlices per Endpoints subset. %d addresses were skipped", maxPer, d.skipped)
+	}
+
+	plan := planMirror(ep, existing, d, maxPer)
+	c.metrics.added.Observe(float64(plan.added))
+	c.metrics.updated.Observe(float64(plan.updated))
+	c.metrics.removed.Observe(float64(plan.removed))
+	c.metrics.record(ep.Namespace+"/"+ep.Name, plan.endpointsPerSlice)
+	// Slices found right are tracked too, so a later event for them at this version is
+	// known not to be news.
+	for _, s := range existing {
+		if !c.tracker.Has(s) {
+			c.tracker.Update(s)
+		}
+	}
+	if len(plan.create)+len(plan.update)+len(plan.remove) == 0 {
+		return nil
+	}
+	logger.V(4).Info("Writing mirrored slices", "create", len(plan.create), "update", len(plan.update), "delete", len(plan.remove))
+	return c.write(ctx, ep, plan)
+}
+
+// write performs the plan: creates (unless the Endpoints is being deleted), updates, then
+// deletes, the tracker told of each so that their events are not taken for news.
+func (c *MirrorController) write(ctx context.Context, ep *v1.Endpoints, plan mirrorPlan) error {
+	client := c.client.DiscoveryV1().EndpointSlices(ep.Namespace)
+	if ep.DeletionTimestamp == nil {
+		for _, s := range plan.create {
+			created, err := client.Create(ctx, s, metav1.CreateOptions{})
+			if err != nil {
+				if apierrors.HasStatusCause(err, v1.NamespaceTerminatingCause) {
+					return nil // the namespace and everything in it is going
+				}
+				return fmt.Errorf("creating EndpointSlice for Endpoints %s/%s: %w", ep.Namespace, ep.Name, err)
+			}
+			c.tracker.Update(created)
+			c.metrics.changes.WithLabelValues("create").Inc()
+		}
+	}
+	for _, s := range plan.update {
+		updated, err := client.Update(ctx, s, metav1.UpdateOptions{})
+		if err != nil {
+			return fmt.Errorf("updating EndpointSlice %s for Endpoints %s/%s: %w", mirrorSliceName(s), ep.Namespace, ep.Name, err)
+		}
+		c.tracker.Update(updated)
+		c.metrics.changes.WithLabelValues("update").Inc()
+	}
+	for _, s := range plan.remove {
+		if err := c.deleteSlice(ctx, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// unmirror deletes the slices mirrored for namespace/name, if any, and forgets it.
+func (c *MirrorController) unmirror(ctx context.Context, namespace, name, why string) error {
+	existing, err := c.mirroredSlices(namespace, name)
+	if err != nil {
+		return err
+	}
+	c.tracker.DeleteService(namespace, name)
+	c.metrics.record(namespace+"/"+name, nil)
+	if len(existing) == 0 {
+		return nil
+	}
+	klog.FromContext(ctx).V(2).Info("Deleting mirrored slices", "reason", why, "slices", len(existing))
+	var errs []error
+	for _, s := range existing {
+		errs = append(errs, c.deleteSlice(ctx, s))
+	}
+	return errors.Join(errs...)
+}
+
+// deleteSlice deletes one mirrored slice, the object listed (its UID as a precondition): a
+// slice of the same name made since is not deleted blind.
+func (c *MirrorController) deleteSlice(ctx context.Context, s *discovery.EndpointSlice) error {
+	err := c.client.DiscoveryV1().EndpointSlices(s.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{
+		Preconditions: &metav1.Preconditions{UID: &s.UID},
+	})
+	switch {
+	case err == nil:
+		c.tracker.ExpectDeletion(s)
+		c.metrics.changes.WithLabelValues("delete").Inc()
+		return nil
+	case apierrors.IsNotFound(err):
+		return nil
+	}
+	return fmt.Errorf("deleting EndpointSlice %s/%s: %w", s.Namespace, s.Name, err)
+}
+
+// shouldMirror reports whether an Endpoints object may be mirrored at all, whatever its
+// Service: not when labelled endpointslice.kubernetes.io/skip-mirror=true, nor when it is a
+// leader-election lock.
+func shouldMirror(ep *v1.Endpoints) bool {
+	if ep == nil || ep.Labels[discovery.LabelSkipMirror] == "true" {
+		return false
+	}
+	_, lock := ep.Annotations[resourcelock.LeaderElectionRecordAnnotationKey]
+	return !lock
+}
