@@ -3,6 +3,8 @@ package endpoints
 import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
 
 	"github.com/kcm-split/kcm-split/shared/informer"
 )
@@ -114,4 +116,15 @@ func projectContainers(in []v1.Container) []v1.Container {
 		out[i] = v1.Container{Name: in[i].Name, Ports: in[i].Ports, RestartPolicy: in[i].RestartPolicy}
 	}
 	return out
+}
+
+// podLister is the controllers' Pod lister: through a label index (informer.SelectingPods),
+// so that listing a Service's Pods reads those Pods rather than the whole namespace. Should the
+// index not be addable (an informer already started), it is the plain lister, slower only.
+func podLister(pods coreinformers.PodInformer) corelisters.PodLister {
+	l, err := informer.SelectingPods(pods.Informer())
+	if err != nil {
+		return pods.Lister()
+	}
+	return l
 }
