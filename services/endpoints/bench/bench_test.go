@@ -89,20 +89,39 @@ type result struct {
 	restartW    int                // Endpoints writes for the 200 Services after the restart
 }
 
-func runScenario(b *testing.B, c benchkit.Side) *result {
-	bin, env, logf := c.Begin(b)
+// scenario is what both benchmarks' scenarios start from: the side's executable, a fresh
+// control plane with the namespaces, the benchmark's clients and the floor.
+type scenario struct {
+	bin                 string
+	env                 *testenv.Env
+	logf                func(format string, args ...any)
+	ctx                 context.Context // ends with the sub-benchmark
+	client, watchClient kubernetes.Interface
+	floor               []time.Duration
+}
 
+// begin starts a scenario of side c in namespaces (floorNS is added) and measures the floor:
+// the same kind of write the flips make, seen by the same kind of watcher.
+func begin(b *testing.B, c benchkit.Side, namespaces ...string) *scenario {
+	b.Helper()
+	s := &scenario{}
+	s.bin, s.env, s.logf = c.Begin(b)
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	client := benchkit.Client(b, env.Config, "kcm-split-bench/fixtures")
-	benchkit.CreateNamespaces(ctx, b, client, benchNS, floorNS, sentinelNS)
-	watchClient := benchkit.Client(b, env.Config, "kcm-split-bench/watch")
+	b.Cleanup(cancel)
+	s.ctx = ctx
+	s.client = benchkit.Client(b, s.env.Config, "kcm-split-bench/fixtures")
+	benchkit.CreateNamespaces(ctx, b, s.client, append(namespaces, floorNS)...)
+	s.watchClient = benchkit.Client(b, s.env.Config, "kcm-split-bench/watch")
+	s.floor = measureFloor(ctx, b, s.client, s.watchClient)
+	s.logf("floor: p50 %s p99 %s", benchkit.MS(benchkit.Percentile(s.floor, 50)), benchkit.MS(benchkit.Percentile(s.floor, 99)))
+	return s
+}
 
+func runScenario(b *testing.B, c benchkit.Side) *result {
+	sc := begin(b, c, benchNS, sentinelNS)
+	bin, env, logf, ctx, client, watchClient := sc.bin, sc.env, sc.logf, sc.ctx, sc.client, sc.watchClient
 	r := &result{}
-
-	// 1. Floor: the same kind of write the flips make, seen by the same kind of watcher.
-	r.cold.Floor = measureFloor(ctx, b, client, watchClient)
-	logf("floor: p50 %s p99 %s", benchkit.MS(benchkit.Percentile(r.cold.Floor, 50)), benchkit.MS(benchkit.Percentile(r.cold.Floor, 99)))
+	r.cold.Floor = sc.floor
 
 	// 2. Fixtures, then the controller's cold sync.
 	start := time.Now()

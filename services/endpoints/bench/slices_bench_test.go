@@ -103,18 +103,11 @@ type sliceResult struct {
 }
 
 func runSliceScenario(b *testing.B, c benchkit.Side, oursBin string) *sliceResult {
-	bin, env, logf := c.Begin(b)
-
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	client := benchkit.Client(b, env.Config, "kcm-split-bench/fixtures")
-	benchkit.CreateNamespaces(ctx, b, client, benchNS, floorNS, deployNS)
-	watchClient := benchkit.Client(b, env.Config, "kcm-split-bench/watch")
-	r := &sliceResult{}
-
 	// 1. Floor.
-	r.cold.Floor = measureFloor(ctx, b, client, watchClient)
-	logf("floor: p50 %s p99 %s", benchkit.MS(benchkit.Percentile(r.cold.Floor, 50)), benchkit.MS(benchkit.Percentile(r.cold.Floor, 99)))
+	sc := begin(b, c, benchNS, deployNS)
+	bin, env, logf, ctx, client, watchClient := sc.bin, sc.env, sc.logf, sc.ctx, sc.client, sc.watchClient
+	r := &sliceResult{}
+	r.cold.Floor = sc.floor
 
 	// 2. Fixtures: Nodes, Services, Pods.
 	start := time.Now()
