@@ -92,10 +92,13 @@ type result struct {
 // scenario is what both benchmarks' scenarios start from: the side's executable, a fresh
 // control plane with the namespaces, the benchmark's clients and the floor.
 type scenario struct {
-	bin                 string
-	env                 *testenv.Env
-	logf                func(format string, args ...any)
-	ctx                 context.Context // ends with the sub-benchmark
+	bin  string
+	env  *testenv.Env
+	logf func(format string, args ...any)
+	ctx  context.Context // ended by stop
+	// stop ends ctx, stopping the benchmark's informers: defer it in the scenario, since their
+	// factories' Shutdown (a cleanup of tb) waits for them to stop.
+	stop                context.CancelFunc
 	client, watchClient kubernetes.Interface
 	floor               []time.Duration
 }
@@ -107,18 +110,25 @@ func begin(b *testing.B, c benchkit.Side, namespaces ...string) *scenario {
 	s := &scenario{}
 	s.bin, s.env, s.logf = c.Begin(b)
 	ctx, cancel := context.WithCancel(context.Background())
-	b.Cleanup(cancel)
-	s.ctx = ctx
+	s.ctx, s.stop = ctx, cancel
+	started := false
+	defer func() {
+		if !started { // failed on the way (Fatal): the caller gets no stop to defer
+			cancel()
+		}
+	}()
 	s.client = benchkit.Client(b, s.env.Config, "kcm-split-bench/fixtures")
 	benchkit.CreateNamespaces(ctx, b, s.client, append(namespaces, floorNS)...)
 	s.watchClient = benchkit.Client(b, s.env.Config, "kcm-split-bench/watch")
 	s.floor = measureFloor(ctx, b, s.client, s.watchClient)
 	s.logf("floor: p50 %s p99 %s", benchkit.MS(benchkit.Percentile(s.floor, 50)), benchkit.MS(benchkit.Percentile(s.floor, 99)))
+	started = true
 	return s
 }
 
 func runScenario(b *testing.B, c benchkit.Side) *result {
 	sc := begin(b, c, benchNS, sentinelNS)
+	defer sc.stop()
 	bin, env, logf, ctx, client, watchClient := sc.bin, sc.env, sc.logf, sc.ctx, sc.client, sc.watchClient
 	r := &result{}
 	r.cold.Floor = sc.floor

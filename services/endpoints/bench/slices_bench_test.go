@@ -105,6 +105,7 @@ type sliceResult struct {
 func runSliceScenario(b *testing.B, c benchkit.Side, oursBin string) *sliceResult {
 	// 1. Floor.
 	sc := begin(b, c, benchNS, deployNS)
+	defer sc.stop()
 	bin, env, logf, ctx, client, watchClient := sc.bin, sc.env, sc.logf, sc.ctx, sc.client, sc.watchClient
 	r := &sliceResult{}
 	r.cold.Floor = sc.floor
@@ -185,6 +186,7 @@ func runSliceScenario(b *testing.B, c benchkit.Side, oursBin string) *sliceResul
 	prof.save("loaded")
 	logf("rolling update: driven in %s, slices complete after %s, %d EndpointSlice writes", r.rolloutDriven.Round(time.Millisecond), r.rollout.Round(time.Millisecond), r.rolloutWrites)
 	proc.Shutdown()
+	prof.keepLog(proc)
 	return r
 }
 
@@ -273,6 +275,16 @@ func profiler(b *testing.B, c benchkit.Side, env *testenv.Env) *profiles {
 
 // save writes the heap profile to <dir>/heap-<name>.pb.gz; a failure is logged, not fatal.
 func (h *profiles) save(name string) { h.fetch(h.url, "heap-"+name) }
+
+// keepLog copies the process's log beside the profiles.
+func (h *profiles) keepLog(p *benchkit.Process) {
+	if h.url == "" {
+		return
+	}
+	if data, err := os.ReadFile(p.Log); err == nil {
+		_ = os.WriteFile(filepath.Join(h.dir, p.Name+".log"), data, 0o644)
+	}
+}
 
 // cpu takes a CPU profile of the next d into <dir>/cpu-<name>.pb.gz in the background; the
 // channel closes when it is written (at once when profiles are off).
@@ -566,7 +578,7 @@ func printSliceTable(w io.Writer, mine, theirs *sliceResult) {
 	}
 	var rows benchkit.Rows[sliceResult]
 	rows.AddColdStart(func(r *sliceResult) *benchkit.ColdStart { return &r.cold }, "EndpointSlice", sliceServices)
-	rows.AddSeconds("  start -> first EndpointSlice write (s)", func(r *sliceResult) time.Duration { return r.firstWrite }, "%.2f")
+	rows.AddSeconds("cold sync: start -> first EndpointSlice write (s)", func(r *sliceResult) time.Duration { return r.firstWrite }, "%.2f")
 	rows.AddCount("cold sync Endpoints writes (written beforehand; target 0)", func(r *sliceResult) int { return r.coldEndpointsW })
 	rows.AddPercentiles("flip latency", func(r *sliceResult) []time.Duration { return r.flips }, "%.1f", 50, 90, 99, 100)
 	rows.Add("flip p50 over floor p50 (ms)", func(r *sliceResult) float64 { return r.overFloor(50) }, "%.1f")
