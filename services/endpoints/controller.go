@@ -70,7 +70,7 @@ func New(
 		recorder:  recorder,
 		opts:      opts,
 		services:  services.Lister(),
-		pods:      pods.Lister(),
+		pods:      podLister(pods),
 		endpoints: endpoints.Lister(),
 		queue: worker.New(worker.Options[string]{
 			Name:       QueueName,

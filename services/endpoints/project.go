@@ -3,6 +3,8 @@ package endpoints
 import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
 
 	"github.com/kcm-split/kcm-split/shared/informer"
 )
@@ -60,7 +62,7 @@ func projectNode(node *v1.Node) *v1.Node {
 // projectPod returns the part of pod the endpoints controller reads: identity, labels and
 // deletion for mapping and filtering; node, hostname and subdomain for addresses; container
 // ports (and the restart policy that makes an init container a sidecar) for named target
-// ports; phase, IPs and conditions for readiness. These are also all the Pod fields the
+// ports; phase, IPs and the Ready condition for readiness. These are also all the Pod fields the
 // k8s.io/endpointslice functions used here read (inclusion, hostname, port lookup, readiness,
 // and the Ready condition's lastTransitionTime for the trigger time), its Reconciler included
 // (name, namespace and UID for targetRef, nodeName, hostname and subdomain, IPs, readiness,
@@ -88,9 +90,21 @@ func projectPod(pod *v1.Pod) *v1.Pod {
 			Phase:      pod.Status.Phase,
 			PodIP:      pod.Status.PodIP,
 			PodIPs:     pod.Status.PodIPs,
-			Conditions: pod.Status.Conditions,
+			Conditions: readyCondition(pod.Status.Conditions),
 		},
 	}
+}
+
+// readyCondition keeps the Ready condition alone, and of it only the status and the
+// lastTransitionTime the trigger time is taken from: readiness is all either controller reads
+// of a Pod's conditions, and a kubelet reports five, each with a reason and a message.
+func readyCondition(in []v1.PodCondition) []v1.PodCondition {
+	for _, c := range in {
+		if c.Type == v1.PodReady {
+			return []v1.PodCondition{{Type: c.Type, Status: c.Status, LastTransitionTime: c.LastTransitionTime}}
+		}
+	}
+	return nil
 }
 
 func projectContainers(in []v1.Container) []v1.Container {
@@ -102,4 +116,15 @@ func projectContainers(in []v1.Container) []v1.Container {
 		out[i] = v1.Container{Name: in[i].Name, Ports: in[i].Ports, RestartPolicy: in[i].RestartPolicy}
 	}
 	return out
+}
+
+// podLister is the controllers' Pod lister: through a label index (informer.SelectingPods),
+// so that listing a Service's Pods reads those Pods rather than the whole namespace. Should the
+// index not be addable (an informer already started), it is the plain lister, slower only.
+func podLister(pods coreinformers.PodInformer) corelisters.PodLister {
+	l, err := informer.SelectingPods(pods.Informer())
+	if err != nil {
+		return pods.Lister()
+	}
+	return l
 }

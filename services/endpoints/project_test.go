@@ -59,7 +59,8 @@ func richPod(name, ip string, ready bool) *v1.Pod {
 			Phase: v1.PodRunning, PodIP: ip, PodIPs: []v1.PodIP{{IP: ip}}, HostIP: "192.0.2.1",
 			Conditions: []v1.PodCondition{
 				{Type: v1.PodScheduled, Status: v1.ConditionTrue},
-				{Type: v1.PodReady, Status: status, LastTransitionTime: metav1.NewTime(time.Unix(1700000000, 0))},
+				{Type: v1.PodReady, Status: status, LastTransitionTime: metav1.NewTime(time.Unix(1700000000, 0)), Reason: "PodCompleted", Message: "kept out"},
+				{Type: v1.ContainersReady, Status: status},
 			},
 			ContainerStatuses: []v1.ContainerStatus{{Name: "app", Ready: ready, Image: "registry.example/app:1", ImageID: "sha256:abc"}},
 		},
@@ -110,7 +111,8 @@ func TestProjectedPodsGiveTheSameEndpoints(t *testing.T) {
 			}
 		}
 	}
-	if projected[0].Annotations != nil || projected[0].Spec.Containers[0].Env != nil || projected[0].ManagedFields != nil {
+	if projected[0].Annotations != nil || projected[0].Spec.Containers[0].Env != nil || projected[0].ManagedFields != nil ||
+		len(projected[0].Status.Conditions) != 1 || projected[0].Status.Conditions[0].Type != v1.PodReady {
 		t.Fatal("projection kept fields the controller never reads")
 	}
 }

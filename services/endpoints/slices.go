@@ -104,7 +104,7 @@ func NewSliceController(
 		recorder: recorder,
 		opts:     opts,
 		services: services.Lister(),
-		pods:     pods.Lister(),
+		pods:     podLister(pods),
 		slices:   slices.Lister(),
 		nodes:    nodes.Lister(),
 		queue: worker.New(worker.Options[string]{

@@ -8,6 +8,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestParallel(t *testing.T) {
@@ -80,5 +83,49 @@ func TestSidesComposeFlags(t *testing.T) {
 		"--use-service-account-credentials=false", "--secure-port=0", "--q=1", "--z=9", "--v=1"}
 	if !slices.Equal(args, want) || up.UserAgent != UpstreamUserAgent {
 		t.Errorf("upstream args %q, want %q", args, want)
+	}
+}
+
+func TestObserverWhenAny(t *testing.T) {
+	o := &Observer[*corev1.ConfigMap]{objs: map[string]*corev1.ConfigMap{}}
+	cm := func(name, v string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}, Data: map[string]string{"k": v}}
+	}
+	o.observe(cm("a", "1"), false)
+	isTwo := func(c *corev1.ConfigMap) bool { return c.Data["k"] == "2" }
+
+	// Already true at registration: fires at once.
+	o.observe(cm("b", "2"), false)
+	select {
+	case <-o.WhenAny(isTwo):
+	default:
+		t.Fatal("WhenAny did not fire for an object already satisfying it")
+	}
+
+	o.observe(cm("b", "3"), false)
+	ch := o.WhenAny(isTwo)
+	o.observe(cm("c", "1"), false)
+	select {
+	case <-ch:
+		t.Fatal("WhenAny fired though no object satisfies it")
+	default:
+	}
+	o.observe(cm("a", "2"), false)
+	select {
+	case <-ch:
+	default:
+		t.Fatal("WhenAny did not fire when one object came to satisfy it")
+	}
+	if len(o.waiters) != 0 {
+		t.Errorf("%d waiters left after firing", len(o.waiters))
+	}
+
+	// A deletion never satisfies it.
+	ch = o.WhenAny(func(c *corev1.ConfigMap) bool { return c.Data["k"] == "9" })
+	o.observe(cm("z", "9"), true)
+	select {
+	case <-ch:
+		t.Fatal("WhenAny fired on a deletion")
+	default:
 	}
 }

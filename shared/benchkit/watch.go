@@ -54,10 +54,13 @@ type Observer[T metav1.Object] struct {
 }
 
 type waiter[T metav1.Object] struct {
-	key string       // "" means the condition is on all objects
+	key string       // "" means the condition is on all objects, or on any one (some)
 	one func(T) bool // when key != ""
 	all func(map[string]T) bool
-	ch  chan time.Time // buffered: firing never blocks the informer
+	// some, when set, holds once any one object satisfies it: only the object an event
+	// changed is evaluated, so it stays cheap over thousands of objects.
+	some func(T) bool
+	ch   chan time.Time // buffered: firing never blocks the informer
 }
 
 // NewObserver starts an Observer of the resource pick selects, in namespace ns ("" for all),
@@ -87,7 +90,11 @@ func (o *Observer[T]) observe(obj any, deleted bool) {
 		if w.key != "" && w.key != key {
 			return false
 		}
-		if !o.holds(w) {
+		if w.some != nil {
+			if obj, ok := o.objs[key]; !ok || !w.some(obj) {
+				return false
+			}
+		} else if !o.holds(w) {
 			return false
 		}
 		w.ch <- at
@@ -97,6 +104,14 @@ func (o *Observer[T]) observe(obj any, deleted bool) {
 
 // holds evaluates w under o.mu.
 func (o *Observer[T]) holds(w *waiter[T]) bool {
+	if w.some != nil {
+		for _, obj := range o.objs {
+			if w.some(obj) {
+				return true
+			}
+		}
+		return false
+	}
 	if w.key == "" {
 		return w.all(o.objs)
 	}
@@ -125,4 +140,10 @@ func (o *Observer[T]) When(key string, cond func(T) bool) <-chan time.Time {
 // WhenAll fires once all observed objects together (keyed "namespace/name") satisfy cond.
 func (o *Observer[T]) WhenAll(cond func(map[string]T) bool) <-chan time.Time {
 	return o.register(&waiter[T]{all: cond})
+}
+
+// WhenAny fires once any one observed object satisfies cond: for a state that lives in one
+// of many objects whose names are not known in advance (a Service's generated EndpointSlices).
+func (o *Observer[T]) WhenAny(cond func(T) bool) <-chan time.Time {
+	return o.register(&waiter[T]{some: cond})
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -88,39 +89,60 @@ type result struct {
 	restartW    int                // Endpoints writes for the 200 Services after the restart
 }
 
-func runScenario(b *testing.B, c benchkit.Side) *result {
-	bin, env, logf := c.Begin(b)
+// scenario is what both benchmarks' scenarios start from: the side's executable, a fresh
+// control plane with the namespaces, the benchmark's clients and the floor.
+type scenario struct {
+	bin  string
+	env  *testenv.Env
+	logf func(format string, args ...any)
+	ctx  context.Context // ended by stop
+	// stop ends ctx, stopping the benchmark's informers: defer it in the scenario, since their
+	// factories' Shutdown (a cleanup of tb) waits for them to stop.
+	stop                context.CancelFunc
+	client, watchClient kubernetes.Interface
+	floor               []time.Duration
+}
 
+// begin starts a scenario of side c in namespaces (floorNS is added) and measures the floor:
+// the same kind of write the flips make, seen by the same kind of watcher.
+func begin(b *testing.B, c benchkit.Side, namespaces ...string) *scenario {
+	b.Helper()
+	s := &scenario{}
+	s.bin, s.env, s.logf = c.Begin(b)
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	client := benchkit.Client(b, env.Config, "kcm-split-bench/fixtures")
-	benchkit.CreateNamespaces(ctx, b, client, benchNS, floorNS, sentinelNS)
-	watchClient := benchkit.Client(b, env.Config, "kcm-split-bench/watch")
+	s.ctx, s.stop = ctx, cancel
+	started := false
+	defer func() {
+		if !started { // failed on the way (Fatal): the caller gets no stop to defer
+			cancel()
+		}
+	}()
+	s.client = benchkit.Client(b, s.env.Config, "kcm-split-bench/fixtures")
+	benchkit.CreateNamespaces(ctx, b, s.client, append(namespaces, floorNS)...)
+	s.watchClient = benchkit.Client(b, s.env.Config, "kcm-split-bench/watch")
+	s.floor = measureFloor(ctx, b, s.client, s.watchClient)
+	s.logf("floor: p50 %s p99 %s", benchkit.MS(benchkit.Percentile(s.floor, 50)), benchkit.MS(benchkit.Percentile(s.floor, 99)))
+	started = true
+	return s
+}
 
+func runScenario(b *testing.B, c benchkit.Side) *result {
+	sc := begin(b, c, benchNS, sentinelNS)
+	defer sc.stop()
+	bin, env, logf, ctx, client, watchClient := sc.bin, sc.env, sc.logf, sc.ctx, sc.client, sc.watchClient
 	r := &result{}
-
-	// 1. Floor: the same kind of write the flips make, seen by the same kind of watcher.
-	r.cold.Floor = measureFloor(ctx, b, client, watchClient)
-	logf("floor: p50 %s p99 %s", benchkit.MS(benchkit.Percentile(r.cold.Floor, 50)), benchkit.MS(benchkit.Percentile(r.cold.Floor, 99)))
+	r.cold.Floor = sc.floor
 
 	// 2. Fixtures, then the controller's cold sync.
 	start := time.Now()
-	pods := createFixtures(ctx, b, client)
+	pods := createFixtures(ctx, b, client, numServices, podsPerService, func(s, i int) *corev1.Pod { return makePod(benchNS, s, i, podIP(s, i)) }, nil)
 	r.cold.Setup = time.Since(start)
 	logf("created %d Services and %d Pods in %s", numServices, numServices*podsPerService, r.cold.Setup.Round(time.Millisecond))
 
 	eps := benchkit.NewObserver[*corev1.Endpoints](ctx, b, watchClient, "", func(f informers.SharedInformerFactory) cache.SharedIndexInformer {
 		return f.Core().V1().Endpoints().Informer()
 	})
-	converged := eps.WhenAll(func(objs map[string]*corev1.Endpoints) bool {
-		n := 0
-		for s := range numServices {
-			if ep := objs[benchNS+"/"+serviceName(s)]; ep != nil && len(readyIPs(ep)) == podsPerService && len(notReadyIPs(ep)) == 0 {
-				n++
-			}
-		}
-		return n == numServices
-	})
+	converged := eps.WhenAll(endpointsComplete(numServices, podsPerService))
 	proc := c.Start(b, bin, env.Kubeconfig)
 	at := proc.Await(converged, coldSyncTimeout, "all Endpoints complete after the cold sync")
 	r.cold.Sync = at.Sub(proc.Started)
@@ -278,31 +300,52 @@ func createPod(ctx context.Context, client kubernetes.Interface, p *corev1.Pod) 
 	return updated, nil
 }
 
-// createFixtures creates the Services and their Pods and returns the Pods as last written,
-// indexed [service][pod], so flips can update them without reading them back.
-func createFixtures(ctx context.Context, b *testing.B, client kubernetes.Interface) [][]*corev1.Pod {
+// createFixtures creates services Services in benchNS with perService Pods each, pod(s, i)
+// being Pod i of Service s, and returns the Pods as last written, indexed [service][pod], so
+// flips can update them without reading them back. logf, when not nil, hears of every tenth
+// of the Pods created.
+func createFixtures(ctx context.Context, b *testing.B, client kubernetes.Interface, services, perService int, pod func(s, i int) *corev1.Pod, logf func(string, ...any)) [][]*corev1.Pod {
 	b.Helper()
-	err := benchkit.Parallel(ctx, numServices, benchkit.CreateWorkers, func(ctx context.Context, s int) error {
+	err := benchkit.Parallel(ctx, services, benchkit.CreateWorkers, func(ctx context.Context, s int) error {
 		_, err := client.CoreV1().Services(benchNS).Create(ctx, makeService(benchNS, s), metav1.CreateOptions{})
 		return err
 	})
 	if err != nil {
 		b.Fatalf("creating Services: %v", err)
 	}
-	pods := make([][]*corev1.Pod, numServices)
+	pods := make([][]*corev1.Pod, services)
 	for s := range pods {
-		pods[s] = make([]*corev1.Pod, podsPerService)
+		pods[s] = make([]*corev1.Pod, perService)
 	}
-	err = benchkit.Parallel(ctx, numServices*podsPerService, benchkit.CreateWorkers, func(ctx context.Context, n int) error {
-		s, i := n/podsPerService, n%podsPerService
-		p, err := createPod(ctx, client, makePod(benchNS, s, i, podIP(s, i)))
+	total := services * perService
+	var created atomic.Int64
+	err = benchkit.Parallel(ctx, total, benchkit.CreateWorkers, func(ctx context.Context, n int) error {
+		s, i := n/perService, n%perService
+		p, err := createPod(ctx, client, pod(s, i))
 		pods[s][i] = p
+		if done := created.Add(1); logf != nil && done%int64(max(1, total/10)) == 0 {
+			logf("fixtures: %d of %d Pods created", done, total)
+		}
 		return err
 	})
 	if err != nil {
 		b.Fatalf("creating Pods: %v", err)
 	}
 	return pods
+}
+
+// endpointsComplete holds once the Endpoints of Services 0..services-1 in benchNS each list
+// perService ready addresses and no others.
+func endpointsComplete(services, perService int) func(map[string]*corev1.Endpoints) bool {
+	return func(objs map[string]*corev1.Endpoints) bool {
+		for s := range services {
+			ep := objs[benchNS+"/"+serviceName(s)]
+			if ep == nil || len(readyIPs(ep)) != perService || len(notReadyIPs(ep)) != 0 {
+				return false
+			}
+		}
+		return true
+	}
 }
 
 func isReady(p *corev1.Pod) bool {
@@ -314,12 +357,28 @@ func isReady(p *corev1.Pod) bool {
 	return false
 }
 
+// setReady turns p's readiness as a kubelet does: the Ready condition (added when missing)
+// and, where the Pod has them, ContainersReady and its containers' ready flags.
 func setReady(p *corev1.Pod, ready bool) {
 	status := corev1.ConditionFalse
 	if ready {
 		status = corev1.ConditionTrue
 	}
-	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status, LastTransitionTime: metav1.Now()}}
+	now := metav1.Now()
+	found := false
+	for i := range p.Status.Conditions {
+		c := &p.Status.Conditions[i]
+		if c.Type == corev1.PodReady || c.Type == corev1.ContainersReady {
+			found = found || c.Type == corev1.PodReady
+			c.Status, c.LastTransitionTime = status, now
+		}
+	}
+	if !found {
+		p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: status, LastTransitionTime: now})
+	}
+	for i := range p.Status.ContainerStatuses {
+		p.Status.ContainerStatuses[i].Ready = ready
+	}
 }
 
 func readyIPs(ep *corev1.Endpoints) []string {
