@@ -43,6 +43,7 @@ type Controller struct {
 	opts     Options
 
 	services  corelisters.ServiceLister
+	selectors informer.ServiceSelectors // which Services select a Pod, indexed
 	pods      corelisters.PodLister
 	endpoints corelisters.EndpointsLister
 	// handlers are the event-handler registrations; Run returns their failure, if any.
@@ -70,6 +71,7 @@ func New(
 		recorder:  recorder,
 		opts:      opts,
 		services:  services.Lister(),
+		selectors: informer.SelectingServices(services.Informer()),
 		pods:      podLister(pods),
 		endpoints: endpoints.Lister(),
 		queue: worker.New(worker.Options[string]{

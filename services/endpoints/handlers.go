@@ -7,11 +7,11 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	endpointsliceutil "k8s.io/endpointslice/util"
+
+	"github.com/kcm-split/kcm-split/shared/informer"
 )
 
 // Event handlers stay thin: they turn an object into the Service keys it affects and queue
@@ -40,12 +40,12 @@ func (c *Controller) onPodDelete(obj any) {
 }
 
 func (c *Controller) onPodUpdate(oldObj, newObj any) {
-	c.enqueuePodServices(servicesForPodUpdate(c.services, oldObj, newObj))
+	c.enqueuePodServices(servicesForPodUpdate(c.selectors, oldObj, newObj))
 }
 
 // servicesForPodUpdate returns the keys of the Services whose Endpoints or EndpointSlices a
 // Pod update can change.
-func servicesForPodUpdate(services corelisters.ServiceLister, oldObj, newObj any) map[string]struct{} {
+func servicesForPodUpdate(services informer.ServiceSelectors, oldObj, newObj any) map[string]struct{} {
 	old, cur := podFrom(oldObj), podFrom(newObj)
 	if old == nil || cur == nil {
 		return nil
@@ -117,36 +117,24 @@ func (c *Controller) enqueuePodServices(keys map[string]struct{}) {
 // podLabels. A nil selector selects nothing (its Endpoints are managed by someone else); an
 // empty one selects every Pod. ExternalName Services are skipped: they never get Endpoints.
 func (c *Controller) servicesSelecting(namespace string, podLabels map[string]string) map[string]struct{} {
-	return servicesSelecting(c.services, namespace, podLabels)
+	return servicesSelecting(c.selectors, namespace, podLabels)
 }
 
-func servicesSelecting(lister corelisters.ServiceLister, namespace string, podLabels map[string]string) map[string]struct{} {
-	services, err := lister.Services(namespace).List(labels.Everything())
+func servicesSelecting(selectors informer.ServiceSelectors, namespace string, podLabels map[string]string) map[string]struct{} {
+	services, err := selectors.Selecting(namespace, podLabels)
 	if err != nil {
-		// A lister reads memory; this does not happen in practice.
+		// An index of memory; this does not happen in practice.
 		utilruntime.HandleErrorWithContext(context.Background(), err, "Cannot list Services", "namespace", namespace)
 		return nil
 	}
-	keys := map[string]struct{}{}
+	keys := make(map[string]struct{}, len(services))
 	for _, svc := range services {
-		if svc.Spec.Selector == nil || svc.Spec.Type == v1.ServiceTypeExternalName {
+		if svc.Spec.Type == v1.ServiceTypeExternalName {
 			continue
 		}
-		if selectorMatches(svc.Spec.Selector, podLabels) {
-			keys[svc.Namespace+"/"+svc.Name] = struct{}{}
-		}
+		keys[svc.Namespace+"/"+svc.Name] = struct{}{}
 	}
 	return keys
-}
-
-// selectorMatches is equality-based set selection, the only kind a Service selector has.
-func selectorMatches(selector, podLabels map[string]string) bool {
-	for k, v := range selector {
-		if pv, ok := podLabels[k]; !ok || pv != v {
-			return false
-		}
-	}
-	return true
 }
 
 // podFrom unwraps a Pod from an informer notification, tombstones included.

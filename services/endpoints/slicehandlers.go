@@ -25,7 +25,7 @@ func (c *SliceController) enqueueService(obj any) {
 
 func (c *SliceController) onPodAddOrDelete(obj any) {
 	if pod := podFrom(obj); pod != nil {
-		c.enqueuePodServices(servicesSelecting(c.services, pod.Namespace, pod.Labels))
+		c.enqueuePodServices(servicesSelecting(c.selectors, pod.Namespace, pod.Labels))
 	}
 }
 

@@ -67,11 +67,12 @@ type SliceController struct {
 	recorder record.EventRecorder
 	opts     Options
 
-	services corelisters.ServiceLister
-	pods     corelisters.PodLister
-	slices   discoverylisters.EndpointSliceLister
-	nodes    corelisters.NodeLister
-	handlers informer.Handlers
+	services  corelisters.ServiceLister
+	selectors informer.ServiceSelectors
+	pods      corelisters.PodLister
+	slices    discoverylisters.EndpointSliceLister
+	nodes     corelisters.NodeLister
+	handlers  informer.Handlers
 
 	queue *worker.Queue[string]
 	// topology recomputes zone capacities after Node changes, one at a time.
@@ -100,13 +101,14 @@ func NewSliceController(
 	reg prometheus.Registerer,
 ) *SliceController {
 	c := &SliceController{
-		client:   client,
-		recorder: recorder,
-		opts:     opts,
-		services: services.Lister(),
-		pods:     podLister(pods),
-		slices:   slices.Lister(),
-		nodes:    nodes.Lister(),
+		client:    client,
+		recorder:  recorder,
+		opts:      opts,
+		services:  services.Lister(),
+		selectors: informer.SelectingServices(services.Informer()),
+		pods:      podLister(pods),
+		slices:    slices.Lister(),
+		nodes:     nodes.Lister(),
 		queue: worker.New(worker.Options[string]{
 			Name:       SliceQueueName,
 			Controller: EndpointSliceController,
@@ -133,7 +135,7 @@ func NewSliceController(
 	})
 	c.handlers.Add(pods.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.onPodAddOrDelete,
-		UpdateFunc: func(old, cur any) { c.enqueuePodServices(servicesForPodUpdate(c.services, old, cur)) },
+		UpdateFunc: func(old, cur any) { c.enqueuePodServices(servicesForPodUpdate(c.selectors, old, cur)) },
 		DeleteFunc: c.onPodAddOrDelete,
 	})
 	c.handlers.Add(slices.Informer(), cache.ResourceEventHandlerFuncs{
