@@ -11,7 +11,7 @@
 # the relay and verifies the apiserver's certificate for 127.0.0.1 (tls-server-name).
 #
 # Needs root (ip netns, nft), iproute2, nftables (Debian: apt-get install nftables iproute2),
-# python3 (the relay), a running `make up`, and bin/kube-proxy.
+# python3 (reads kube-proxy's metrics), bin/tcpforward (the relay), a running `make up`, and bin/kube-proxy.
 # Usage: deploy/local/kubeproxy-nft.sh up|show|down
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR
@@ -49,7 +49,7 @@ down() {
 up() {
   [ "$(id -u)" = 0 ] || die "needs root (ip netns, nft)"
   for tool in ip nft python3; do command -v "$tool" >/dev/null || die "'$tool' is required (Debian: apt-get install iproute2 nftables python3)"; done
-  [ -x "$BIN/kube-proxy" ] || die "$BIN/kube-proxy is missing: build it with the tools module"
+  for b in kube-proxy tcpforward; do [ -x "$BIN/$b" ] || die "$BIN/$b is missing: make tools builds it"; done
   [ -f "$RUN/ports.env" ] || die "make up is not running here (no $RUN/ports.env)"
   # shellcheck disable=SC1091
   source "$RUN/ports.env"
@@ -70,29 +70,8 @@ up() {
   ip netns exec "$NS" ip link set "$NS_IF" up
   ip netns exec "$NS" ip link set lo up
 
-  # The relay: HOST_IP:API_PORT -> 127.0.0.1:API_PORT, one thread pair per connection.
-  setsid python3 - "$HOST_IP" "$API_PORT" >"$LOGS/kubeproxy-relay.log" 2>&1 9>&- <<'EOF' &
-import socket, sys, threading
-host, port = sys.argv[1], int(sys.argv[2])
-def pipe(src, dst):
-    try:
-        while data := src.recv(65536):
-            dst.sendall(data)
-    except OSError:
-        pass
-    finally:
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-srv = socket.create_server((host, port))
-while True:
-    conn, _ = srv.accept()
-    up = socket.create_connection(("127.0.0.1", port))
-    threading.Thread(target=pipe, args=(conn, up), daemon=True).start()
-    threading.Thread(target=pipe, args=(up, conn), daemon=True).start()
-EOF
+  # The relay: HOST_IP:API_PORT -> 127.0.0.1:API_PORT (the same relay the real node uses).
+  setsid "$BIN/tcpforward" -listen "$HOST_IP:$API_PORT" -to "127.0.0.1:$API_PORT" >"$LOGS/kubeproxy-relay.log" 2>&1 9>&- &
   echo $! >"$STATE/relay.pid"
 
   # kube-proxy's kubeconfig: make up's admin credential, through the relay.
