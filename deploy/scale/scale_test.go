@@ -135,13 +135,15 @@ func TestScale(t *testing.T) {
 	}
 	only := os.Getenv("SCALE_CONTROLLERS") // comma-separated aliases; empty means all
 	logf := benchkit.Progress("scale " + sz.name)
-	env, err := testenv.Start(testenv.Options{AuditPolicy: auditAll, ExtraAPIServerArgs: []string{"--max-requests-inflight=800", "--max-mutating-requests-inflight=400"}})
+	env, err := testenv.Start(testenv.Options{AuditPolicy: auditAll, ExtraAPIServerArgs: []string{"--max-requests-inflight=800", "--max-mutating-requests-inflight=400",
+		// The audit log rotates at 100 MB by default, and only the current file is read.
+		"--audit-log-maxsize=100000"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(env.Stop)
 	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
+	defer cancel() // before the observers' cleanups, which wait for their informers to stop
 	c := &cluster{sz: sz, env: env, client: fastClient(t, env, "fixtures"), logf: logf}
 	startKwok(t, env)
 	start := time.Now()

@@ -13,7 +13,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -21,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kcm-split/kcm-split/shared/benchkit"
@@ -303,21 +303,24 @@ func (c *cluster) churnNodes(ctx context.Context, t *testing.T) []time.Duration 
 	c.renewer.setStopped(false)
 	// A kubelet that comes back posts Ready again; the Lease alone never clears Unknown.
 	for i := range c.sz.failingNodes {
-		n, err := c.client.CoreV1().Nodes().Get(ctx, failName(i), metav1.GetOptions{})
-		if err != nil {
-			t.Errorf("reading %s: %v", failName(i), err)
-			continue
-		}
-		now := metav1.Now()
-		for j := range n.Status.Conditions {
-			cond := &n.Status.Conditions[j]
-			cond.LastHeartbeatTime, cond.LastTransitionTime = now, now
-			cond.Status, cond.Reason = corev1.ConditionFalse, "KubeletHasSufficient"
-			if cond.Type == corev1.NodeReady {
-				cond.Status, cond.Reason = corev1.ConditionTrue, "KubeletReady"
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			n, err := c.client.CoreV1().Nodes().Get(ctx, failName(i), metav1.GetOptions{})
+			if err != nil {
+				return err
 			}
-		}
-		if _, err := c.client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+			now := metav1.Now()
+			for j := range n.Status.Conditions {
+				cond := &n.Status.Conditions[j]
+				cond.LastHeartbeatTime, cond.LastTransitionTime = now, now
+				cond.Status, cond.Reason = corev1.ConditionFalse, "KubeletHasSufficient"
+				if cond.Type == corev1.NodeReady {
+					cond.Status, cond.Reason = corev1.ConditionTrue, "KubeletReady"
+				}
+			}
+			_, err = c.client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+			return err
+		})
+		if err != nil {
 			t.Errorf("posting %s Ready: %v", failName(i), err)
 		}
 	}
@@ -480,7 +483,6 @@ func installPoolCRD(ctx context.Context, t *testing.T, env *testenv.Env) {
 	if _, err := dyn.Resource(poolGVR).Create(ctx, pool, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	_ = resource.Quantity{}
 }
 
 // countWindows reads the audit log once and fills in each window's request counts.

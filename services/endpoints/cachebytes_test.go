@@ -37,11 +37,23 @@ func TestCacheBytesPerObject(t *testing.T) {
 		}
 		report(kind, f, k, err2)
 	}
-	measure("Pod", func() (float64, error) { return benchkit.CacheBytes(n, pod, func() *corev1.Pod { return &corev1.Pod{} }, nil) },
-		func() (float64, error) { return benchkit.CacheBytes(n, pod, func() *corev1.Pod { return &corev1.Pod{} }, cacheTransform) })
-	measure("Node", func() (float64, error) { return benchkit.CacheBytes(n, node, func() *corev1.Node { return &corev1.Node{} }, nil) },
-		func() (float64, error) { return benchkit.CacheBytes(n, node, func() *corev1.Node { return &corev1.Node{} }, cacheTransform) })
-	measure("Service", func() (float64, error) { return benchkit.CacheBytes(n, svc, func() *corev1.Service { return &corev1.Service{} }, nil) },
-		func() (float64, error) { return benchkit.CacheBytes(n, svc, func() *corev1.Service { return &corev1.Service{} }, cacheTransform) })
+	measure("Pod", func() (float64, error) {
+		return benchkit.CacheBytes(n, pod, func() *corev1.Pod { return &corev1.Pod{} }, nil)
+	},
+		func() (float64, error) {
+			return benchkit.CacheBytes(n, pod, func() *corev1.Pod { return &corev1.Pod{} }, cacheTransform)
+		})
+	measure("Node", func() (float64, error) {
+		return benchkit.CacheBytes(n, node, func() *corev1.Node { return &corev1.Node{} }, nil)
+	},
+		func() (float64, error) {
+			return benchkit.CacheBytes(n, node, func() *corev1.Node { return &corev1.Node{} }, cacheTransform)
+		})
+	measure("Service", func() (float64, error) {
+		return benchkit.CacheBytes(n, svc, func() *corev1.Service { return &corev1.Service{} }, nil)
+	},
+		func() (float64, error) {
+			return benchkit.CacheBytes(n, svc, func() *corev1.Service { return &corev1.Service{} }, cacheTransform)
+		})
 	_ = ns
 }

@@ -38,7 +38,11 @@ func TestCacheBytesPerObject(t *testing.T) {
 		}
 		report(kind, f, k, err2)
 	}
-	measure("Namespace", func() (float64, error) { return benchkit.CacheBytes(n, ns, func() *corev1.Namespace { return &corev1.Namespace{} }, nil) },
-		func() (float64, error) { return benchkit.CacheBytes(n, ns, func() *corev1.Namespace { return &corev1.Namespace{} }, informer.DropManagedFields) })
+	measure("Namespace", func() (float64, error) {
+		return benchkit.CacheBytes(n, ns, func() *corev1.Namespace { return &corev1.Namespace{} }, nil)
+	},
+		func() (float64, error) {
+			return benchkit.CacheBytes(n, ns, func() *corev1.Namespace { return &corev1.Namespace{} }, informer.DropManagedFields)
+		})
 	_, _, _ = pod, node, svc
 }

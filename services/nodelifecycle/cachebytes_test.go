@@ -37,9 +37,17 @@ func TestCacheBytesPerObject(t *testing.T) {
 		}
 		report(kind, f, k, err2)
 	}
-	measure("Pod", func() (float64, error) { return benchkit.CacheBytes(n, pod, func() *corev1.Pod { return &corev1.Pod{} }, nil) },
-		func() (float64, error) { return benchkit.CacheBytes(n, pod, func() *corev1.Pod { return &corev1.Pod{} }, cacheTransform) })
-	measure("Node", func() (float64, error) { return benchkit.CacheBytes(n, node, func() *corev1.Node { return &corev1.Node{} }, nil) },
-		func() (float64, error) { return benchkit.CacheBytes(n, node, func() *corev1.Node { return &corev1.Node{} }, cacheTransform) })
+	measure("Pod", func() (float64, error) {
+		return benchkit.CacheBytes(n, pod, func() *corev1.Pod { return &corev1.Pod{} }, nil)
+	},
+		func() (float64, error) {
+			return benchkit.CacheBytes(n, pod, func() *corev1.Pod { return &corev1.Pod{} }, cacheTransform)
+		})
+	measure("Node", func() (float64, error) {
+		return benchkit.CacheBytes(n, node, func() *corev1.Node { return &corev1.Node{} }, nil)
+	},
+		func() (float64, error) {
+			return benchkit.CacheBytes(n, node, func() *corev1.Node { return &corev1.Node{} }, cacheTransform)
+		})
 	_, _ = svc, ns
 }

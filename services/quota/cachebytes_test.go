@@ -37,13 +37,25 @@ func TestCacheBytesPerObject(t *testing.T) {
 		}
 		report(kind, f, k, err2)
 	}
-	measure("Pod", func() (float64, error) { return benchkit.CacheBytes(n, pod, func() *corev1.Pod { return &corev1.Pod{} }, nil) },
-		func() (float64, error) { return benchkit.CacheBytes(n, pod, func() *corev1.Pod { return &corev1.Pod{} }, trimPod) })
-	measure("Service", func() (float64, error) { return benchkit.CacheBytes(n, svc, func() *corev1.Service { return &corev1.Service{} }, nil) },
-		func() (float64, error) { return benchkit.CacheBytes(n, svc, func() *corev1.Service { return &corev1.Service{} }, trimService) })
+	measure("Pod", func() (float64, error) {
+		return benchkit.CacheBytes(n, pod, func() *corev1.Pod { return &corev1.Pod{} }, nil)
+	},
+		func() (float64, error) {
+			return benchkit.CacheBytes(n, pod, func() *corev1.Pod { return &corev1.Pod{} }, trimPod)
+		})
+	measure("Service", func() (float64, error) {
+		return benchkit.CacheBytes(n, svc, func() *corev1.Service { return &corev1.Service{} }, nil)
+	},
+		func() (float64, error) {
+			return benchkit.CacheBytes(n, svc, func() *corev1.Service { return &corev1.Service{} }, trimService)
+		})
 	cm := benchkit.RealisticConfigMap("shop", "web-config")
 	benchkit.WithManagedFields(&cm.ObjectMeta)
-	measure("ConfigMap", func() (float64, error) { return benchkit.CacheBytes(n, cm, func() *corev1.ConfigMap { return &corev1.ConfigMap{} }, nil) },
-		func() (float64, error) { return benchkit.CacheBytes(n, cm, func() *corev1.ConfigMap { return &corev1.ConfigMap{} }, trimMeta) })
+	measure("ConfigMap", func() (float64, error) {
+		return benchkit.CacheBytes(n, cm, func() *corev1.ConfigMap { return &corev1.ConfigMap{} }, nil)
+	},
+		func() (float64, error) {
+			return benchkit.CacheBytes(n, cm, func() *corev1.ConfigMap { return &corev1.ConfigMap{} }, trimMeta)
+		})
 	_, _ = node, ns
 }

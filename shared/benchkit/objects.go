@@ -23,8 +23,8 @@ func realisticManagedFields() []metav1.ManagedFieldsEntry {
 	spec := `{"f:metadata":{"f:generateName":{},"f:labels":{".":{},"f:app":{},"f:pod-template-hash":{},"f:version":{}},"f:ownerReferences":{".":{},"k:{\"uid\":\"x\"}":{}}},"f:spec":{"f:containers":{"k:{\"name\":\"app\"}":{".":{},"f:env":{},"f:image":{},"f:name":{},"f:ports":{},"f:resources":{}},"k:{\"name\":\"sidecar\"}":{".":{},"f:image":{},"f:name":{}}},"f:dnsPolicy":{},"f:restartPolicy":{},"f:schedulerName":{},"f:terminationGracePeriodSeconds":{}}}`
 	status := `{"f:status":{"f:conditions":{"k:{\"type\":\"ContainersReady\"}":{".":{},"f:status":{},"f:type":{}},"k:{\"type\":\"Initialized\"}":{".":{},"f:status":{},"f:type":{}},"k:{\"type\":\"Ready\"}":{".":{},"f:status":{},"f:type":{}}},"f:containerStatuses":{},"f:hostIP":{},"f:phase":{},"f:podIP":{},"f:podIPs":{},"f:startTime":{}}}`
 	return []metav1.ManagedFieldsEntry{
-		{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(spec)}},
-		{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(status)}, Subresource: "status"},
+		{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(spec)},
+		{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(status), Subresource: "status"},
 	}
 }
 
@@ -73,9 +73,9 @@ func RealisticPod(ns, name, app, node, podIP string) *corev1.Pod {
 			Namespace: ns, Name: name, GenerateName: app + "-" + hash + "-",
 			Labels: map[string]string{"app": app, "pod-template-hash": hash, "version": "v1.4.2", "app.kubernetes.io/part-of": "shop", "team": "payments"},
 			Annotations: map[string]string{
-				"checksum/config":                  "3f1d2c9a8b7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a",
-				"prometheus.io/scrape":             "true",
-				"prometheus.io/port":               "9090",
+				"checksum/config":                   "3f1d2c9a8b7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a",
+				"prometheus.io/scrape":              "true",
+				"prometheus.io/port":                "9090",
 				"kubectl.kubernetes.io/restartedAt": "2026-01-01T00:00:00Z",
 			},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: app + "-" + hash, UID: types.UID("0b7e3f4c-1d2a-4b5c-9e8f-" + fmt.Sprintf("%012d", len(app))), Controller: &trueV, BlockOwnerDeletion: &trueV}},
@@ -93,7 +93,7 @@ func RealisticPod(ns, name, app, node, podIP string) *corev1.Pod {
 					Args:  []string{"--config=/etc/app/config.yaml", "--log-level=info"},
 					Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}, {Name: "metrics", ContainerPort: 9090, Protocol: corev1.ProtocolTCP}},
 					Env:   env, Resources: res, VolumeMounts: mounts, LivenessProbe: probe, ReadinessProbe: probe,
-					SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: &falseV, ReadOnlyRootFilesystem: &trueV},
+					SecurityContext:        &corev1.SecurityContext{AllowPrivilegeEscalation: &falseV, ReadOnlyRootFilesystem: &trueV},
 					TerminationMessagePath: "/dev/termination-log", TerminationMessagePolicy: corev1.TerminationMessageReadFile, ImagePullPolicy: corev1.PullIfNotPresent,
 				},
 				{
@@ -150,7 +150,7 @@ func RealisticNode(name, zone string) *corev1.Node {
 			Capacity:    corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("32Gi"), corev1.ResourcePods: resource.MustParse("110")},
 			Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("7910m"), corev1.ResourceMemory: resource.MustParse("31Gi"), corev1.ResourcePods: resource.MustParse("110")},
 			Addresses:   []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}, {Type: corev1.NodeHostName, Address: name}},
-			NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "v1.36.3", KubeProxyVersion: "v1.36.3", OSImage: "Ubuntu 24.04 LTS", KernelVersion: "6.8.0",
+			NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "v1.36.3", OSImage: "Ubuntu 24.04 LTS", KernelVersion: "6.8.0",
 				ContainerRuntimeVersion: "containerd://2.0.0", OperatingSystem: "linux", Architecture: "amd64", MachineID: strings.Repeat("a", 32), SystemUUID: strings.Repeat("b", 32), BootID: strings.Repeat("c", 32)},
 		},
 	}
