@@ -7,7 +7,7 @@ SHELL := /bin/bash
 
 ROOT     := $(abspath .)
 BIN      := $(ROOT)/bin
-MODULES  := shared $(patsubst %/go.mod,%,$(wildcard services/*/go.mod)) deploy/charttest deploy/drills deploy/images
+MODULES  := shared $(patsubst %/go.mod,%,$(wildcard services/*/go.mod)) deploy/charttest deploy/drills deploy/images deploy/scale
 # One binary per services/<alias>/cmd/<name>.
 CMDS     := $(wildcard services/*/cmd/*)
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -95,6 +95,11 @@ lint: ## gofmt, go vet and staticcheck on every module; each service also builds
 	done
 	@TOOLS_ONLY=actionlint bash deploy/tools/build.sh $(BIN) >/dev/null
 	@echo "== actionlint .github/workflows" && $(BIN)/actionlint
+
+.PHONY: scale
+SIZE ?= S
+scale: tools ## Scale run (not part of test): each controller vs upstream KCM at SIZE=S|M|L (XS: a quick check); results in deploy/scale/results-<SIZE>.md
+	@cd deploy/scale && SCALE_SIZE=$(SIZE) SCALE_OUT=$(ROOT)/deploy/scale SCALE_CONTROLLERS=$(CONTROLLERS) go test -count=1 -v -run '^TestScale$$' -timeout 120m .
 
 .PHONY: tidy
 tidy: ## go mod tidy in every module (and the tools module)

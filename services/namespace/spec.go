@@ -14,6 +14,7 @@ import (
 
 	"github.com/kcm-split/kcm-split/shared/app"
 	"github.com/kcm-split/kcm-split/shared/features"
+	"github.com/kcm-split/kcm-split/shared/informer"
 )
 
 // Spec describes the namespace-controller binary to app.Main.
@@ -46,7 +47,9 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 	}
 	recorder := rt.EventRecorder(ctx, ComponentName)
 
-	factory := informers.NewSharedInformerFactory(client, rt.ResyncPeriod())
+	// Namespaces are cached without managedFields (never read; an Update sent without them
+	// keeps the stored ones).
+	factory := informers.NewSharedInformerFactoryWithOptions(client, rt.ResyncPeriod(), informers.WithTransform(informer.DropManagedFields))
 	c := New(
 		factory.Core().V1().Namespaces(),
 		client,

@@ -9,7 +9,6 @@ import (
 
 	"github.com/kcm-split/kcm-split/shared/app"
 	"github.com/kcm-split/kcm-split/shared/features"
-	"github.com/kcm-split/kcm-split/shared/informer"
 )
 
 // Spec describes the pv-binder-controller binary to app.Main.
@@ -28,7 +27,7 @@ func Spec() app.Spec {
 
 // run is called only while this process holds the Lease.
 func run(ctx context.Context, rt *app.Runtime, opts Options) error {
-	factory := informers.NewSharedInformerFactoryWithOptions(rt.Client, rt.ResyncPeriod(), informers.WithTransform(informer.DropManagedFields))
+	factory := informers.NewSharedInformerFactoryWithOptions(rt.Client, rt.ResyncPeriod(), informers.WithTransform(cacheTransform))
 	c := New(
 		factory.Core().V1().PersistentVolumes(),
 		factory.Core().V1().PersistentVolumeClaims(),

@@ -357,6 +357,10 @@ func run(parent context.Context, spec Spec, o *options, stderr io.Writer) error 
 		}
 	}
 
+	if soft, err := setMemoryLimitFromCgroup(); err == nil {
+		logger.Info("Memory soft limit set from the container's limit", "GOMEMLIMIT", soft, "fraction", MemoryLimitFraction)
+	}
+
 	ctx, stop := signalContext(parent, logger)
 	defer stop()
 	ctx = klog.NewContext(ctx, logger)
