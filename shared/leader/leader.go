@@ -295,6 +295,7 @@ func (e *Elector) term(ctx, electCtx context.Context, lead func(context.Context)
 		deliberate   atomic.Bool // the election ended because lead returned while the Lease was ours
 		graceExpired atomic.Bool // shutdown gave up waiting for lead
 		leadDone     = make(chan error, 1)
+		lock         *interruptibleLock // of the last attempt: it knows whether the release landed
 	)
 	for {
 		attemptCtx, cancelAttempt := context.WithCancel(electCtx)
@@ -340,7 +341,7 @@ func (e *Elector) term(ctx, electCtx context.Context, lead func(context.Context)
 				}
 			},
 		}
-		lock := &interruptibleLock{
+		lock = &interruptibleLock{
 			Interface: &resourcelock.LeaseLock{
 				LeaseMeta:  metav1.ObjectMeta{Namespace: e.cfg.Namespace, Name: e.cfg.Name},
 				Client:     e.client.CoordinationV1(),
@@ -414,7 +415,13 @@ func (e *Elector) term(ctx, electCtx context.Context, lead func(context.Context)
 	case deliberate.Load():
 		err := <-leadDone
 		if err == nil && ctx.Err() != nil {
-			logger.Info("Released the Lease", "lease", lease)
+			if released, relErr := lock.releaseOutcome(); released {
+				logger.Info("Released the Lease", "lease", lease)
+			} else {
+				// Refused (RBAC gone with an uninstall, say) or never reached: the Lease is not
+				// ours to write any more either way, and it expires by itself.
+				logger.Info("Could not release the Lease; it expires after the lease duration", "lease", lease, "duration", e.cfg.LeaseDuration, "err", relErr)
+			}
 		}
 		return true, err
 	case ctx.Err() != nil:

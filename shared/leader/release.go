@@ -135,6 +135,17 @@ type interruptibleLock struct {
 	interrupted bool
 	// readHolder is the holder of the Lease as last read from the apiserver.
 	readHolder string
+	// released: a write giving the Lease up landed; releaseErr: why the last one did not.
+	released   bool
+	releaseErr error
+}
+
+// releaseOutcome reports whether this lock gave the Lease up, or why its last try failed (nil
+// when none was made).
+func (l *interruptibleLock) releaseOutcome() (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.released, l.releaseErr
 }
 
 func (l *interruptibleLock) bound(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -203,6 +214,9 @@ func (l *interruptibleLock) write(rec resourcelock.LeaderElectionRecord, fn func
 	}
 	sent := time.Now()
 	err := fn()
+	if rec.HolderIdentity == "" {
+		l.released, l.releaseErr = err == nil, err
+	}
 	if err == nil {
 		l.held = rec.HolderIdentity == l.Identity()
 		if l.held && l.elector != nil {
