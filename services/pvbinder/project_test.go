@@ -58,12 +58,5 @@ func TestProjectPodKeepsWhatIsRead(t *testing.T) {
 // TestCacheBytesPerObject reports (never asserts) what one cached Pod costs before and after
 // the transform: go test -run TestCacheBytesPerObject -v.
 func TestCacheBytesPerObject(t *testing.T) {
-	pod := benchkit.RealisticPod("shop", "web-7d9f8b6c5d-abcde", "web", "node-00001", "10.64.0.1")
-	benchkit.WithManagedFields(&pod.ObjectMeta)
-	full, err1 := benchkit.CacheBytes(2000, pod, func() *v1.Pod { return &v1.Pod{} }, nil)
-	kept, err2 := benchkit.CacheBytes(2000, pod, func() *v1.Pod { return &v1.Pod{} }, cacheTransform)
-	if err1 != nil || err2 != nil {
-		t.Fatal(err1, err2)
-	}
-	t.Logf("pvbinder Pod        full %6.0f B  cached %6.0f B  (%.2fx)", full, kept, kept/full)
+	benchkit.ReportCacheBytes(t, "pvbinder", benchkit.Cached{Kind: "Pod", Transform: cacheTransform})
 }
