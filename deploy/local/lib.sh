@@ -152,3 +152,27 @@ Scrape a controller (HTTPS with a token; system:monitoring may get /metrics):
 Stop with 'make down'.
 EOF2
 }
+
+# report_failure PREFIX LOGNAME NAME MESSAGE: a component that did not come up, with the end of
+# its log (.local/logs/LOGNAME.log); exits 1.
+report_failure() {
+  {
+    printf '%s: ERROR: %s: %s\n' "$1" "$3" "$4"
+    printf '%s: log: %s (last lines below)\n' "$1" "$LOGS/$2.log"
+    tail -n 15 "$LOGS/$2.log" 2>/dev/null | sed 's/^/    /'
+  } >&2
+  exit 1
+}
+
+# poll_until ALIVE FAIL NAME TIMEOUT WHAT CMD...: polls CMD until it succeeds; calls FAIL NAME
+# MESSAGE when ALIVE NAME says the component exited, or when TIMEOUT seconds pass.
+poll_until() {
+  local alive_fn=$1 fail_fn=$2 name=$3 timeout=$4 what=$5
+  local deadline=$((SECONDS + timeout))
+  shift 5
+  until "$@" >/dev/null 2>&1; do
+    "$alive_fn" "$name" || "$fail_fn" "$name" "exited while waiting for $what"
+    [ "$SECONDS" -lt "$deadline" ] || "$fail_fn" "$name" "$what: not reached within ${timeout}s"
+    sleep 0.5
+  done
+}

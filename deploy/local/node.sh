@@ -73,26 +73,10 @@ node_stop() {
   rm -f "$NODE_RUN/$1.pid"
 }
 
-node_fail() {
-  {
-    printf 'node: ERROR: %s: %s\n' "$1" "$2"
-    printf 'node: log: %s (last lines below)\n' "$LOGS/node-$1.log"
-    tail -n 15 "$LOGS/node-$1.log" 2>/dev/null | sed 's/^/    /'
-  } >&2
-  exit 1
-}
+node_fail() { report_failure node "node-$1" "$1" "$2"; }
 
 # node_wait NAME TIMEOUT WHAT CMD...: polls CMD; fails fast if NAME exits.
-node_wait() {
-  local name=$1 timeout=$2 what=$3
-  local deadline=$((SECONDS + timeout))
-  shift 3
-  until "$@" >/dev/null 2>&1; do
-    node_alive "$name" || node_fail "$name" "exited while waiting for $what"
-    [ "$SECONDS" -lt "$deadline" ] || node_fail "$name" "$what: not reached within ${timeout}s"
-    sleep 0.5
-  done
-}
+node_wait() { poll_until node_alive node_fail "$@"; }
 
 # node_recorded: a node was started (and not yet torn down).
 node_recorded() { [ -d "$NODE_RUN" ] || [ -f "$NODE_DIR/up" ]; }

@@ -239,26 +239,10 @@ launch() {
 }
 
 # fail NAME MESSAGE: reports a component that did not come up, with the end of its log.
-fail() {
-  {
-    printf 'local: ERROR: %s: %s\n' "$1" "$2"
-    printf 'local: log: %s (last lines below)\n' "$LOGS/$1.log"
-    tail -n 15 "$LOGS/$1.log" 2>/dev/null | sed 's/^/    /'
-  } >&2
-  exit 1
-}
+fail() { report_failure local "$1" "$1" "$2"; }
 
 # wait_for NAME TIMEOUT WHAT CMD...: polls CMD until it succeeds; fails fast if NAME exits.
-wait_for() {
-  local name=$1 timeout=$2 what=$3
-  local deadline=$((SECONDS + timeout))
-  shift 3
-  until "$@" >/dev/null 2>&1; do
-    alive "$name" || fail "$name" "exited while waiting for $what"
-    [ "$SECONDS" -lt "$deadline" ] || fail "$name" "$what: not reached within ${timeout}s"
-    sleep 0.5
-  done
-}
+wait_for() { poll_until alive fail "$@"; }
 
 # https_ok URL: a loopback health endpoint of a component with its own self-signed cert.
 https_ok() { curl -fsSk --max-time 3 "$1" | grep -qx ok; }
