@@ -50,12 +50,12 @@ images: ## OCI images without Docker into bin/images/: each controller (linux/am
 comma := ,
 empty :=
 space := $(empty) $(empty)
-CONTROLLERS := $(subst $(space),$(comma),$(notdir $(CMDS)))
+IMAGE_BINARIES := $(subst $(space),$(comma),$(notdir $(CMDS)))
 
 .PHONY: images-push
 images-push: ## Build the controllers' images and push them to ghcr.io/kcm-split/<binary>:$(VERSION) (the release workflow; after docker login)
 	@cd deploy/images && GOWORK=off go run . -root $(ROOT) -out $(BIN)/images -version $(VERSION) \
-		-revision "$(REVISION)" -epoch $(SOURCE_DATE_EPOCH) -only $(CONTROLLERS) -push $(IMAGES_FLAGS)
+		-revision "$(REVISION)" -epoch $(SOURCE_DATE_EPOCH) -only $(IMAGE_BINARIES) -push $(IMAGES_FLAGS)
 
 .PHONY: test
 test: tools lint helm-lint test-e2e test-go chart-e2e ## Run lint and every test (unit, integration on a real apiserver, make-up smoke, then the chart on a real node), all modules

@@ -257,29 +257,37 @@ func (l *latencies) wait() []time.Duration { l.wg.Wait(); return l.out }
 
 func fixed(t time.Time) func() time.Time { return func() time.Time { return t } }
 
-// churnEndpoints turns flips/2 Pods not ready and then ready again, at 50 flips/s.
+// churnEndpoints turns flips/2 Pods not ready at 50 flips/s, waits until every one of those
+// flips has been seen (or timed out), then turns the same Pods ready again at 50 flips/s. A Pod
+// is flipped back only once its first flip was answered: flipped back sooner, a controller that
+// is behind rightly writes only the Pod's latest state, and the waiter for the state it skipped
+// would wait for something that is never coming (it counted as the 3-minute timeout on both
+// sides before).
 func (c *cluster) churnEndpoints(ctx context.Context, t *testing.T, id int64) []time.Duration {
 	n := c.sz.flips / 2
 	base := int(id) * 1009
 	var l latencies
-	tk := time.NewTicker(flipInterval)
-	defer tk.Stop()
-	for i := range 2 * n {
-		<-tk.C
-		ref := c.pods[(base+(i%n)*97)%len(c.pods)]
-		ready := i >= n
-		seen := c.endpoints.When(ref.ns+"/"+ref.svc, func(ep *corev1.Endpoints) bool { return slices.Contains(ips(ep, ready), ref.ip) })
-		status := "False"
-		if ready {
-			status = "True"
+	for _, ready := range []bool{false, true} {
+		tk := time.NewTicker(flipInterval)
+		for i := range n {
+			<-tk.C
+			ref := c.pods[(base+i*97)%len(c.pods)]
+			seen := c.endpoints.When(ref.ns+"/"+ref.svc, func(ep *corev1.Endpoints) bool { return slices.Contains(ips(ep, ready), ref.ip) })
+			status := "False"
+			if ready {
+				status = "True"
+			}
+			now := time.Now().UTC().Format(time.RFC3339)
+			patch := fmt.Sprintf(`{"status":{"conditions":[{"type":"Ready","status":%q,"lastTransitionTime":%q},{"type":"ContainersReady","status":%q,"lastTransitionTime":%q}]}}`, status, now, status, now)
+			if _, err := c.client.CoreV1().Pods(ref.ns).Patch(ctx, ref.name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
+				tk.Stop()
+				t.Errorf("flipping %s/%s: %v", ref.ns, ref.name, err)
+				return nil
+			}
+			l.await(seen, fixed(time.Now()))
 		}
-		now := time.Now().UTC().Format(time.RFC3339)
-		patch := fmt.Sprintf(`{"status":{"conditions":[{"type":"Ready","status":%q,"lastTransitionTime":%q},{"type":"ContainersReady","status":%q,"lastTransitionTime":%q}]}}`, status, now, status, now)
-		if _, err := c.client.CoreV1().Pods(ref.ns).Patch(ctx, ref.name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
-			t.Errorf("flipping %s/%s: %v", ref.ns, ref.name, err)
-			return nil
-		}
-		l.await(seen, fixed(time.Now()))
+		tk.Stop()
+		l.wg.Wait()
 	}
 	return l.wait()
 }
