@@ -39,7 +39,7 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 	if err != nil {
 		return err
 	}
-	factory := informers.NewSharedInformerFactoryWithOptions(rt.Client, rt.ResyncPeriod(), informers.WithTransform(informer.DropManagedFields))
+	factory := informers.NewSharedInformerFactoryWithOptions(rt.Client, rt.ResyncPeriod(), informers.WithTransform(cacheTransform))
 	// Only our own claims: the cluster's ClusterIP IPAddresses are none of our business.
 	claimFactory := informers.NewSharedInformerFactoryWithOptions(rt.Client, rt.ResyncPeriod(),
 		informers.WithTransform(informer.DropManagedFields),

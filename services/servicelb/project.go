@@ -1,0 +1,42 @@
+package servicelb
+
+import (
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kcm-split/kcm-split/shared/informer"
+)
+
+// cacheTransform trims objects before they enter the informers' caches. Nodes are cached only
+// to keep the eligible node set (eligibleNode), so they keep only what it reads; their images,
+// addresses, capacity and conditions are most of their bytes, and every kubelet heartbeat would
+// otherwise be held in full. Every other object is read whole and only loses managedFields.
+func cacheTransform(obj any) (any, error) {
+	if n, ok := obj.(*v1.Node); ok {
+		return projectNode(n), nil
+	}
+	return informer.DropManagedFields(obj)
+}
+
+// projectNode keeps the Node's identity, deletion, the exclude-from-balancers label and the
+// autoscaler's to-be-deleted taint: all eligibleNode reads.
+func projectNode(n *v1.Node) *v1.Node {
+	out := &v1.Node{
+		TypeMeta: n.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name:              n.Name,
+			UID:               n.UID,
+			ResourceVersion:   n.ResourceVersion,
+			DeletionTimestamp: n.DeletionTimestamp,
+		},
+	}
+	if v, ok := n.Labels[excludeLabel]; ok {
+		out.Labels = map[string]string{excludeLabel: v}
+	}
+	for _, t := range n.Spec.Taints {
+		if t.Key == toBeDeletedTaint {
+			out.Spec.Taints = append(out.Spec.Taints, t)
+		}
+	}
+	return out
+}
