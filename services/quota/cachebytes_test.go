@@ -13,6 +13,6 @@ func TestCacheBytesPerObject(t *testing.T) {
 	benchkit.ReportCacheBytes(t, "quota",
 		benchkit.Cached{Kind: "Pod", Transform: trimPod},
 		benchkit.Cached{Kind: "Service", Transform: trimService},
-		benchkit.Cached{Kind: "ConfigMap", Transform: trimMeta},
+		benchkit.Cached{Kind: "ConfigMap", Transform: trimMeta, Metadata: true},
 	)
 }
