@@ -367,6 +367,7 @@ func describe(gr schema.GroupResource) string {
 // ---- cache trimming: keep only what evaluators and replenishment read ----
 
 func trimObjectMeta(m *metav1.ObjectMeta) {
+	m.GenerateName = ""
 	m.ManagedFields = nil
 	m.Labels = nil
 	m.OwnerReferences = nil
@@ -379,8 +380,12 @@ func trimObjectMeta(m *metav1.ObjectMeta) {
 	}
 }
 
-// trimMeta drops what no evaluator reads from any object with metadata.
+// trimMeta drops what no evaluator reads from any object with metadata. A metadata informer's
+// objects also name their kind (always PartialObjectMetadata): nothing reads it.
 func trimMeta(obj any) (any, error) {
+	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+		m.TypeMeta = metav1.TypeMeta{}
+	}
 	if o, ok := obj.(metav1.ObjectMetaAccessor); ok {
 		trimObjectMeta(o.GetObjectMeta().(*metav1.ObjectMeta))
 	}
