@@ -117,7 +117,7 @@ func New(
 			Name: QueuePriority, Controller: ControllerID, Registerer: reg,
 		}),
 	}
-	c.sources = newSources(context.Background(), client, meta, opts.SourceSyncTimeout, opts.Claims)
+	c.sources = newSources(context.Background(), client, meta, opts.SourceSyncTimeout, opts.Claims, opts.PodResources)
 	c.sources.handlers = c.replenisher
 	c.sources.changed = c.enqueueTracking
 	c.metrics = newMetrics(reg, func() float64 { return float64(c.sources.failing.Load()) })
