@@ -297,9 +297,9 @@ func fresh(p *v1.Pod) *v1.Pod {
 func TestCompactPodChargedAsWhole(t *testing.T) {
 	g := podGen{rand.New(rand.NewSource(1))}
 	pods := handPods()
-	n := 800
+	n := 250
 	if testing.Short() {
-		n = 100
+		n = 50
 	}
 	for i := range n {
 		pods = append(pods, g.pod(i))
@@ -318,6 +318,12 @@ func TestCompactPodChargedAsWhole(t *testing.T) {
 				nCompacted++
 			}
 			checkSameCharge(t, fmt.Sprintf("charge %d, pod %d", ci, i), p, cached[i], charge)
+			// A streamed list passes each object through the transform twice.
+			again, err := transform(cached[i].DeepCopy())
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkSameCharge(t, fmt.Sprintf("charge %d, pod %d transformed again", ci, i), p, again.(*v1.Pod), charge)
 		}
 		// An update is seen as changing usage alike whichever form either side is in.
 		now := podCacheEpoch.Add(15 * time.Second)
