@@ -519,6 +519,9 @@ func (c *Controller) syncQuota(ctx context.Context, qkey string) error {
 			}
 			return err
 		}
+		// Kept until a sync reads it, in place of the informer's copy, which has no
+		// managed fields either (see run).
+		stored.ManagedFields = nil
 		c.written.Wrote(qkey, rq.ResourceVersion, stored)
 		outcome = OutcomeUpdated
 		logger.V(4).Info("Updated quota status", "used", status.Used)
