@@ -11,8 +11,8 @@ import (
 // go test -run TestCacheBytesPerObject -v. deploy/scale/README.md tabulates them.
 func TestCacheBytesPerObject(t *testing.T) {
 	benchkit.ReportCacheBytes(t, "quota",
-		benchkit.Cached{Kind: "Pod", Transform: trimPod},
+		benchkit.Cached{Kind: "Pod", Transform: podTransform(DefaultOptions().PodResources)},
 		benchkit.Cached{Kind: "Service", Transform: trimService},
-		benchkit.Cached{Kind: "ConfigMap", Transform: trimMeta},
+		benchkit.Cached{Kind: "ConfigMap", Transform: trimMeta, Metadata: true},
 	)
 }

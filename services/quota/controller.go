@@ -117,7 +117,7 @@ func New(
 			Name: QueuePriority, Controller: ControllerID, Registerer: reg,
 		}),
 	}
-	c.sources = newSources(context.Background(), client, meta, opts.SourceSyncTimeout, opts.Claims)
+	c.sources = newSources(context.Background(), client, meta, opts.SourceSyncTimeout, opts.Claims, opts.PodResources)
 	c.sources.handlers = c.replenisher
 	c.sources.changed = c.enqueueTracking
 	c.metrics = newMetrics(reg, func() float64 { return float64(c.sources.failing.Load()) })
@@ -519,6 +519,9 @@ func (c *Controller) syncQuota(ctx context.Context, qkey string) error {
 			}
 			return err
 		}
+		// Kept until a sync reads it, in place of the informer's copy, which has no
+		// managed fields either (see run).
+		stored.ManagedFields = nil
 		c.written.Wrote(qkey, rq.ResourceVersion, stored)
 		outcome = OutcomeUpdated
 		logger.V(4).Info("Updated quota status", "used", status.Used)

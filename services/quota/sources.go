@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
+	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/dynamic-resource-allocation/deviceclass/extendedresourcecache"
 	"k8s.io/klog/v2"
 )
@@ -92,6 +93,8 @@ type sources struct {
 	meta    metadata.Interface
 	timeout time.Duration
 	claims  ClaimOptions
+	// charge is what a Pod is charged: the Pods' cache keeps their totals under it.
+	charge resourcehelper.PodResourcesOptions
 	// handlers returns the replenishment handler of a type.
 	handlers func(gr schema.GroupResource) cache.ResourceEventHandler
 	// changed is called when a type's informer syncs or times out, so that the quotas
@@ -109,7 +112,7 @@ type sources struct {
 	failing atomic.Int64
 }
 
-func newSources(ctx context.Context, client kubernetes.Interface, meta metadata.Interface, timeout time.Duration, claims ClaimOptions) *sources {
+func newSources(ctx context.Context, client kubernetes.Interface, meta metadata.Interface, timeout time.Duration, claims ClaimOptions, charge resourcehelper.PodResourcesOptions) *sources {
 	versions := map[schema.GroupResource]string{}
 	for gr, v := range coreVersions {
 		versions[gr] = v
@@ -120,6 +123,7 @@ func newSources(ctx context.Context, client kubernetes.Interface, meta metadata.
 		meta:         meta,
 		timeout:      timeout,
 		claims:       claims,
+		charge:       charge,
 		versions:     versions,
 		failedGroups: map[string]string{},
 		byGR:         map[schema.GroupResource]*source{},
@@ -167,7 +171,7 @@ func (s *sources) start(gvr schema.GroupVersionResource) *source {
 	switch src.gr {
 	case podsResource:
 		src.informer = coreinformers.NewPodInformer(s.client, metav1.NamespaceAll, 0, indexers)
-		_ = src.informer.SetTransform(trimPod)
+		_ = src.informer.SetTransform(podTransform(s.charge))
 	case servicesResource:
 		src.informer = coreinformers.NewServiceInformer(s.client, metav1.NamespaceAll, 0, indexers)
 		_ = src.informer.SetTransform(trimService)
@@ -367,6 +371,7 @@ func describe(gr schema.GroupResource) string {
 // ---- cache trimming: keep only what evaluators and replenishment read ----
 
 func trimObjectMeta(m *metav1.ObjectMeta) {
+	m.GenerateName = ""
 	m.ManagedFields = nil
 	m.Labels = nil
 	m.OwnerReferences = nil
@@ -379,17 +384,22 @@ func trimObjectMeta(m *metav1.ObjectMeta) {
 	}
 }
 
-// trimMeta drops what no evaluator reads from any object with metadata.
+// trimMeta drops what no evaluator reads from any object with metadata. A metadata informer's
+// objects also name their kind (always PartialObjectMetadata): nothing reads it.
 func trimMeta(obj any) (any, error) {
+	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+		m.TypeMeta = metav1.TypeMeta{}
+	}
 	if o, ok := obj.(metav1.ObjectMetaAccessor); ok {
 		trimObjectMeta(o.GetObjectMeta().(*metav1.ObjectMeta))
 	}
 	return obj, nil
 }
 
-// trimPod keeps the fields Pod usage and scopes depend on: resources (containers, init
-// containers, pod-level, overhead, what the kubelet allocated), phase, deletion, deadline,
-// priority class, QoS class, affinity and resize conditions.
+// trimPod, for the Pods podTransform does not compact, keeps the fields Pod usage and scopes
+// depend on: resources (containers, init containers, pod-level, overhead, what the kubelet
+// allocated), phase, deletion, deadline, priority class, QoS class, affinity and resize
+// conditions.
 func trimPod(obj any) (any, error) {
 	pod, ok := obj.(*v1.Pod)
 	if !ok {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // CacheBytes returns the heap bytes one cached object costs: n copies of proto, each decoded
@@ -47,6 +48,9 @@ func CacheBytes[T any](n int, proto T, newObj func() T, transform func(any) (any
 type Cached struct {
 	Kind      string // Pod, Node, Service, Namespace or ConfigMap
 	Transform func(any) (any, error)
+	// Metadata says the binary watches Kind through a metadata informer: the apiserver lists
+	// only the object's metadata (*metav1.PartialObjectMetadata), and that is what is measured.
+	Metadata bool
 }
 
 // realistic returns a realistic object of kind, as the apiserver lists it (managedFields
@@ -90,6 +94,11 @@ func ReportCacheBytes(t testing.TB, binary string, kinds ...Cached) {
 		if !ok {
 			t.Fatalf("no realistic %s", k.Kind)
 		}
+		kind := k.Kind
+		if k.Metadata {
+			proto, empty = metadataOnly(proto)
+			kind += " (metadata)"
+		}
 		full, err := CacheBytes(n, proto, empty, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -98,6 +107,16 @@ func ReportCacheBytes(t testing.TB, binary string, kinds ...Cached) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("%s %-10s full %6.0f B  cached %6.0f B  (%.2fx)", binary, k.Kind, full, kept, kept/full)
+		t.Logf("%s %-10s full %6.0f B  cached %6.0f B  (%.2fx)", binary, kind, full, kept, kept/full)
 	}
+}
+
+// metadataOnly returns what a metadata informer lists of proto: its metadata, as a
+// PartialObjectMetadata, and an empty one to decode into.
+func metadataOnly(proto any) (any, func() any) {
+	m := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "PartialObjectMetadata"}}
+	if o, ok := proto.(metav1.ObjectMetaAccessor); ok {
+		m.ObjectMeta = *o.GetObjectMeta().(*metav1.ObjectMeta)
+	}
+	return m, func() any { return &metav1.PartialObjectMetadata{} }
 }
