@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -387,5 +388,42 @@ func TestResourceListsShareEqualTotals(t *testing.T) {
 	}
 	if len(lists.byKey) > maxResourceLists {
 		t.Fatalf("%d lists kept, bound %d", len(lists.byKey), maxResourceLists)
+	}
+}
+
+// A Pod kept whole with pod-level resources and an overhead, charged by concurrent syncs:
+// its arbitrary-precision pod-level quantities must not be written to (run with -race), and
+// every sync must see the same usage.
+func TestPodUsageLeavesPodLevelQuantitiesAlone(t *testing.T) {
+	huge := resource.MustParse("123456789012345678901234567890")
+	pod := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"},
+		Spec: v1.PodSpec{
+			Containers: []v1.Container{{Name: "c"}},
+			Resources:  &v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceMemory: huge}},
+			Overhead:   v1.ResourceList{v1.ResourceMemory: resource.MustParse("1")},
+		},
+		Status: v1.PodStatus{Phase: v1.PodRunning},
+	}
+	before := pod.Spec.Resources.Requests[v1.ResourceMemory]
+	want := before.String()
+	var wg sync.WaitGroup
+	got := make([]string, 8)
+	for i := range got {
+		wg.Go(func() {
+			u, _ := podUsage(pod, time.Now(), resourcehelper.PodResourcesOptions{})
+			q := u[v1.ResourceRequestsMemory]
+			got[i] = q.String()
+		})
+	}
+	wg.Wait()
+	after := pod.Spec.Resources.Requests[v1.ResourceMemory]
+	if after.String() != want {
+		t.Fatalf("the cached Pod's pod-level request changed: %s, was %s", after.String(), want)
+	}
+	for _, g := range got[1:] {
+		if g != got[0] {
+			t.Fatalf("concurrent syncs saw different usage: %v", got)
+		}
 	}
 }

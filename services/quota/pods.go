@@ -98,6 +98,12 @@ func podUsage(pod *v1.Pod, now time.Time, charge resourcehelper.PodResourcesOpti
 	if !charged {
 		return out, 0
 	}
+	if pod.Spec.Resources != nil && pod.Spec.Overhead != nil {
+		// The helpers return pod-level quantities uncopied and then add the overhead to them
+		// in place, which for an arbitrary-precision quantity writes into the cached Pod that
+		// other syncs read at the same time. Such Pods are rare: give the helpers a copy.
+		pod = pod.DeepCopy()
+	}
 	requests := resourcehelper.PodRequests(pod, charge)
 	limits := resourcehelper.PodLimits(pod, charge)
 	out[v1.ResourcePods] = *resource.NewQuantity(1, resource.DecimalSI)
