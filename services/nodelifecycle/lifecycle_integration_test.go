@@ -1,12 +1,16 @@
 package nodelifecycle_test
 
 import (
+	"context"
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // One Node of three stops renewing its Lease: it turns Unknown with the unreachable taints,
@@ -314,5 +318,62 @@ func TestHandoverMidFailure(t *testing.T) {
 	// The standby kept the taint rather than lifting and re-adding it.
 	if n := getNode(t, client, "ho-b"); !hasTaint(n, corev1.TaintNodeUnreachable, corev1.TaintEffectNoExecute) {
 		t.Errorf("taints after handover: %+v", n.Spec.Taints)
+	}
+}
+
+// A Node as registration leaves it (the TaintNodesByCondition admission's not-ready
+// NoSchedule taint, stable os/arch labels without their beta twins) is brought in line by a
+// single write of the controller: one patch per Node instead of two halves what a controller
+// starting over a whole cluster spends of its client budget (issue 22).
+func TestRegisteredNodeBroughtInLineInOneWrite(t *testing.T) {
+	requireEnv(t)
+	client := env.Client(t)
+	k := newKubelets(t)
+	name := "fresh-a"
+	k.addNode(name, "zone-fresh")
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:"linux",%q:"arm64"}}}`, corev1.LabelOSStable, corev1.LabelArchStable)
+	n, err := client.CoreV1().Nodes().Patch(context.Background(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hasTaint(n, corev1.TaintNodeNotReady, corev1.TaintEffectNoSchedule) {
+		t.Fatalf("the new node has no admission not-ready taint: %v", n.Spec.Taints)
+	}
+	w, err := client.CoreV1().Nodes().Watch(context.Background(), metav1.ListOptions{
+		FieldSelector: "metadata.name=" + name, ResourceVersion: n.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+
+	env.StartLeading(t, controller, "ctl", shortTimings...)
+	inLine := func(n *corev1.Node) bool {
+		return isReadyClean(n) && n.Labels["beta.kubernetes.io/os"] == "linux" && n.Labels["beta.kubernetes.io/arch"] == "arm64"
+	}
+	waitNodes(t, client, slack, "the taint lifted and the beta labels set", inLine, name)
+
+	// Count the writes that changed taints or labels, up to the one that brought it in line.
+	writes, prev := 0, n
+	timeout := time.After(slack)
+	for !inLine(prev) {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatal("watch closed")
+			}
+			cur, ok := ev.Object.(*corev1.Node)
+			if !ok {
+				t.Fatalf("watch event %s: %T", ev.Type, ev.Object)
+			}
+			if !maps.Equal(cur.Labels, prev.Labels) || !equality.Semantic.DeepEqual(cur.Spec.Taints, prev.Spec.Taints) {
+				writes++
+			}
+			prev = cur
+		case <-timeout:
+			t.Fatal("the watch never showed the node in line")
+		}
+	}
+	if writes != 1 {
+		t.Errorf("the node was brought in line by %d writes of taints or labels, want 1", writes)
 	}
 }

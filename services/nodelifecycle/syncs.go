@@ -24,22 +24,12 @@ func (c *Controller) syncNoSchedule(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	written, err := c.setTaints(ctx, node, withNoScheduleTaints)
+	written, taints, labels, err := c.setNodeLabelsAndTaints(ctx, node)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
-	if err != nil {
-		return err
-	}
-	if written != nil {
-		klog.FromContext(ctx).V(2).Info("Updated condition taints", "node", name)
-		node = written
-	}
-	if written, err = c.setBetaLabels(ctx, node); apierrors.IsNotFound(err) {
-		return nil
-	}
 	if err == nil && written != nil {
-		klog.FromContext(ctx).V(2).Info("Updated beta os/arch labels", "node", name)
+		klog.FromContext(ctx).V(2).Info("Updated node", "node", name, "conditionTaints", taints, "betaLabels", labels)
 	}
 	return err
 }

@@ -55,15 +55,30 @@ func (c *Controller) editNode(ctx context.Context, node *v1.Node, subresource st
 	}
 }
 
-// setBetaLabels writes the beta os/arch labels node lacks or has unlike the stable ones.
-func (c *Controller) setBetaLabels(ctx context.Context, node *v1.Node) (*v1.Node, error) {
-	return c.editNode(ctx, node, "", func(n *v1.Node) map[string]any {
-		labels := betaLabelsToSet(n)
-		if len(labels) == 0 {
+// setNodeLabelsAndTaints brings node's condition NoSchedule taints and beta os/arch labels
+// in line in one write: a Node fresh from registration usually needs both (the apiserver's
+// admission gives it a not-ready NoSchedule taint, and nothing gives it the beta labels), and
+// one patch instead of two halves what a controller starting over a whole cluster spends of
+// its client budget. It reports what changed.
+func (c *Controller) setNodeLabelsAndTaints(ctx context.Context, node *v1.Node) (written *v1.Node, taints, labels bool, err error) {
+	written, err = c.editNode(ctx, node, "", func(n *v1.Node) map[string]any {
+		body := map[string]any{}
+		newTaints, changed := withNoScheduleTaints(n)
+		taints = changed
+		if changed {
+			body["spec"] = map[string]any{"taints": taintsValue(newTaints)}
+		}
+		beta := betaLabelsToSet(n)
+		labels = len(beta) > 0
+		if labels {
+			body["metadata"] = map[string]any{"labels": beta}
+		}
+		if len(body) == 0 {
 			return nil
 		}
-		return map[string]any{"metadata": map[string]any{"labels": labels}}
+		return body
 	})
+	return written, taints, labels, err
 }
 
 // setTaints writes node's spec.taints as edit computes them from the current ones.
@@ -73,12 +88,16 @@ func (c *Controller) setTaints(ctx context.Context, node *v1.Node, edit func(*v1
 		if !changed {
 			return nil
 		}
-		var value any = taints
-		if len(taints) == 0 {
-			value = nil // a merge patch deletes the field
-		}
-		return map[string]any{"spec": map[string]any{"taints": value}}
+		return map[string]any{"spec": map[string]any{"taints": taintsValue(taints)}}
 	})
+}
+
+// taintsValue is taints as a merge patch sets them: null deletes the field when none is left.
+func taintsValue(taints []v1.Taint) any {
+	if len(taints) == 0 {
+		return nil
+	}
+	return taints
 }
 
 // podStatusPatch is a strategic merge patch of a Pod's status conditions (merged by type),
