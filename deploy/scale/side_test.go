@@ -156,6 +156,47 @@ func (c *cluster) prepare(ctx context.Context, t *testing.T, active []controller
 				}
 				return n == c.sz.services
 			}))
+		case "nodelifecycle":
+			// Every Node back to what registration leaves (the
+			// admission's not-ready NoSchedule taint, no beta os/arch labels), so both sides
+			// do the same start-up writes.
+			var names []string
+			<-c.nodes.WhenAll(func(m map[string]*corev1.Node) bool {
+				for k := range m {
+					names = append(names, strings.TrimPrefix(k, "/"))
+				}
+				return true
+			})
+			patch := []byte(`{"metadata":{"labels":{"beta.kubernetes.io/os":null,"beta.kubernetes.io/arch":null}},"spec":{"taints":[{"key":"node.kubernetes.io/not-ready","effect":"NoSchedule"}]}}`)
+			err := benchkit.Parallel(ctx, len(names), 8, func(ctx context.Context, i int) error {
+				_, err := c.client.CoreV1().Nodes().Patch(ctx, names[i], types.MergePatchType, patch, metav1.PatchOptions{})
+				return err
+			})
+			if err != nil {
+				t.Fatalf("resetting Nodes: %v", err)
+			}
+			<-c.nodes.WhenAll(func(m map[string]*corev1.Node) bool {
+				for _, n := range m {
+					if _, ok := n.Labels["beta.kubernetes.io/os"]; ok || len(n.Spec.Taints) != 1 {
+						return false
+					}
+				}
+				return true
+			})
+			t.Logf("reset %d Nodes", len(names))
+			conds = append(conds, c.nodes.WhenAll(func(m map[string]*corev1.Node) bool {
+				for _, n := range m {
+					if n.Labels["beta.kubernetes.io/os"] == "" || n.Labels["beta.kubernetes.io/arch"] == "" {
+						return false
+					}
+					for _, tn := range n.Spec.Taints {
+						if tn.Key == "node.kubernetes.io/not-ready" && tn.Effect == corev1.TaintEffectNoSchedule {
+							return false
+						}
+					}
+				}
+				return true
+			}))
 		case "quota":
 			err := benchkit.Parallel(ctx, c.sz.appNamespaces(), 8, func(ctx context.Context, i int) error {
 				_, err := c.client.CoreV1().ResourceQuotas(appNS(i)).Patch(ctx, "compute", types.MergePatchType, []byte(`{"status":null}`), metav1.PatchOptions{}, "status")
