@@ -83,7 +83,11 @@ func buildEndpoints(current *v1.Endpoints, svc *v1.Service, subsets []v1.Endpoin
 	if current == nil {
 		ep = &v1.Endpoints{ObjectMeta: metav1.ObjectMeta{Namespace: svc.Namespace, Name: svc.Name}}
 	} else {
-		ep = current.DeepCopy()
+		// Copied without its subsets, which are replaced: for a large Service they are
+		// most of the object.
+		meta := *current
+		meta.Subsets = nil
+		ep = meta.DeepCopy()
 	}
 	ep.Subsets = subsets
 	ep.Labels = desiredLabels(svc)

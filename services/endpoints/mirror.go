@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	discoveryinformers "k8s.io/client-go/informers/discovery/v1"
@@ -30,10 +31,15 @@ import (
 	"github.com/kcm-split/kcm-split/shared/worker"
 )
 
-// Event reasons of the mirroring controller, upstream's; both are recorded on the Endpoints.
+// Event reasons of the mirroring controller. The first two are upstream's; both are recorded
+// on the Endpoints.
 const (
 	ReasonInvalidIPAddress         = "InvalidIPAddress"
 	ReasonTooManyAddressesToMirror = "TooManyAddressesToMirror"
+	// ReasonDeletedMirroredSlices names why mirrored slices were deleted: the Endpoints or
+	// its Service went, or the Endpoints is no longer to be mirrored. Upstream deletes them
+	// silently. Recorded on the Endpoints, or on the Service when the Endpoints is gone.
+	ReasonDeletedMirroredSlices = "DeletedMirroredEndpointSlices"
 )
 
 // Backoff of a failing Endpoints, upstream's: 1s doubling to 100s, and no more than 10
@@ -160,21 +166,26 @@ func (c *MirrorController) sync(ctx context.Context, key string) error {
 	ep, err := c.endpoints.Endpoints(namespace).Get(name)
 	switch {
 	case apierrors.IsNotFound(err):
-		return c.unmirror(ctx, namespace, name, "Endpoints deleted")
+		// The Service, if any, is where the Event can still be read.
+		var subject runtime.Object = &v1.Endpoints{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
+		if svc, err := c.services.Services(namespace).Get(name); err == nil {
+			subject = svc
+		}
+		return c.unmirror(ctx, namespace, name, subject, "the Endpoints was deleted")
 	case err != nil:
 		return err
 	case !shouldMirror(ep):
-		return c.unmirror(ctx, namespace, name, "Endpoints not to be mirrored")
+		return c.unmirror(ctx, namespace, name, ep, notMirroredReason(ep))
 	}
 	svc, err := c.services.Services(namespace).Get(name)
 	switch {
 	case apierrors.IsNotFound(err):
-		return c.unmirror(ctx, namespace, name, "no Service")
+		return c.unmirror(ctx, namespace, name, ep, "its Service was deleted")
 	case err != nil:
 		return err
 	case svc.Spec.Selector != nil:
 		// The endpoints and endpointslice controllers own this Service's Endpoints and slices.
-		return c.unmirror(ctx, namespace, name, "Service has a selector")
+		return c.unmirror(ctx, namespace, name, ep, "its Service has a selector, so the endpointslice controller writes its EndpointSlices")
 	}
 
 	existing, err := c.mirroredSlices(namespace, name)
@@ -261,15 +272,19 @@ func (c *MirrorController) write(ctx context.Context, ep *v1.Endpoints, plan mir
 		c.metrics.changes.WithLabelValues("update").Inc()
 	}
 	for _, s := range plan.remove {
-		if err := c.deleteSlice(ctx, s); err != nil {
+		if _, err := c.deleteSlice(ctx, s); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// unmirror deletes the slices mirrored for namespace/name, if any, and forgets it.
-func (c *MirrorController) unmirror(ctx context.Context, namespace, name, why string) error {
+// unmirror deletes the slices mirrored for namespace/name, if any, and forgets it. why is the
+// verified reason, named in an Event on subject (the Endpoints, or its Service once the
+// Endpoints is gone) by the sync that deleted slices. A sync repeated over a cache that still
+// lists them finds them gone (NotFound) and records nothing, so an episode has one Event;
+// only a partial failure adds one more, from the retry, for the slices it deletes.
+func (c *MirrorController) unmirror(ctx context.Context, namespace, name string, subject runtime.Object, why string) error {
 	existing, err := c.mirroredSlices(namespace, name)
 	if err != nil {
 		return err
@@ -279,17 +294,27 @@ func (c *MirrorController) unmirror(ctx context.Context, namespace, name, why st
 	if len(existing) == 0 {
 		return nil
 	}
-	klog.FromContext(ctx).V(2).Info("Deleting mirrored slices", "reason", why, "slices", len(existing))
 	var errs []error
+	deleted := 0
 	for _, s := range existing {
-		errs = append(errs, c.deleteSlice(ctx, s))
+		ok, err := c.deleteSlice(ctx, s)
+		if ok {
+			deleted++
+		}
+		errs = append(errs, err)
+	}
+	if deleted > 0 {
+		klog.FromContext(ctx).V(2).Info("Deleted mirrored slices", "reason", why, "slices", deleted)
+		c.recorder.Eventf(subject, v1.EventTypeNormal, ReasonDeletedMirroredSlices,
+			"Deleted %d EndpointSlice(s) mirrored from Endpoints %s/%s: %s", deleted, namespace, name, why)
 	}
 	return errors.Join(errs...)
 }
 
 // deleteSlice deletes one mirrored slice, the object listed (its UID as a precondition): a
-// slice of the same name made since is not deleted blind.
-func (c *MirrorController) deleteSlice(ctx context.Context, s *discovery.EndpointSlice) error {
+// slice of the same name made since is not deleted blind. It reports whether this call
+// deleted it; a slice already gone is no error.
+func (c *MirrorController) deleteSlice(ctx context.Context, s *discovery.EndpointSlice) (bool, error) {
 	err := c.client.DiscoveryV1().EndpointSlices(s.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{
 		Preconditions: &metav1.Preconditions{UID: &s.UID},
 	})
@@ -297,20 +322,25 @@ func (c *MirrorController) deleteSlice(ctx context.Context, s *discovery.Endpoin
 	case err == nil:
 		c.tracker.ExpectDeletion(s)
 		c.metrics.changes.WithLabelValues("delete").Inc()
-		return nil
+		return true, nil
 	case apierrors.IsNotFound(err):
-		return nil
+		return false, nil
 	}
-	return fmt.Errorf("deleting EndpointSlice %s/%s: %w", s.Namespace, s.Name, err)
+	return false, fmt.Errorf("deleting EndpointSlice %s/%s: %w", s.Namespace, s.Name, err)
 }
 
 // shouldMirror reports whether an Endpoints object may be mirrored at all, whatever its
 // Service: not when labelled endpointslice.kubernetes.io/skip-mirror=true, nor when it is a
 // leader-election lock.
-func shouldMirror(ep *v1.Endpoints) bool {
-	if ep == nil || ep.Labels[discovery.LabelSkipMirror] == "true" {
-		return false
+func shouldMirror(ep *v1.Endpoints) bool { return ep != nil && notMirroredReason(ep) == "" }
+
+// notMirroredReason says why ep is not to be mirrored, "" when it may be.
+func notMirroredReason(ep *v1.Endpoints) string {
+	if ep.Labels[discovery.LabelSkipMirror] == "true" {
+		return "the Endpoints is labelled " + discovery.LabelSkipMirror + "=true"
 	}
-	_, lock := ep.Annotations[resourcelock.LeaderElectionRecordAnnotationKey]
-	return !lock
+	if _, lock := ep.Annotations[resourcelock.LeaderElectionRecordAnnotationKey]; lock {
+		return "the Endpoints is a leader-election lock"
+	}
+	return ""
 }

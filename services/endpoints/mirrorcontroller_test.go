@@ -176,3 +176,91 @@ func TestMirrorControllerHandlers(t *testing.T) {
 		t.Fatalf("queued %v; want ext for the unexpected mirrored slice", got)
 	}
 }
+
+// subjectRecorder keeps each Event with the object it was recorded on.
+type subjectRecorder struct{ events []subjectEvent }
+
+type subjectEvent struct {
+	obj                   runtime.Object
+	kind, reason, message string
+}
+
+func (r *subjectRecorder) Event(obj runtime.Object, kind, reason, message string) {
+	r.events = append(r.events, subjectEvent{obj, kind, reason, message})
+}
+
+func (r *subjectRecorder) Eventf(obj runtime.Object, kind, reason, format string, args ...any) {
+	r.Event(obj, kind, reason, fmt.Sprintf(format, args...))
+}
+
+func (r *subjectRecorder) AnnotatedEventf(obj runtime.Object, _ map[string]string, kind, reason, format string, args ...any) {
+	r.Eventf(obj, kind, reason, format, args...)
+}
+
+func (r *subjectRecorder) take() []subjectEvent {
+	out := r.events
+	r.events = nil
+	return out
+}
+
+// Deleting mirrored slices is removing state: one Event names the reason, on the Endpoints
+// (on the Service once the Endpoints is gone), and a sync repeated before the cache catches
+// up records no second one.
+func TestMirrorControllerUnmirrorEvent(t *testing.T) {
+	f := newMirrorFixture(t, DefaultOptions())
+	rec := &subjectRecorder{}
+	f.c.recorder = rec
+	svc := selectorless("ext")
+	ep := customEndpoints(v1.EndpointSubset{Addresses: addrs("10.0.0.1"), Ports: port80})
+	ep.Namespace = testNS
+	f.cache(svc, ep)
+	key := testNS + "/ext"
+	mirror := func() {
+		t.Helper()
+		if w, err := f.sync(key); err != nil || !slices.Equal(w, []string{"create"}) {
+			t.Fatalf("mirroring: writes %v, err %v; want one create", w, err)
+		}
+		f.catchUp()
+	}
+	mirror()
+	if ev := rec.take(); len(ev) != 0 {
+		t.Fatalf("events %v while mirroring, want none", ev)
+	}
+
+	skip := ep.DeepCopy()
+	skip.Labels[discovery.LabelSkipMirror] = "true"
+	f.cache(skip)
+	if w, err := f.sync(key); err != nil || !slices.Equal(w, []string{"delete"}) {
+		t.Fatalf("skip-mirror: writes %v, err %v; want one delete", w, err)
+	}
+	ev := rec.take()
+	if len(ev) != 1 || ev[0].obj != skip || ev[0].kind != v1.EventTypeNormal || ev[0].reason != ReasonDeletedMirroredSlices ||
+		!strings.Contains(ev[0].message, "Deleted 1 EndpointSlice(s)") || !strings.Contains(ev[0].message, discovery.LabelSkipMirror+"=true") {
+		t.Fatalf("events %+v; want one %s on the Endpoints naming the skip-mirror label", ev, ReasonDeletedMirroredSlices)
+	}
+	// The cache still lists the deleted slice: the repeated delete finds it gone.
+	if w, err := f.sync(key); err != nil || !slices.Equal(w, []string{"delete"}) {
+		t.Fatalf("sync over the stale cache: writes %v, err %v; want the one (NotFound) delete", w, err)
+	}
+	f.catchUp()
+	if w, err := f.sync(key); err != nil || len(w) != 0 {
+		t.Fatalf("sync once the cache caught up: writes %v, err %v; want none", w, err)
+	}
+	if ev := rec.take(); len(ev) != 0 {
+		t.Fatalf("events %+v after the episode's first; want none", ev)
+	}
+
+	// Mirrorable again, then the Endpoints is deleted: the Event goes on the Service.
+	f.cache(ep)
+	mirror()
+	if err := f.eps.Delete(ep); err != nil {
+		t.Fatal(err)
+	}
+	if w, err := f.sync(key); err != nil || !slices.Equal(w, []string{"delete"}) {
+		t.Fatalf("Endpoints deleted: writes %v, err %v; want one delete", w, err)
+	}
+	ev = rec.take()
+	if len(ev) != 1 || ev[0].obj != svc || ev[0].reason != ReasonDeletedMirroredSlices || !strings.Contains(ev[0].message, "the Endpoints was deleted") {
+		t.Fatalf("events %+v; want one %s on the Service", ev, ReasonDeletedMirroredSlices)
+	}
+}

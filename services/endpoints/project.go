@@ -68,6 +68,11 @@ func projectNode(node *v1.Node) *v1.Node {
 // (name, namespace and UID for targetRef, nodeName, hostname and subdomain, IPs, readiness,
 // deletion for the serving and terminating conditions); none needed adding.
 func projectPod(pod *v1.Pod) *v1.Pod {
+	containers, initContainers := projectContainers(pod)
+	podIP := pod.Status.PodIP
+	if len(pod.Status.PodIPs) > 0 && pod.Status.PodIPs[0].IP == podIP {
+		podIP = pod.Status.PodIPs[0].IP // one string for both, as the API server makes them equal
+	}
 	return &v1.Pod{
 		TypeMeta: pod.TypeMeta,
 		ObjectMeta: metav1.ObjectMeta{
@@ -77,18 +82,18 @@ func projectPod(pod *v1.Pod) *v1.Pod {
 			ResourceVersion:   pod.ResourceVersion,
 			CreationTimestamp: pod.CreationTimestamp,
 			DeletionTimestamp: pod.DeletionTimestamp,
-			Labels:            pod.Labels,
+			Labels:            internLabels(pod.Labels),
 		},
 		Spec: v1.PodSpec{
 			NodeName:       pod.Spec.NodeName,
 			Hostname:       pod.Spec.Hostname,
 			Subdomain:      pod.Spec.Subdomain,
-			Containers:     projectContainers(pod.Spec.Containers),
-			InitContainers: projectContainers(pod.Spec.InitContainers),
+			Containers:     containers,
+			InitContainers: initContainers,
 		},
 		Status: v1.PodStatus{
 			Phase:      pod.Status.Phase,
-			PodIP:      pod.Status.PodIP,
+			PodIP:      podIP,
 			PodIPs:     pod.Status.PodIPs,
 			Conditions: readyCondition(pod.Status.Conditions),
 		},
@@ -105,17 +110,6 @@ func readyCondition(in []v1.PodCondition) []v1.PodCondition {
 		}
 	}
 	return nil
-}
-
-func projectContainers(in []v1.Container) []v1.Container {
-	if in == nil {
-		return nil
-	}
-	out := make([]v1.Container, len(in))
-	for i := range in {
-		out[i] = v1.Container{Name: in[i].Name, Ports: in[i].Ports, RestartPolicy: in[i].RestartPolicy}
-	}
-	return out
 }
 
 // podLister is the controllers' Pod lister: through a label index (informer.SelectingPods),
