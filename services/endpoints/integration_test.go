@@ -67,7 +67,10 @@ func setReady(p *corev1.Pod, ready bool) {
 	if !ready {
 		status = corev1.ConditionFalse
 	}
-	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}
+	// As a kubelet reports it: the transition time is what a Pod change's trigger time is
+	// taken from. Without it a sync caused by Pods alone rightly writes no
+	// last-change-trigger-time, and whether the Service's first sync saw every Pod was a race.
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status, LastTransitionTime: metav1.Now()}}
 }
 
 func makePod(ns, name, ip string, labels map[string]string, opts ...podOpt) *corev1.Pod {
