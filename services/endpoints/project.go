@@ -2,7 +2,6 @@ package endpoints
 
 import (
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 
@@ -33,12 +32,8 @@ var nodeLabels = []string{v1.LabelTopologyZone, "node-role.kubernetes.io/control
 // business.
 func projectNode(node *v1.Node) *v1.Node {
 	out := &v1.Node{
-		TypeMeta: node.TypeMeta,
-		ObjectMeta: metav1.ObjectMeta{
-			Name:            node.Name,
-			UID:             node.UID,
-			ResourceVersion: node.ResourceVersion,
-		},
+		TypeMeta:   node.TypeMeta,
+		ObjectMeta: informer.KeptMeta(&node.ObjectMeta),
 	}
 	for _, k := range nodeLabels {
 		if v, ok := node.Labels[k]; ok {
@@ -73,17 +68,11 @@ func projectPod(pod *v1.Pod) *v1.Pod {
 	if len(pod.Status.PodIPs) > 0 && pod.Status.PodIPs[0].IP == podIP {
 		podIP = pod.Status.PodIPs[0].IP // one string for both, as the API server makes them equal
 	}
+	meta := informer.KeptMeta(&pod.ObjectMeta)
+	meta.Labels = internLabels(pod.Labels)
 	return &v1.Pod{
-		TypeMeta: pod.TypeMeta,
-		ObjectMeta: metav1.ObjectMeta{
-			Name:              pod.Name,
-			Namespace:         pod.Namespace,
-			UID:               pod.UID,
-			ResourceVersion:   pod.ResourceVersion,
-			CreationTimestamp: pod.CreationTimestamp,
-			DeletionTimestamp: pod.DeletionTimestamp,
-			Labels:            internLabels(pod.Labels),
-		},
+		TypeMeta:   pod.TypeMeta,
+		ObjectMeta: meta,
 		Spec: v1.PodSpec{
 			NodeName:       pod.Spec.NodeName,
 			Hostname:       pod.Spec.Hostname,

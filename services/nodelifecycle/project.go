@@ -31,15 +31,9 @@ func cacheTransform(obj any) (any, error) {
 // conditions for readiness.
 func projectPod(pod *v1.Pod) *v1.Pod {
 	return &v1.Pod{
-		TypeMeta: pod.TypeMeta,
-		ObjectMeta: metav1.ObjectMeta{
-			Name:              pod.Name,
-			Namespace:         pod.Namespace,
-			UID:               pod.UID,
-			ResourceVersion:   pod.ResourceVersion,
-			DeletionTimestamp: pod.DeletionTimestamp,
-		},
-		Spec: v1.PodSpec{NodeName: pod.Spec.NodeName, Tolerations: pod.Spec.Tolerations},
+		TypeMeta:   pod.TypeMeta,
+		ObjectMeta: informer.KeptMeta(&pod.ObjectMeta),
+		Spec:       v1.PodSpec{NodeName: pod.Spec.NodeName, Tolerations: pod.Spec.Tolerations},
 		Status: v1.PodStatus{
 			Phase:      pod.Status.Phase,
 			Conditions: pod.Status.Conditions,
@@ -50,16 +44,11 @@ func projectPod(pod *v1.Pod) *v1.Pod {
 // projectNode drops what a kubelet reports but this controller never reads; the image
 // list alone is often most of a Node's size. The Pod ranges stay for node IPAM.
 func projectNode(node *v1.Node) *v1.Node {
+	meta := informer.KeptMeta(&node.ObjectMeta)
+	meta.Labels = node.Labels
 	return &v1.Node{
-		TypeMeta: node.TypeMeta,
-		ObjectMeta: metav1.ObjectMeta{
-			Name:              node.Name,
-			UID:               node.UID,
-			ResourceVersion:   node.ResourceVersion,
-			CreationTimestamp: node.CreationTimestamp,
-			DeletionTimestamp: node.DeletionTimestamp,
-			Labels:            node.Labels,
-		},
+		TypeMeta:   node.TypeMeta,
+		ObjectMeta: meta,
 		Spec: v1.NodeSpec{Unschedulable: node.Spec.Unschedulable, Taints: node.Spec.Taints,
 			PodCIDR: node.Spec.PodCIDR, PodCIDRs: node.Spec.PodCIDRs},
 		Status: v1.NodeStatus{Conditions: node.Status.Conditions},

@@ -2,7 +2,6 @@ package pvbinder
 
 import (
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kcm-split/kcm-split/shared/informer"
 )
@@ -24,16 +23,9 @@ func cacheTransform(obj any) (any, error) {
 // phase, message and container states (whether the Pod still runs; a recycle's outcome).
 func projectPod(pod *v1.Pod) *v1.Pod {
 	out := &v1.Pod{
-		TypeMeta: pod.TypeMeta,
-		ObjectMeta: metav1.ObjectMeta{
-			Name:              pod.Name,
-			Namespace:         pod.Namespace,
-			UID:               pod.UID,
-			ResourceVersion:   pod.ResourceVersion,
-			CreationTimestamp: pod.CreationTimestamp,
-			DeletionTimestamp: pod.DeletionTimestamp,
-		},
-		Spec: v1.PodSpec{NodeName: pod.Spec.NodeName},
+		TypeMeta:   pod.TypeMeta,
+		ObjectMeta: informer.KeptMeta(&pod.ObjectMeta),
+		Spec:       v1.PodSpec{NodeName: pod.Spec.NodeName},
 		Status: v1.PodStatus{
 			Phase:                      pod.Status.Phase,
 			Message:                    pod.Status.Message,

@@ -8,6 +8,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
+
+	"github.com/kcm-split/kcm-split/shared/informer"
 )
 
 // The Pods' cache is the largest part of this controller's memory: a cluster has far more
@@ -68,15 +70,7 @@ func podTransform(charge resourcehelper.PodResourcesOptions) func(any) (any, err
 func compactPod(pod *v1.Pod, charge resourcehelper.PodResourcesOptions, lists *resourceLists) *v1.Pod {
 	requests := resourcehelper.PodRequests(pod, charge)
 	limits := resourcehelper.PodLimits(pod, charge)
-	out := &v1.Pod{ObjectMeta: metav1.ObjectMeta{
-		Name:                       pod.Name,
-		Namespace:                  pod.Namespace,
-		UID:                        pod.UID,
-		ResourceVersion:            pod.ResourceVersion,
-		CreationTimestamp:          pod.CreationTimestamp,
-		DeletionTimestamp:          pod.DeletionTimestamp,
-		DeletionGracePeriodSeconds: pod.DeletionGracePeriodSeconds,
-	}}
+	out := &v1.Pod{ObjectMeta: informer.KeptMeta(&pod.ObjectMeta)}
 	out.Spec.Containers = []v1.Container{{Name: usageContainer, Resources: v1.ResourceRequirements{
 		Requests: lists.intern(requests),
 		Limits:   lists.intern(limits),

@@ -2,7 +2,6 @@ package servicelb
 
 import (
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kcm-split/kcm-split/shared/informer"
 )
@@ -22,13 +21,8 @@ func cacheTransform(obj any) (any, error) {
 // autoscaler's to-be-deleted taint: all eligibleNode reads.
 func projectNode(n *v1.Node) *v1.Node {
 	out := &v1.Node{
-		TypeMeta: n.TypeMeta,
-		ObjectMeta: metav1.ObjectMeta{
-			Name:              n.Name,
-			UID:               n.UID,
-			ResourceVersion:   n.ResourceVersion,
-			DeletionTimestamp: n.DeletionTimestamp,
-		},
+		TypeMeta:   n.TypeMeta,
+		ObjectMeta: informer.KeptMeta(&n.ObjectMeta),
 	}
 	if v, ok := n.Labels[excludeLabel]; ok {
 		out.Labels = map[string]string{excludeLabel: v}

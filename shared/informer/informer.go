@@ -7,6 +7,7 @@ package informer
 import (
 	"context"
 	"errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -73,6 +74,21 @@ func (hs *Handlers) HasSynced() bool {
 
 // Synced lists the registrations' sync checks, for cache.WaitForNamedCacheSyncWithContext.
 func (hs *Handlers) Synced() []cache.InformerSynced { return hs.synced }
+
+// KeptMeta is the metadata every projected cache keeps of an object: identity (for keys,
+// owner references and Events), the resourceVersion (the informer tells updates from resyncs
+// by it), creation and deletion. A projection adds what its controller reads besides.
+func KeptMeta(m *metav1.ObjectMeta) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name:                       m.Name,
+		Namespace:                  m.Namespace,
+		UID:                        m.UID,
+		ResourceVersion:            m.ResourceVersion,
+		CreationTimestamp:          m.CreationTimestamp,
+		DeletionTimestamp:          m.DeletionTimestamp,
+		DeletionGracePeriodSeconds: m.DeletionGracePeriodSeconds,
+	}
+}
 
 // DropManagedFields is an informer transform that removes managedFields: no controller here
 // reads them, and on thousands of objects they are a large share of a cache's memory.
