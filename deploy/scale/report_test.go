@@ -18,8 +18,14 @@ func always(f func(*result) float64) func(*result, string) (float64, bool) {
 	return func(r *result, _ string) (float64, bool) { return f(r), true }
 }
 
-func pct(p float64) func(*result, string) (float64, bool) {
+func pct(p float64) func(*result, string) (float64, bool) { return pctOf(p, "") }
+
+// pctOf is the p-th percentile of the reaction named key of alias's churn ("" its main one).
+func pctOf(p float64, key string) func(*result, string) (float64, bool) {
 	return func(r *result, alias string) (float64, bool) {
+		if key != "" {
+			alias += "/" + key
+		}
 		d, ok := r.churn[alias]
 		if !ok || len(d) == 0 {
 			return 0, false
@@ -43,6 +49,8 @@ var rows = []row{
 	{"idle writes/s (no Lease)", always(func(r *result) float64 { return r.idleWritesPS }), "%.2f"},
 	{"churn reaction p50 (ms)", pct(50), "%.0f"},
 	{"churn reaction p99 (ms)", pct(99), "%.0f"},
+	{"churn reaction in EndpointSlices p50 (ms)", pctOf(50, "slices"), "%.0f"},
+	{"churn reaction in EndpointSlices p99 (ms)", pctOf(99, "slices"), "%.0f"},
 	{"churn CPU (s)", always(func(r *result) float64 { return r.churnCPU.Seconds() }), "%.1f"},
 	{"Lease renewals per 10 s under churn (retry period 2 s: 5)", always(func(r *result) float64 { return float64(r.leaseRenewals) / r.churnSeconds * 10 }), "%.1f"},
 }

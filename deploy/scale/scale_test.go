@@ -16,6 +16,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -108,6 +109,7 @@ type cluster struct {
 	client    kubernetes.Interface
 	pods      []podRef // the Services' Pods
 	endpoints *benchkit.Observer[*corev1.Endpoints]
+	slices    *benchkit.Observer[*discoveryv1.EndpointSlice]
 	nodes     *benchkit.Observer[*corev1.Node]
 	quotas    *benchkit.Observer[*corev1.ResourceQuota]
 	nsObs     *benchkit.Observer[*corev1.Namespace]
@@ -159,6 +161,9 @@ func TestScale(t *testing.T) {
 	watch := fastClient(t, env, "watch")
 	c.endpoints = benchkit.NewObserver[*corev1.Endpoints](ctx, t, watch, "", func(f informers.SharedInformerFactory) cache.SharedIndexInformer {
 		return f.Core().V1().Endpoints().Informer()
+	})
+	c.slices = benchkit.NewObserver[*discoveryv1.EndpointSlice](ctx, t, watch, "", func(f informers.SharedInformerFactory) cache.SharedIndexInformer {
+		return f.Discovery().V1().EndpointSlices().Informer()
 	})
 	c.nodes = benchkit.NewObserver[*corev1.Node](ctx, t, watch, "", func(f informers.SharedInformerFactory) cache.SharedIndexInformer {
 		return f.Core().V1().Nodes().Informer()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -91,9 +92,13 @@ func (c *cluster) runSide(ctx context.Context, t *testing.T, ctl controller, ups
 		if ch.churn == "" && ch.alias != "servicelb" {
 			continue
 		}
-		lat := c.churnOf(ctx, t, ch.alias, id)
+		lat, also := c.churnOf(ctx, t, ch.alias, id)
 		r.churn[ch.alias] = lat
 		logf("churn %s: %d samples, p50 %s p99 %s", ch.alias, len(lat), benchkit.MS(benchkit.Percentile(lat, 50)), benchkit.MS(benchkit.Percentile(lat, 99)))
+		for k, v := range also {
+			r.churn[ch.alias+"/"+k] = v
+			logf("churn %s, %s: %d samples, p50 %s p99 %s", ch.alias, k, len(v), benchkit.MS(benchkit.Percentile(v, 50)), benchkit.MS(benchkit.Percentile(v, 99)))
+		}
 	}
 	stop()
 	to = time.Now()
@@ -253,22 +258,25 @@ func ips(ep *corev1.Endpoints, ready bool) []string {
 	return out
 }
 
-func (c *cluster) churnOf(ctx context.Context, t *testing.T, alias string, id int64) []time.Duration {
+// churnOf runs alias's churn and returns its reaction times, and any further reactions to
+// the same writes by name (endpoints: "slices", the flip seen in the EndpointSlices).
+func (c *cluster) churnOf(ctx context.Context, t *testing.T, alias string, id int64) ([]time.Duration, map[string][]time.Duration) {
 	switch alias {
 	case "endpoints":
-		return c.churnEndpoints(ctx, t, id)
+		eps, slices := c.churnEndpoints(ctx, t, id)
+		return eps, map[string][]time.Duration{"slices": slices}
 	case "nodelifecycle":
-		return c.churnNodes(ctx, t)
+		return c.churnNodes(ctx, t), nil
 	case "quota":
-		return c.churnQuota(ctx, t, id)
+		return c.churnQuota(ctx, t, id), nil
 	case "namespace":
-		return c.churnNamespaces(ctx, t)
+		return c.churnNamespaces(ctx, t), nil
 	case "pvbinder":
-		return c.churnPVCs(ctx, t, id)
+		return c.churnPVCs(ctx, t, id), nil
 	case "servicelb":
-		return c.churnLB(ctx, t, id)
+		return c.churnLB(ctx, t, id), nil
 	}
-	return nil
+	return nil, nil
 }
 
 // latencies collects reaction times measured by waiters running beside the writes.
@@ -304,16 +312,21 @@ func fixed(t time.Time) func() time.Time { return func() time.Time { return t } 
 // is behind rightly writes only the Pod's latest state, and the waiter for the state it skipped
 // would wait for something that is never coming (it counted as the 3-minute timeout on both
 // sides before).
-func (c *cluster) churnEndpoints(ctx context.Context, t *testing.T, id int64) []time.Duration {
+//
+// Each flip is timed twice: until the Pod's address is in the other list of its Service's
+// Endpoints, and until its endpoint in the Service's EndpointSlices has the new ready
+// condition, which is what kube-proxy and every other data plane read.
+func (c *cluster) churnEndpoints(ctx context.Context, t *testing.T, id int64) ([]time.Duration, []time.Duration) {
 	n := c.sz.flips / 2
 	base := int(id) * 1009
-	var l latencies
+	var l, ls latencies
 	for _, ready := range []bool{false, true} {
 		tk := time.NewTicker(flipInterval)
 		for i := range n {
 			<-tk.C
 			ref := c.pods[(base+i*97)%len(c.pods)]
 			seen := c.endpoints.When(ref.ns+"/"+ref.svc, func(ep *corev1.Endpoints) bool { return slices.Contains(ips(ep, ready), ref.ip) })
+			sliceSeen := c.slices.WhenAny(func(s *discoveryv1.EndpointSlice) bool { return sliceHas(s, ref, ready) })
 			status := "False"
 			if ready {
 				status = "True"
@@ -323,14 +336,31 @@ func (c *cluster) churnEndpoints(ctx context.Context, t *testing.T, id int64) []
 			if _, err := c.client.CoreV1().Pods(ref.ns).Patch(ctx, ref.name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
 				tk.Stop()
 				t.Errorf("flipping %s/%s: %v", ref.ns, ref.name, err)
-				return nil
+				return nil, nil
 			}
-			l.await(seen, fixed(time.Now()))
+			at := fixed(time.Now())
+			l.await(seen, at)
+			ls.await(sliceSeen, at)
 		}
 		tk.Stop()
 		l.wg.Wait()
+		ls.wg.Wait()
 	}
-	return l.wait()
+	return l.wait(), ls.wait()
+}
+
+// sliceHas reports whether s is one of ref's Service's EndpointSlices and lists ref's address
+// with the ready condition ready.
+func sliceHas(s *discoveryv1.EndpointSlice, ref podRef, ready bool) bool {
+	if s.Namespace != ref.ns || s.Labels[discoveryv1.LabelServiceName] != ref.svc {
+		return false
+	}
+	for _, e := range s.Endpoints {
+		if slices.Contains(e.Addresses, ref.ip) {
+			return (e.Conditions.Ready != nil && *e.Conditions.Ready) == ready
+		}
+	}
+	return false
 }
 
 func hasTaint(n *corev1.Node, key string) bool {
