@@ -4,62 +4,20 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/kcm-split/kcm-split/shared/informer"
 )
 
-// internLimit bounds each interner: at most twice this many values are remembered (the
-// current generation and the one before). Enough for every label set and port layout of a
-// large cluster's workloads; past it, values are shared less, never wrongly.
+// internLimit bounds each interner (informer.Interner): at most twice this many values are
+// remembered. Enough for every label set and port layout of a large cluster's workloads; past
+// it, values are shared less, never wrongly.
 const internLimit = 4096
 
-// interner hands out one shared instance of equal values, named by a key that describes
-// them completely. The cache projection uses it for what the Pods of one workload have in
-// common (their labels, their ports): cached Pods are never mutated, so equal ones can share
-// one copy, and thousands of Pods then cost one map and one slice instead of one each.
-//
-// Values are forgotten by generation, not by reference count: when the current generation
-// is full it becomes the previous one and the one before is dropped; a value found in the
-// previous generation moves back to the current one. A forgotten value stays valid for the
-// Pods holding it; the next equal value simply starts a new shared instance.
-type interner[V any] struct {
-	mu        sync.Mutex
-	cur, prev map[string]V
-	limit     int
-}
-
-func newInterner[V any](limit int) *interner[V] {
-	return &interner[V]{cur: make(map[string]V), limit: limit}
-}
-
-// get returns the shared value for key, v itself when none is remembered.
-func (t *interner[V]) get(key string, v V) V {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if got, ok := t.cur[key]; ok {
-		return got
-	}
-	if got, ok := t.prev[key]; ok {
-		v = got
-	}
-	if len(t.cur) >= t.limit {
-		t.prev, t.cur = t.cur, make(map[string]V, len(t.cur))
-	}
-	t.cur[key] = v
-	return v
-}
-
-// len is the number of values remembered, for tests.
-func (t *interner[V]) len() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.cur) + len(t.prev)
-}
-
 var (
-	podLabels = newInterner[map[string]string](internLimit)
-	podPorts  = newInterner[projectedPorts](internLimit)
+	podLabels = informer.NewInterner[map[string]string](internLimit)
+	podPorts  = informer.NewInterner[projectedPorts](internLimit)
 )
 
 // internLabels returns a map equal to labels, shared with every other projected Pod whose
@@ -84,7 +42,7 @@ func internLabels(labels map[string]string) map[string]string {
 		b.WriteString(labels[k])
 		b.WriteByte(0)
 	}
-	return podLabels.get(b.String(), labels)
+	return podLabels.Get(b.String(), labels)
 }
 
 // projectedPorts are a Pod's container ports as the projection keeps them: see
@@ -125,7 +83,7 @@ func projectContainers(pod *v1.Pod) (containers, initContainers []v1.Container) 
 		always := v1.ContainerRestartPolicyAlways
 		p.initContainers = []v1.Container{{Ports: sidecar, RestartPolicy: &always}}
 	}
-	p = podPorts.get(b.String(), p)
+	p = podPorts.Get(b.String(), p)
 	return p.containers, p.initContainers
 }
 

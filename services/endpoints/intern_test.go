@@ -11,31 +11,6 @@ import (
 	"k8s.io/endpointslice"
 )
 
-func TestInternerSharesEqualValuesAndStaysBounded(t *testing.T) {
-	in := newInterner[*int](2)
-	one, two := new(int), new(int)
-	if got := in.get("a", one); got != one {
-		t.Fatal("first value of a key is not kept")
-	}
-	if got := in.get("a", two); got != one {
-		t.Fatal("second value of a key is not the first")
-	}
-	in.get("b", new(int)) // fills the current generation
-	in.get("c", new(int)) // a, b move to the previous one
-	if got := in.get("a", two); got != one {
-		t.Fatal("a value of the previous generation is not found")
-	}
-	in.get("d", new(int))
-	in.get("e", new(int))
-	in.get("f", new(int))
-	if n := in.len(); n > 4 {
-		t.Fatalf("%d values remembered, want at most twice the limit", n)
-	}
-	if got := in.get("b", two); got != two {
-		t.Fatal("a value two generations old is still shared")
-	}
-}
-
 func TestProjectionSharesLabelsOnlyWhenEqual(t *testing.T) {
 	pod := func(labels map[string]string) *v1.Pod {
 		return projectPod(&v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", Labels: labels}})

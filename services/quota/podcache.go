@@ -99,7 +99,7 @@ func canonical[S ~string](s S, known ...S) S {
 	return s
 }
 
-// maxResourceLists bounds resourceLists: past it the table starts over. Pods made from one
+// maxResourceLists bounds resourceLists: it remembers at most twice this many. Pods made from one
 // template (a Deployment's) have the same totals, so a cluster has a few hundred distinct
 // ones at most; the bound only keeps a cluster of all-different Pods from growing the table
 // without end.
@@ -109,8 +109,8 @@ const maxResourceLists = 4096
 // quantity and format by format: a small ResourceList costs about 700 bytes, most of a
 // compact Pod. Cached objects are never written to, so sharing is safe.
 type resourceLists struct {
-	mu    sync.Mutex
-	byKey map[string]v1.ResourceList
+	once   sync.Once
+	shared *informer.Interner[v1.ResourceList]
 }
 
 // intern returns the shared list equal to l (nil for an empty one).
@@ -118,6 +118,7 @@ func (r *resourceLists) intern(l v1.ResourceList) v1.ResourceList {
 	if len(l) == 0 {
 		return nil
 	}
+	r.once.Do(func() { r.shared = informer.NewInterner[v1.ResourceList](maxResourceLists) })
 	names := make([]string, 0, len(l))
 	for name := range l {
 		names = append(names, string(name))
@@ -133,20 +134,10 @@ func (r *resourceLists) intern(l v1.ResourceList) v1.ResourceList {
 		b.WriteString(string(q.Format))
 		b.WriteByte(';')
 	}
-	key := b.String()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if shared, ok := r.byKey[key]; ok {
-		// The key is the canonical spelling; share only what is exactly equal.
-		if sameTotals(shared, l) {
-			return shared
-		}
-		return l
+	// The key is the canonical spelling; share only what is exactly equal.
+	if shared := r.shared.Get(b.String(), l); sameTotals(shared, l) {
+		return shared
 	}
-	if r.byKey == nil || len(r.byKey) >= maxResourceLists {
-		r.byKey = map[string]v1.ResourceList{}
-	}
-	r.byKey[key] = l
 	return l
 }
 
