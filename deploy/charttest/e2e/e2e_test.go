@@ -660,7 +660,9 @@ func (s *suite) endpointsOfRealPods() {
 		defer resp.Body.Close()
 		b, err := io.ReadAll(resp.Body)
 		if err != nil || resp.StatusCode != http.StatusOK || !strings.HasPrefix(string(b), "web-") {
-			return false, fmt.Errorf("%d %q %v", resp.StatusCode, b, err)
+			// Without a kube-proxy rule the request leaves by the default route, where this
+			// machine's egress proxy answers 404 with no body: say which it was.
+			return false, fmt.Errorf("%d %q %v (%s)", resp.StatusCode, b, err, kubeProxyRule(got.Spec.ClusterIP))
 		}
 		t.Logf("GET %s: %s", url, b)
 		return true, nil
@@ -668,6 +670,24 @@ func (s *suite) endpointsOfRealPods() {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// kubeProxyRule says whether the node's nat table holds a rule for ip, for a failure message.
+func kubeProxyRule(ip string) string {
+	out, err := exec.Command("iptables-save", "-t", "nat").CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("iptables-save: %v", err)
+	}
+	n := 0
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.Contains(l, ip+"/32") {
+			n++
+		}
+	}
+	if n == 0 {
+		return "no kube-proxy rule for " + ip + " in the nat table"
+	}
+	return fmt.Sprintf("%d nat rules name %s", n, ip)
+}
 
 func (s *suite) createNS(name string) {
 	s.t.Helper()
