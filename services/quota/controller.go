@@ -154,10 +154,23 @@ func (c *Controller) Run(ctx context.Context) error {
 		wg.Wait()
 		c.sources.wait()
 	}()
+	// Discovery (a round trip) runs while the quotas list. The core types need no discovery,
+	// so their informers (Pods, the longest list) start as soon as the quotas say which are
+	// counted; the types only discovery can place follow once it has answered.
+	discovered := make(chan struct{})
+	wg.Go(func() {
+		defer close(discovered)
+		c.discoverTypes(ctx)
+	})
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.handlers.Synced()...) {
 		return nil
 	}
-	c.runDiscovery(ctx)
+	c.startSources(ctx)
+	select {
+	case <-discovered:
+	case <-ctx.Done():
+		return nil
+	}
 	c.startSources(ctx)
 	c.warmedUp.Store(true)
 
@@ -362,13 +375,22 @@ func (c *Controller) triggerDiscovery() {
 }
 
 func (c *Controller) runDiscovery(ctx context.Context) {
+	if c.discoverTypes(ctx) {
+		c.stopUnneeded(ctx)
+	}
+}
+
+// discoverTypes asks discovery which version serves each type and reports whether it
+// answered. It stops only the informers of types no longer served, never one for want of a
+// quota: the first run overlaps the quotas' list, which may not be complete yet.
+func (c *Controller) discoverTypes(ctx context.Context) bool {
 	if c.discover == nil {
-		return
+		return false
 	}
 	found, failed, err := c.discover()
 	if err != nil {
 		utilruntime.HandleErrorWithContext(ctx, err, "Discovery failed; counting the types found before")
-		return
+		return false
 	}
 	if len(failed) > 0 {
 		klog.FromContext(ctx).V(2).Info("Discovery of some API groups failed; their types keep the last version found", "groups", failed)
@@ -376,7 +398,7 @@ func (c *Controller) runDiscovery(ctx context.Context) {
 	for _, gr := range c.sources.setDiscovered(found, failed) {
 		c.enqueueTracking(gr)
 	}
-	c.stopUnneeded(ctx)
+	return true
 }
 
 // stopUnneeded stops the informers of types no quota tracks any longer; it runs with each
