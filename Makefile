@@ -101,6 +101,10 @@ SIZE ?= S
 scale: tools ## Scale run (not part of test): each controller vs upstream KCM at SIZE=S|M|L (XS: a quick check); results in deploy/scale/results-<SIZE>.md
 	@cd deploy/scale && SCALE_SIZE=$(SIZE) SCALE_OUT=$(ROOT)/deploy/scale SCALE_CONTROLLERS=$(CONTROLLERS) go test -count=1 -v -run '^TestScale$$' -timeout 120m .
 
+.PHONY: scale-floor
+scale-floor: tools ## Memory of each process on an empty cluster (the floor before any cache): smallest client-go program, namespace-controller, upstream; deploy/scale/results-floor.md
+	@cd deploy/scale && SCALE_FLOOR=1 SCALE_OUT=$(ROOT)/deploy/scale go test -count=1 -v -run '^TestFloor$$' -timeout 20m .
+
 .PHONY: tidy
 tidy: ## go mod tidy in every module (and the tools module)
 	@for m in $(MODULES) deploy/tools; do (cd $$m && GOWORK=off go mod tidy); done

@@ -1,0 +1,66 @@
+package scale
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kcm-split/kcm-split/shared/benchkit"
+)
+
+// TestFloor measures each process's memory on an empty cluster, where its caches hold almost
+// nothing: the floor a binary starts from before it pays for any object. Three processes, one
+// after the other on one control plane: the smallest client-go program caching Namespaces
+// (testdata/floor), namespace-controller, and upstream kube-controller-manager running only its
+// namespace controller. Run by `make scale-floor`; it reports, it asserts nothing about sizes.
+func TestFloor(t *testing.T) {
+	if os.Getenv("SCALE_FLOOR") == "" {
+		t.Skip("run by `make scale-floor` (SCALE_FLOOR unset)")
+	}
+	const settle = 20 * time.Second
+	dir := t.TempDir()
+	bare, err := benchkit.Build("github.com/kcm-split/kcm-split/deploy/scale/testdata/floor", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sides := []struct {
+		name string
+		side benchkit.Side
+		bin  string
+	}{
+		{name: "smallest client-go Namespace informer", bin: bare},
+		{name: "namespace-controller", side: benchkit.Ours("namespace-controller", "github.com/kcm-split/kcm-split/services/namespace/cmd/namespace-controller", "--leader-elect=true")},
+		{name: "kube-controller-manager --controllers=namespace-controller", side: benchkit.UpstreamSide("namespace-controller")},
+	}
+	_, env, _ := benchkit.Side{Name: "floor", Binary: func(testing.TB) (string, error) { return bare, nil }}.Begin(t)
+	var rows []string
+	for _, s := range sides {
+		var p *benchkit.Process
+		if s.bin != "" {
+			p = benchkit.Start(t, s.name, s.bin, "--kubeconfig="+env.Kubeconfig)
+		} else {
+			p = s.side.Start(t, s.side.Executable(t), env.Kubeconfig)
+		}
+		time.Sleep(settle)
+		m := p.Memory()
+		bin := s.bin
+		if bin == "" {
+			bin = p.Cmd.Path
+		}
+		size := int64(0)
+		if fi, err := os.Stat(bin); err == nil {
+			size = fi.Size()
+		}
+		rows = append(rows, fmt.Sprintf("| %s | %.1f | %.1f | %.1f | %.1f |", s.name, benchkit.MiB(m.RSS), benchkit.MiB(m.Anon), benchkit.MiB(m.RSS-m.Anon), benchkit.MiB(size)))
+		p.Shutdown()
+	}
+	out := "| process (empty cluster, " + settle.String() + " after start) | RSS (MiB) | RssAnon (MiB) | file-backed (MiB) | executable (MiB) |\n|---|---|---|---|---|\n" + strings.Join(rows, "\n")
+	fmt.Println(out)
+	if o := os.Getenv("SCALE_OUT"); o != "" {
+		if err := os.WriteFile(o+"/results-floor.md", []byte(out+"\n"), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+}
