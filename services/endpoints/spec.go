@@ -27,7 +27,7 @@ func Spec() app.Spec {
 		DefaultPort: DefaultPort,
 		// trafficDistribution PreferSameZone/PreferSameNode hints (EndpointSlices); locked on.
 		FeatureGates: []featuregate.Feature{features.PreferSameTrafficDistribution},
-		// Two upstream controllers' budgets in one: see DefaultQPS.
+		// Three upstream controllers' budgets in one: see DefaultQPS.
 		DefaultQPS:   DefaultQPS,
 		DefaultBurst: DefaultBurst,
 	}, DefaultOptions(), run)
