@@ -54,11 +54,13 @@ var sizes = map[string]size{
 
 // Pacing, the same for every side.
 const (
-	flipInterval  = 20 * time.Millisecond // 50 readiness flips/s
-	grace         = 40 * time.Second      // --node-monitor-grace-period on both sides
-	idleWindow    = 20 * time.Second
-	settleWindow  = 3 * time.Second
-	settleCPU     = 0.05 // a process is idle once it uses under 5% of a core over settleWindow
+	flipInterval = 20 * time.Millisecond // 50 readiness flips/s
+	grace        = 40 * time.Second      // --node-monitor-grace-period on both sides
+	idleWindow   = 20 * time.Second
+	settleWindow = 3 * time.Second
+	settleCPU    = 0.05 // a process is idle once it uses under 5% of a core over settleWindow
+	// settleTimeout bounds a cold start at up to 40,000 Pods; larger sizes get it in proportion
+	// (settleTimeoutFor): upstream's endpoints side alone took 9 minutes at L.
 	settleTimeout = 10 * time.Minute
 	reactTimeout  = 3 * time.Minute
 	createWorkers = 32
@@ -183,34 +185,54 @@ func TestScale(t *testing.T) {
 
 	results := map[string][2]*result{}
 	var all *result
+	// write saves the report so far after every side, so that a side failing late (a cold
+	// start past its timeout at L) does not lose the sides before it. The audit log is read
+	// (idle requests, Lease renewals) only for the final report: at L it is gigabytes.
+	write := func(final bool) {
+		if final {
+			countWindows(t, env)
+		}
+		out := report(sz, results, all)
+		if !final {
+			out = "**Partial**: written after each side; idle requests and Lease renewals are counted only when the run completes.\n\n" + out
+		} else {
+			fmt.Println(out)
+		}
+		if os.Getenv("SCALE_OUT") == "" {
+			return
+		}
+		if err := os.MkdirAll(os.Getenv("SCALE_OUT"), 0o755); err != nil {
+			t.Error(err)
+		}
+		if err := os.WriteFile(filepath.Join(os.Getenv("SCALE_OUT"), "results-"+sz.name+".md"), []byte(out), 0o644); err != nil {
+			t.Error(err)
+		}
+		raw, _ := json.MarshalIndent(map[string]any{"size": sz.name, "partial": !final, "results": jsonResults(results, all)}, "", " ")
+		_ = os.WriteFile(filepath.Join(os.Getenv("SCALE_OUT"), "results-"+sz.name+".json"), raw, 0o644)
+	}
 	for _, ctl := range controllers {
 		if only != "" && !slices.Contains(strings.Split(only, ","), ctl.alias) {
 			continue
 		}
 		var pair [2]*result
 		pair[0] = c.runSide(ctx, t, ctl, false, []controller{ctl})
+		results[ctl.alias] = pair
+		write(false)
 		if ctl.upstream != "" {
 			pair[1] = c.runSide(ctx, t, ctl, true, []controller{ctl})
+			results[ctl.alias] = pair
+			write(false)
 		}
-		results[ctl.alias] = pair
 	}
 	if only == "" || slices.Contains(strings.Split(only, ","), "all") {
 		all = c.runSide(ctx, t, controller{alias: "all", upstream: "*"}, true, controllers)
 	}
-	countWindows(t, env)
-	out := report(sz, results, all)
-	fmt.Println(out)
-	path := filepath.Join(os.Getenv("SCALE_OUT"), "results-"+sz.name+".md")
-	if os.Getenv("SCALE_OUT") != "" {
-		if err := os.MkdirAll(os.Getenv("SCALE_OUT"), 0o755); err != nil {
-			t.Error(err)
-		}
-		if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
-			t.Error(err)
-		}
-		raw, _ := json.MarshalIndent(map[string]any{"size": sz.name, "results": jsonResults(results, all)}, "", " ")
-		_ = os.WriteFile(filepath.Join(os.Getenv("SCALE_OUT"), "results-"+sz.name+".json"), raw, 0o644)
-	}
+	write(true)
+}
+
+// settleTimeoutFor is settleTimeout, grown in proportion above 40,000 Pods.
+func settleTimeoutFor(sz size) time.Duration {
+	return max(settleTimeout, settleTimeout*time.Duration(sz.pods())/40000)
 }
 
 // auditAll records every request at Metadata level: idle reads are counted from it too.

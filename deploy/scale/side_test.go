@@ -68,11 +68,11 @@ func (c *cluster) runSide(ctx context.Context, t *testing.T, ctl controller, ups
 	r := &result{churn: map[string][]time.Duration{}}
 	proc := side.Start(t, bin, c.env.Kubeconfig)
 	if converged != nil {
-		at := proc.Await(converged, settleTimeout, "the cold start's expected state")
+		at := proc.Await(converged, settleTimeoutFor(c.sz), "the cold start's expected state")
 		r.coldConverged = at.Sub(proc.Started)
 		logf("converged after %s", r.coldConverged.Round(time.Millisecond))
 	}
-	r.coldIdle = settle(t, proc)
+	r.coldIdle = settle(t, proc, settleTimeoutFor(c.sz))
 	r.coldCPU = proc.CPU()
 	logf("cold start: idle after %s (CPU %s)", r.coldIdle.Round(time.Millisecond), r.coldCPU.Round(time.Millisecond))
 
@@ -112,8 +112,8 @@ func (c *cluster) runSide(ctx context.Context, t *testing.T, ctl controller, ups
 
 // settle waits until the process uses under settleCPU of a core over settleWindow and returns
 // the time from its start to the beginning of that quiet window.
-func settle(t *testing.T, p *benchkit.Process) time.Duration {
-	deadline := time.Now().Add(settleTimeout)
+func settle(t *testing.T, p *benchkit.Process, timeout time.Duration) time.Duration {
+	deadline := time.Now().Add(timeout)
 	prev, prevAt := p.CPU(), time.Now()
 	for time.Now().Before(deadline) {
 		time.Sleep(settleWindow)
@@ -123,8 +123,8 @@ func settle(t *testing.T, p *benchkit.Process) time.Duration {
 		}
 		prev, prevAt = cpu, at
 	}
-	t.Errorf("%s never settled within %s", p.Name, settleTimeout)
-	return settleTimeout
+	t.Errorf("%s never settled within %s", p.Name, timeout)
+	return timeout
 }
 
 // prepare puts back what a previous side left (Endpoints written, quota status computed) so
