@@ -3,6 +3,7 @@ package scale
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -34,21 +35,19 @@ func TestFloor(t *testing.T) {
 		{name: "namespace-controller", side: benchkit.Ours("namespace-controller", "github.com/kcm-split/kcm-split/services/namespace/cmd/namespace-controller", "--leader-elect=true")},
 		{name: "kube-controller-manager --controllers=namespace-controller", side: benchkit.UpstreamSide("namespace-controller")},
 	}
-	_, env, _ := benchkit.Side{Name: "floor", Binary: func(testing.TB) (string, error) { return bare, nil }}.Begin(t)
+	env := benchkit.ControlPlane(t)
 	var rows []string
 	for _, s := range sides {
 		var p *benchkit.Process
-		if s.bin != "" {
-			p = benchkit.Start(t, s.name, s.bin, "--kubeconfig="+env.Kubeconfig)
+		bin := s.bin
+		if bin != "" {
+			p = benchkit.Start(t, s.name, bin, "--kubeconfig="+env.Kubeconfig)
 		} else {
-			p = s.side.Start(t, s.side.Executable(t), env.Kubeconfig)
+			bin = s.side.Executable(t)
+			p = s.side.Start(t, bin, env.Kubeconfig)
 		}
 		time.Sleep(settle)
 		m := p.Memory()
-		bin := s.bin
-		if bin == "" {
-			bin = p.Cmd.Path
-		}
 		size := int64(0)
 		if fi, err := os.Stat(bin); err == nil {
 			size = fi.Size()
@@ -59,7 +58,7 @@ func TestFloor(t *testing.T) {
 	out := "| process (empty cluster, " + settle.String() + " after start) | RSS (MiB) | RssAnon (MiB) | file-backed (MiB) | executable (MiB) |\n|---|---|---|---|---|\n" + strings.Join(rows, "\n")
 	fmt.Println(out)
 	if o := os.Getenv("SCALE_OUT"); o != "" {
-		if err := os.WriteFile(o+"/results-floor.md", []byte(out+"\n"), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(o, "results-floor.md"), []byte(out+"\n"), 0o644); err != nil {
 			t.Error(err)
 		}
 	}
