@@ -99,10 +99,10 @@ lint: ## gofmt, go vet and staticcheck on every module; each service also builds
 .PHONY: scale
 SIZE ?= S
 scale: tools ## Scale run (not part of test): each controller vs upstream KCM at SIZE=S|M|L (XS: a quick check); results in deploy/scale/results-<SIZE>.md
-	@cd deploy/scale && SCALE_SIZE=$(SIZE) SCALE_OUT=$(ROOT)/deploy/scale SCALE_CONTROLLERS=$(CONTROLLERS) go test -count=1 -v -run '^TestScale$$' -timeout 120m .
+	@cd deploy/scale && SCALE_SIZE=$(SIZE) SCALE_OUT=$(ROOT)/deploy/scale SCALE_CONTROLLERS=$(CONTROLLERS) SCALE_OURS_ONLY=$(OURS_ONLY) go test -count=1 -v -run '^TestScale$$' -timeout 120m .
 
 .PHONY: scale-floor
-scale-floor: tools ## Memory of each process on an empty cluster (the floor before any cache): smallest client-go program, namespace-controller, upstream; deploy/scale/results-floor.md
+scale-floor: tools ## Memory of each process on an empty cluster (the floor before any cache): smallest client-go program, with and without the clientset, namespace-controller, upstream; deploy/scale/results-floor.md
 	@cd deploy/scale && SCALE_FLOOR=1 SCALE_OUT=$(ROOT)/deploy/scale go test -count=1 -v -run '^TestFloor$$' -timeout 20m .
 
 .PHONY: tidy

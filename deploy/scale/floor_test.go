@@ -12,10 +12,10 @@ import (
 )
 
 // TestFloor measures each process's memory on an empty cluster, where its caches hold almost
-// nothing: the floor a binary starts from before it pays for any object. Three processes, one
+// nothing: the floor a binary starts from before it pays for any object. Four processes, one
 // after the other on one control plane: the smallest client-go program caching Namespaces
-// (testdata/floor), namespace-controller, and upstream kube-controller-manager running only its
-// namespace controller. Run by `make scale-floor`; it reports, it asserts nothing about sizes.
+// (testdata/floor), the same cache without the clientset (testdata/floorrest), namespace-controller,
+// and upstream kube-controller-manager running only its namespace controller. Run by `make scale-floor`; it reports, it asserts nothing about sizes.
 func TestFloor(t *testing.T) {
 	if os.Getenv("SCALE_FLOOR") == "" {
 		t.Skip("run by `make scale-floor` (SCALE_FLOOR unset)")
@@ -26,12 +26,17 @@ func TestFloor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rest, err := benchkit.Build("github.com/kcm-split/kcm-split/deploy/scale/testdata/floorrest", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	sides := []struct {
 		name string
 		side benchkit.Side
 		bin  string
 	}{
 		{name: "smallest client-go Namespace informer", bin: bare},
+		{name: "client-go REST client for core/v1 alone, no clientset", bin: rest},
 		{name: "namespace-controller", side: benchkit.Ours("namespace-controller", "github.com/kcm-split/kcm-split/services/namespace/cmd/namespace-controller", "--leader-elect=true")},
 		{name: "kube-controller-manager --controllers=namespace-controller", side: benchkit.UpstreamSide("namespace-controller")},
 	}
