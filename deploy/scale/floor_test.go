@@ -36,7 +36,7 @@ func TestFloor(t *testing.T) {
 		bin  string
 	}{
 		{name: "smallest client-go Namespace informer", bin: bare},
-		{name: "client-go REST client for core/v1 alone, no clientset", bin: rest},
+		{name: "the same informer on a core v1 REST client, no clientset", bin: rest},
 		{name: "namespace-controller", side: benchkit.Ours("namespace-controller", "github.com/kcm-split/kcm-split/services/namespace/cmd/namespace-controller", "--leader-elect=true")},
 		{name: "kube-controller-manager --controllers=namespace-controller", side: benchkit.UpstreamSide("namespace-controller")},
 	}
