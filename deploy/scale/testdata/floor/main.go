@@ -5,33 +5,19 @@
 package main
 
 import (
-	"context"
-	"flag"
 	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kcm-split/kcm-split/deploy/scale/testdata/floorstart"
 )
 
 func main() {
-	kubeconfig := flag.String("kubeconfig", "", "kubeconfig file")
-	flag.Parse()
-	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	cfg, ctx, cancel := floorstart.Start()
 	defer cancel()
+	client, err := kubernetes.NewForConfig(cfg)
+	floorstart.Check(err)
 	factory := informers.NewSharedInformerFactory(client, 0)
 	factory.Core().V1().Namespaces().Informer()
 	factory.Start(ctx.Done())

@@ -5,12 +5,7 @@
 package main
 
 import (
-	"context"
-	"flag"
 	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,32 +14,22 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kcm-split/kcm-split/deploy/scale/testdata/floorstart"
 )
 
 func main() {
-	kubeconfig := flag.String("kubeconfig", "", "kubeconfig file")
-	flag.Parse()
-	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
+	cfg, ctx, cancel := floorstart.Start()
+	defer cancel()
 	scheme := runtime.NewScheme()
-	_ = corev1.AddToScheme(scheme)
+	floorstart.Check(corev1.AddToScheme(scheme))
 	metav1.AddToGroupVersion(scheme, corev1.SchemeGroupVersion)
-	codecs := serializer.NewCodecFactory(scheme)
 	c := rest.CopyConfig(cfg)
 	c.GroupVersion = &corev1.SchemeGroupVersion
 	c.APIPath = "/api"
-	c.NegotiatedSerializer = codecs.WithoutConversion()
+	c.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
 	rc, err := rest.RESTClientFor(c)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer cancel()
+	floorstart.Check(err)
 	lw := cache.NewListWatchFromClient(rc, "namespaces", "", fields.Everything())
 	inf := cache.NewSharedIndexInformer(lw, &corev1.Namespace{}, 0, cache.Indexers{})
 	go inf.Run(ctx.Done())
