@@ -51,6 +51,10 @@ var rows = []row{
 	{"churn reaction p99 (ms)", pct(99), "%.0f"},
 	{"churn reaction in EndpointSlices p50 (ms)", pctOf(50, "slices"), "%.0f"},
 	{"churn reaction in EndpointSlices p99 (ms)", pctOf(99, "slices"), "%.0f"},
+	{"churn flips sent per s (asked: 50)", func(r *result, alias string) (float64, bool) {
+		v, ok := r.churnRate[alias]
+		return v, ok
+	}, "%.1f"},
 	{"churn CPU (s)", always(func(r *result) float64 { return r.churnCPU.Seconds() }), "%.1f"},
 	{"Lease renewals per 10 s under churn (retry period 2 s: 5)", always(func(r *result) float64 { return float64(r.leaseRenewals) / r.churnSeconds * 10 }), "%.1f"},
 }

@@ -97,6 +97,7 @@ type result struct {
 	idleWritesPS  float64 // writes/s at idle, Lease renewals excluded
 	idleWatches   int     // watch requests (re)started in the idle window
 	churn         map[string][]time.Duration
+	churnRate     map[string]float64 // writes/s a paced churn really sent, by alias (endpoints: flips)
 	churnSeconds  float64
 	churnCPU      time.Duration
 	loadedRSS     int64 // max VmRSS during churn

@@ -65,7 +65,7 @@ func (c *cluster) runSide(ctx context.Context, t *testing.T, ctl controller, ups
 		}
 	}
 	converged := c.prepare(ctx, t, active)
-	r := &result{churn: map[string][]time.Duration{}}
+	r := &result{churn: map[string][]time.Duration{}, churnRate: map[string]float64{}}
 	proc := side.Start(t, bin, c.env.Kubeconfig)
 	if converged != nil {
 		at := proc.Await(converged, settleTimeoutFor(c.sz), "the cold start's expected state")
@@ -92,8 +92,12 @@ func (c *cluster) runSide(ctx context.Context, t *testing.T, ctl controller, ups
 		if ch.churn == "" && ch.alias != "servicelb" {
 			continue
 		}
-		lat, also := c.churnOf(ctx, t, ch.alias, id)
+		lat, also, rate := c.churnOf(ctx, t, ch.alias, id)
 		r.churn[ch.alias] = lat
+		if rate > 0 {
+			r.churnRate[ch.alias] = rate
+			logf("churn %s: sent at %.1f/s", ch.alias, rate)
+		}
 		logf("churn %s: %d samples, p50 %s p99 %s", ch.alias, len(lat), benchkit.MS(benchkit.Percentile(lat, 50)), benchkit.MS(benchkit.Percentile(lat, 99)))
 		for k, v := range also {
 			r.churn[ch.alias+"/"+k] = v
@@ -260,23 +264,25 @@ func ips(ep *corev1.Endpoints, ready bool) []string {
 
 // churnOf runs alias's churn and returns its reaction times, and any further reactions to
 // the same writes by name (endpoints: "slices", the flip seen in the EndpointSlices).
-func (c *cluster) churnOf(ctx context.Context, t *testing.T, alias string, id int64) ([]time.Duration, map[string][]time.Duration) {
+// churnOf runs alias's churn. Besides its reaction times, it returns the rate its writes
+// actually went out at where the churn has a set pace (endpoints' flips), else 0.
+func (c *cluster) churnOf(ctx context.Context, t *testing.T, alias string, id int64) ([]time.Duration, map[string][]time.Duration, float64) {
 	switch alias {
 	case "endpoints":
-		eps, slices := c.churnEndpoints(ctx, t, id)
-		return eps, map[string][]time.Duration{"slices": slices}
+		eps, slices, rate := c.churnEndpoints(ctx, t, id)
+		return eps, map[string][]time.Duration{"slices": slices}, rate
 	case "nodelifecycle":
-		return c.churnNodes(ctx, t), nil
+		return c.churnNodes(ctx, t), nil, 0
 	case "quota":
-		return c.churnQuota(ctx, t, id), nil
+		return c.churnQuota(ctx, t, id), nil, 0
 	case "namespace":
-		return c.churnNamespaces(ctx, t), nil
+		return c.churnNamespaces(ctx, t), nil, 0
 	case "pvbinder":
-		return c.churnPVCs(ctx, t, id), nil
+		return c.churnPVCs(ctx, t, id), nil, 0
 	case "servicelb":
-		return c.churnLB(ctx, t, id), nil
+		return c.churnLB(ctx, t, id), nil, 0
 	}
-	return nil, nil
+	return nil, nil, 0
 }
 
 // latencies collects reaction times measured by waiters running beside the writes.
@@ -316,11 +322,17 @@ func fixed(t time.Time) func() time.Time { return func() time.Time { return t } 
 // Each flip is timed twice: until the Pod's address is in the other list of its Service's
 // Endpoints, and until its endpoint in the Service's EndpointSlices has the new ready
 // condition, which is what kube-proxy and every other data plane read.
-func (c *cluster) churnEndpoints(ctx context.Context, t *testing.T, id int64) ([]time.Duration, []time.Duration) {
+//
+// It also returns the flips/s the patches really went out at: the ticker asks for 50, and a
+// slow apiserver answering the harness's patches sends fewer, which is less load on the
+// controller (each flip is an Endpoints and an EndpointSlice write for it).
+func (c *cluster) churnEndpoints(ctx context.Context, t *testing.T, id int64) ([]time.Duration, []time.Duration, float64) {
 	n := c.sz.flips / 2
 	base := int(id) * 1009
 	var l, ls latencies
+	var sending time.Duration
 	for _, ready := range []bool{false, true} {
+		sendFrom := time.Now()
 		tk := time.NewTicker(flipInterval)
 		for i := range n {
 			<-tk.C
@@ -336,17 +348,19 @@ func (c *cluster) churnEndpoints(ctx context.Context, t *testing.T, id int64) ([
 			if _, err := c.client.CoreV1().Pods(ref.ns).Patch(ctx, ref.name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
 				tk.Stop()
 				t.Errorf("flipping %s/%s: %v", ref.ns, ref.name, err)
-				return nil, nil
+				return nil, nil, 0
 			}
 			at := fixed(time.Now())
 			l.await(seen, at)
 			ls.await(sliceSeen, at)
 		}
 		tk.Stop()
+		// From the phase's start to its last patch answered: the first flip waits a tick too.
+		sending += time.Since(sendFrom)
 		l.wg.Wait()
 		ls.wg.Wait()
 	}
-	return l.wait(), ls.wait()
+	return l.wait(), ls.wait(), float64(2*n) / sending.Seconds()
 }
 
 // sliceHas reports whether s is one of ref's Service's EndpointSlices and lists ref's address
