@@ -14,8 +14,9 @@ import (
 // TestFloor measures each process's memory on an empty cluster, where its caches hold almost
 // nothing: the floor a binary starts from before it pays for any object. Four processes, one
 // after the other on one control plane: the smallest client-go program caching Namespaces
-// (testdata/floor), the same cache without the clientset (testdata/floorrest), namespace-controller,
-// and upstream kube-controller-manager running only its namespace controller. Run by `make scale-floor`; it reports, it asserts nothing about sizes.
+// (testdata/floor), the same cache without the clientset (testdata/floorrest),
+// namespace-controller, and upstream kube-controller-manager running only its namespace
+// controller. Run by `make scale-floor`; it reports, it asserts nothing about sizes.
 func TestFloor(t *testing.T) {
 	if os.Getenv("SCALE_FLOOR") == "" {
 		t.Skip("run by `make scale-floor` (SCALE_FLOOR unset)")

@@ -262,10 +262,9 @@ func ips(ep *corev1.Endpoints, ready bool) []string {
 	return out
 }
 
-// churnOf runs alias's churn and returns its reaction times, and any further reactions to
-// the same writes by name (endpoints: "slices", the flip seen in the EndpointSlices).
-// churnOf runs alias's churn. Besides its reaction times, it returns the rate its writes
-// actually went out at where the churn has a set pace (endpoints' flips), else 0.
+// churnOf runs alias's churn and returns its reaction times, any further reactions to the
+// same writes by name (endpoints: "slices", the flip seen in the EndpointSlices), and the rate
+// its writes really went out at where the churn has a set pace (endpoints' flips), else 0.
 func (c *cluster) churnOf(ctx context.Context, t *testing.T, alias string, id int64) ([]time.Duration, map[string][]time.Duration, float64) {
 	switch alias {
 	case "endpoints":
