@@ -2,8 +2,6 @@ package endpoints
 
 import (
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -57,15 +55,13 @@ const (
 	EndpointSliceMirroringController = "endpointslice-mirroring-controller"
 )
 
-// controllerAliases maps upstream's aliases to the names above.
-var controllerAliases = map[string]string{
-	"endpoint":               EndpointsController,
-	"endpointslice":          EndpointSliceController,
-	"endpointslicemirroring": EndpointSliceMirroringController,
+// knownControllers are the controllers this binary runs, all on by default, with upstream's
+// aliases.
+var knownControllers = []app.ControllerName{
+	{Name: EndpointsController, Aliases: []string{"endpoint"}},
+	{Name: EndpointSliceController, Aliases: []string{"endpointslice"}},
+	{Name: EndpointSliceMirroringController, Aliases: []string{"endpointslicemirroring"}},
 }
-
-// knownControllers are the controllers this binary runs, all on by default.
-var knownControllers = []string{EndpointsController, EndpointSliceController, EndpointSliceMirroringController}
 
 // Flag names, upstream's.
 const (
@@ -176,69 +172,17 @@ func atMost(flag string, v, highest int) error {
 	return nil
 }
 
-// Enabled returns the controllers --controllers turns on, by name. It follows
-// kube-controller-manager: the first entry naming a controller ("name" or "-name", aliases
-// included) decides; otherwise "*" turns it on. Names this binary does not run are refused,
-// all of them in one error, and so is a list that turns every controller off.
-//
-// Hand-written: upstream's IsControllerEnabled (k8s.io/controller-manager/app) would bring
-// k8s.io/apiserver's server packages into the binary.
+// Enabled returns the controllers --controllers turns on, in kube-controller-manager's syntax
+// (app.EnabledControllers).
 func (o Options) Enabled() (map[string]bool, error) {
-	var entries, unknown []string
-	for e := range strings.SplitSeq(o.Controllers, ",") {
-		if e = strings.TrimSpace(e); e != "" {
-			entries = append(entries, e)
-		}
-	}
-	canonical := func(name string) string {
-		if c, ok := controllerAliases[name]; ok {
-			return c
-		}
-		return name
-	}
-	for _, e := range entries {
-		if e == "*" {
-			continue
-		}
-		if name := canonical(strings.TrimPrefix(e, "-")); !slices.Contains(knownControllers, name) {
-			unknown = append(unknown, fmt.Sprintf("%q", strings.TrimPrefix(e, "-")))
-		}
-	}
-	if len(unknown) > 0 {
-		return nil, &app.FlagError{Flag: FlagControllers, Err: fmt.Errorf("unknown controllers %s (this binary runs %s)",
-			strings.Join(unknown, ", "), strings.Join(knownControllers, ", "))}
-	}
-	enabled := map[string]bool{}
-	for _, name := range knownControllers {
-		enabled[name] = isEnabled(name, entries, canonical)
-	}
-	if !slices.ContainsFunc(knownControllers, func(name string) bool { return enabled[name] }) {
-		return nil, &app.FlagError{Flag: FlagControllers, Err: fmt.Errorf("%q enables none of %s", o.Controllers, strings.Join(knownControllers, ", "))}
-	}
-	return enabled, nil
-}
-
-func isEnabled(name string, entries []string, canonical func(string) string) bool {
-	star := false
-	for _, e := range entries {
-		switch {
-		case e == "*":
-			star = true
-		case strings.HasPrefix(e, "-") && canonical(e[1:]) == name:
-			return false
-		case canonical(e) == name:
-			return true
-		}
-	}
-	return star // every controller of this binary is on by default
+	return app.EnabledControllers(FlagControllers, o.Controllers, knownControllers)
 }
 
 // Flags returns the controllers' flags, each bound to its field of o; their defaults are o's
 // values. New flag values on every call: app.Run adds environment variables to them in place.
 func (o *Options) Flags() []cli.Flag {
 	return []cli.Flag{
-		app.Bound(app.CategoryController, FlagControllers, &o.Controllers,
-			"controllers to run: '*' runs all ("+strings.Join(knownControllers, ", ")+"), 'foo' enables foo, '-foo' disables foo; kube-controller-manager's names and aliases"),
+		app.Bound(app.CategoryController, FlagControllers, &o.Controllers, app.ControllersUsage(knownControllers)),
 		app.Bound(app.CategoryController, FlagConcurrentSyncs, &o.ConcurrentSyncs,
 			"number of Services whose Endpoints are synced concurrently; more is faster but costs CPU and API calls"),
 		app.Bound(app.CategoryController, FlagBatchPeriod, &o.BatchPeriod,

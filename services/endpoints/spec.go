@@ -2,9 +2,7 @@ package endpoints
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
 
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -51,8 +49,7 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 	if enabled[EndpointSliceMirroringController] {
 		managedBy = append(managedBy, MirrorManagedBy)
 	}
-	var runs []func(context.Context) error
-	var synced []func() bool
+	var controllers []app.Controller
 	if enabled[EndpointsController] {
 		c := New(
 			factory.Core().V1().Pods(),
@@ -63,8 +60,8 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 			opts,
 			rt.Registry,
 		)
-		runs = append(runs, func(ctx context.Context) error { return c.Run(ctx, opts.ConcurrentSyncs) })
-		synced = append(synced, c.HasSynced)
+		controllers = append(controllers, app.Controller{Name: EndpointsController, HasSynced: c.HasSynced,
+			Run: func(ctx context.Context) error { return c.Run(ctx, opts.ConcurrentSyncs) }})
 	}
 	if enabled[EndpointSliceController] {
 		c := NewSliceController(
@@ -78,8 +75,8 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 			rt.Features.Enabled(features.PreferSameTrafficDistribution),
 			rt.Registry,
 		)
-		runs = append(runs, func(ctx context.Context) error { return c.Run(ctx, opts.ConcurrentSliceSyncs) })
-		synced = append(synced, c.HasSynced)
+		controllers = append(controllers, app.Controller{Name: EndpointSliceController, HasSynced: c.HasSynced,
+			Run: func(ctx context.Context) error { return c.Run(ctx, opts.ConcurrentSliceSyncs) }})
 	}
 	if enabled[EndpointSliceMirroringController] {
 		c := NewMirrorController(
@@ -91,12 +88,12 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 			opts,
 			rt.Registry,
 		)
-		runs = append(runs, func(ctx context.Context) error { return c.Run(ctx, opts.MirroringConcurrentSyncs) })
-		synced = append(synced, c.HasSynced)
+		controllers = append(controllers, app.Controller{Name: EndpointSliceMirroringController, HasSynced: c.HasSynced,
+			Run: func(ctx context.Context) error { return c.Run(ctx, opts.MirroringConcurrentSyncs) }})
 	}
 	klog.FromContext(ctx).Info("Controllers enabled", "endpoints", enabled[EndpointsController],
 		"endpointSlices", enabled[EndpointSliceController], "endpointSliceMirroring", enabled[EndpointSliceMirroringController])
-	return rt.RunController(ctx, allSynced(synced), runAll(runs), factory)
+	return rt.RunControllers(ctx, controllers, factory)
 }
 
 // managedSlices is the factory's EndpointSlice informer, watching only the slices whose
@@ -113,35 +110,4 @@ func managedSlices(factory informers.SharedInformerFactory, managedBy []string) 
 	return discoveryinformers.New(factory, metav1.NamespaceAll, func(o *metav1.ListOptions) {
 		o.LabelSelector = selector
 	}).EndpointSlices()
-}
-
-func allSynced(fns []func() bool) func() bool {
-	return func() bool {
-		for _, fn := range fns {
-			if !fn() {
-				return false
-			}
-		}
-		return true
-	}
-}
-
-// runAll runs every controller until ctx ends; the first to fail stops the others, and the
-// term ends with its error.
-func runAll(runs []func(context.Context) error) func(context.Context) error {
-	return func(ctx context.Context) error {
-		ctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		var wg sync.WaitGroup
-		errs := make([]error, len(runs))
-		for i, run := range runs {
-			wg.Go(func() {
-				if errs[i] = run(ctx); errs[i] != nil {
-					cancel()
-				}
-			})
-		}
-		wg.Wait()
-		return errors.Join(errs...)
-	}
 }

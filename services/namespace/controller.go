@@ -150,17 +150,10 @@ func (c *Controller) HasSynced() bool { return c.handlers.HasSynced() }
 
 // Run waits for the cache, runs workers until ctx ends, then drains them.
 func (c *Controller) Run(ctx context.Context, workers int) error {
-	if err := c.handlers.Err(); err != nil {
-		return fmt.Errorf("registering event handlers: %w", err)
-	}
-	logger := klog.FromContext(ctx)
-	logger.Info("Starting namespace controller", "workers", workers)
-	defer logger.Info("Shutting down namespace controller")
-	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.handlers.Synced()...) {
+	return c.handlers.RunWhenSynced(ctx, "namespace controller", func(ctx context.Context) error {
+		c.queue.Run(ctx, workers, c.sync)
 		return nil
-	}
-	c.queue.Run(ctx, workers, c.sync)
-	return nil
+	}, "workers", workers)
 }
 
 // onChange enqueues a namespace that has a deletion timestamp. Updates are filtered: this

@@ -76,5 +76,6 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 			return fmt.Errorf("watching %s: %w", gvr.Resource, err)
 		}
 	}
-	return rt.RunController(ctx, c.HasSynced, func(ctx context.Context) error { return c.Run(ctx, opts.ConcurrentSyncs) }, factory, watched)
+	return rt.RunControllers(ctx, []app.Controller{{Name: ControllerID, HasSynced: c.HasSynced,
+		Run: func(ctx context.Context) error { return c.Run(ctx, opts.ConcurrentSyncs) }}}, factory, watched)
 }

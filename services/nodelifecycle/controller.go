@@ -301,22 +301,3 @@ func (c *Controller) Run(ctx context.Context) error {
 	wg.Wait()
 	return nil
 }
-
-// runAll runs each function until ctx ends or one of them fails, which stops the others.
-// It returns the first failure.
-func runAll(ctx context.Context, runs ...func(context.Context) error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	errs := make(chan error, len(runs))
-	for _, run := range runs {
-		go func() { errs <- run(ctx) }()
-	}
-	var first error
-	for range runs {
-		if err := <-errs; err != nil && first == nil {
-			first = err
-			cancel()
-		}
-	}
-	return first
-}

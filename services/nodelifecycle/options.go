@@ -15,6 +15,9 @@ import (
 const (
 	// ControllerID is upstream's controller name, the binary name and the default Lease name.
 	ControllerID = "nodelifecycle-controller"
+	// IPAMControllerName is upstream's name of the node IPAM controller this binary also runs
+	// (with --allocate-node-cidrs), as the runner names it in errors.
+	IPAMControllerName = "node-ipam-controller"
 	// NodeQueueName is upstream's name of the queue of Nodes whose NoSchedule taints are
 	// reconciled, so workqueue_*{name="node_lifecycle_controller"} queries keep working.
 	NodeQueueName = "node_lifecycle_controller"

@@ -53,8 +53,9 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 		opts,
 		rt.Registry,
 	)
+	controllers := []app.Controller{{Name: ControllerID, HasSynced: c.HasSynced, Run: c.Run}}
 	if !opts.IPAM.Allocate {
-		return rt.RunController(ctx, c.HasSynced, c.Run, factory, leaseFactory, podFactory)
+		return rt.RunControllers(ctx, controllers, factory, leaseFactory, podFactory)
 	}
 	cfg, err := opts.IPAM.Config()
 	if err != nil {
@@ -69,5 +70,6 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 	if err != nil {
 		return err
 	}
-	return rt.RunController(ctx, func() bool { return c.HasSynced() && allocator.HasSynced() }, func(ctx context.Context) error { return runAll(ctx, c.Run, allocator.Run) }, factory, leaseFactory, podFactory, claimFactory)
+	controllers = append(controllers, app.Controller{Name: IPAMControllerName, HasSynced: allocator.HasSynced, Run: allocator.Run})
+	return rt.RunControllers(ctx, controllers, factory, leaseFactory, podFactory, claimFactory)
 }

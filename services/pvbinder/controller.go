@@ -33,7 +33,6 @@ package pvbinder
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
@@ -53,7 +52,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	storagehelpers "k8s.io/component-helpers/storage/volume"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/keymutex"
 
 	"github.com/kcm-split/kcm-split/shared/informer"
@@ -181,27 +179,20 @@ func (c *Controller) HasSynced() bool { return c.handlers.HasSynced() }
 func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer c.volumeQueue.ShutDown()
 	defer c.claimQueue.ShutDown()
-	if err := c.handlers.Err(); err != nil {
-		return fmt.Errorf("registering event handlers: %w", err)
-	}
 	if c.initErr != nil {
 		return c.initErr
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	c.runCtx = ctx
-	logger := klog.FromContext(ctx)
-	logger.Info("Starting persistent volume binder", "workers", workers, "syncPeriod", c.opts.SyncPeriod)
-	defer logger.Info("Shutting down persistent volume binder")
-	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.handlers.Synced()...) {
+	return c.handlers.RunWhenSynced(ctx, "persistent volume binder", func(ctx context.Context) error {
+		var wg sync.WaitGroup
+		wg.Go(func() { wait.UntilWithContext(ctx, c.resync, c.opts.SyncPeriod) })
+		wg.Go(func() { c.volumeQueue.Run(ctx, workers, c.syncVolumeKey) })
+		wg.Go(func() { c.claimQueue.Run(ctx, workers, c.syncClaimKey) })
+		wg.Wait()
 		return nil
-	}
-	var wg sync.WaitGroup
-	wg.Go(func() { wait.UntilWithContext(ctx, c.resync, c.opts.SyncPeriod) })
-	wg.Go(func() { c.volumeQueue.Run(ctx, workers, c.syncVolumeKey) })
-	wg.Go(func() { c.claimQueue.Run(ctx, workers, c.syncClaimKey) })
-	wg.Wait()
-	return nil
+	}, "workers", workers, "syncPeriod", c.opts.SyncPeriod)
 }
 
 // resync queues every PV and claim: the safety net for anything an event did not bring up.

@@ -38,5 +38,6 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 		opts,
 		rt.Registry,
 	)
-	return rt.RunController(ctx, c.HasSynced, func(ctx context.Context) error { return c.Run(ctx, opts.Workers) }, factory)
+	return rt.RunControllers(ctx, []app.Controller{{Name: ControllerID, HasSynced: c.HasSynced,
+		Run: func(ctx context.Context) error { return c.Run(ctx, opts.Workers) }}}, factory)
 }

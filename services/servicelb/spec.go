@@ -62,7 +62,7 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 		opts,
 		rt.Registry,
 	)
-	return rt.RunController(ctx, c.HasSynced, func(ctx context.Context) error {
+	run := func(ctx context.Context) error {
 		// The discovery watch ends with ctx, before the informers are shut down.
 		var bg sync.WaitGroup
 		ctx, cancel := context.WithCancel(ctx)
@@ -94,5 +94,6 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 			})
 		})
 		return c.Run(ctx, opts.ConcurrentSyncs)
-	}, factory, claimFactory, dynFactory)
+	}
+	return rt.RunControllers(ctx, []app.Controller{{Name: ControllerID, HasSynced: c.HasSynced, Run: run}}, factory, claimFactory, dynFactory)
 }

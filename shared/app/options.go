@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
-
-	"github.com/kcm-split/kcm-split/shared/informer"
 )
 
 // CategoryController is the --help category of a controller's own flags.
@@ -78,11 +76,4 @@ func NotNegative(flag string, d time.Duration) error {
 		return &FlagError{Flag: flag, Err: fmt.Errorf("%s is negative", d)}
 	}
 	return nil
-}
-
-// RunController runs a term's controller: /readyz waits for synced, the factories' informers
-// start, run blocks until ctx ends, and the informers stop after it returns.
-func (rt *Runtime) RunController(ctx context.Context, synced func() bool, run func(context.Context) error, factories ...informer.Factory) error {
-	rt.SetSynced(synced)
-	return informer.Run(ctx, run, factories...)
 }

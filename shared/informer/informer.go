@@ -7,11 +7,13 @@ package informer
 import (
 	"context"
 	"errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"fmt"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 )
 
 // Handlers collects a controller's event-handler registrations. The zero value is ready to
@@ -74,6 +76,23 @@ func (hs *Handlers) HasSynced() bool {
 
 // Synced lists the registrations' sync checks, for cache.WaitForNamedCacheSyncWithContext.
 func (hs *Handlers) Synced() []cache.InformerSynced { return hs.synced }
+
+// RunWhenSynced is the frame of every controller's Run: it refuses to start when a
+// registration failed, logs "Starting <name>" with keysAndValues and "Shutting down <name>"
+// on return, waits until every registration has synced and then runs run. A ctx that ends
+// before the caches sync ends the run without error: the term is over, nothing failed.
+func (hs *Handlers) RunWhenSynced(ctx context.Context, name string, run func(context.Context) error, keysAndValues ...any) error {
+	if hs.err != nil {
+		return fmt.Errorf("registering event handlers: %w", hs.err)
+	}
+	logger := klog.FromContext(ctx)
+	logger.Info("Starting "+name, keysAndValues...)
+	defer logger.Info("Shutting down " + name)
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, hs.synced...) {
+		return nil
+	}
+	return run(ctx)
+}
 
 // KeptMeta is the metadata every projected cache keeps of an object: identity (for keys,
 // owner references and Events), the resourceVersion (the informer tells updates from resyncs

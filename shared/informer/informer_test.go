@@ -3,6 +3,8 @@ package informer
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -105,5 +107,42 @@ func TestRunFollowsCtx(t *testing.T) {
 		}
 	}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// RunWhenSynced runs run only once every registration has synced, refuses a failed
+// registration without running run, and ends quietly when ctx ends before the caches sync.
+func TestRunWhenSynced(t *testing.T) {
+	client := fake.NewClientset(pod("a"), pod("b"))
+	factory := informers.NewSharedInformerFactory(client, 0)
+	pods := factory.Core().V1().Pods().Informer()
+	var seen atomic.Int32
+	var hs Handlers
+	hs.Add(pods, cache.ResourceEventHandlerFuncs{AddFunc: func(any) { seen.Add(1) }})
+	err := Run(context.Background(), func(ctx context.Context) error {
+		return hs.RunWhenSynced(ctx, "test controller", func(context.Context) error {
+			if n := seen.Load(); n != 2 {
+				return fmt.Errorf("run before the handler saw every pod: saw %d", n)
+			}
+			return errors.New("ran")
+		}, "workers", 1)
+	}, factory)
+	if err == nil || err.Error() != "ran" {
+		t.Fatalf("RunWhenSynced = %v; want run's own error", err)
+	}
+
+	// Never started: the caches never sync, and an ended ctx ends the wait without error.
+	var idle Handlers
+	idle.Add(informers.NewSharedInformerFactory(client, 0).Core().V1().Pods().Informer(), cache.ResourceEventHandlerFuncs{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := idle.RunWhenSynced(ctx, "test controller", func(context.Context) error { return errors.New("ran unsynced") }); err != nil {
+		t.Fatalf("RunWhenSynced with ctx ended before sync = %v; want nil", err)
+	}
+
+	var failed Handlers
+	failed.Track(nil, errors.New("no such informer"))
+	if err := failed.RunWhenSynced(context.Background(), "test controller", func(context.Context) error { return errors.New("ran") }); err == nil || !strings.Contains(err.Error(), "no such informer") {
+		t.Fatalf("RunWhenSynced after a failed registration = %v; want the registration's error", err)
 	}
 }

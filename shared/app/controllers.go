@@ -1,0 +1,139 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/kcm-split/kcm-split/shared/informer"
+)
+
+// Controller is one controller of a binary, as the runner sees it.
+type Controller struct {
+	// Name is the controller's name in logs and errors: kube-controller-manager's name for it.
+	Name string
+	// HasSynced reports whether the controller's caches have seen every listed object.
+	HasSynced func() bool
+	// Run blocks until its context ends or the controller fails.
+	Run func(context.Context) error
+}
+
+// RunControllers is the one way a binary runs its controllers for a term. /readyz waits until
+// every controller has synced; the factories' informers start; every controller runs until ctx
+// ends. The first controller to fail stops the others (a term is all of a binary's controllers
+// or none: the Lease covers them together) and the term ends with every failure, each named
+// for its controller, joined. Informers stop once every controller has returned.
+func (rt *Runtime) RunControllers(ctx context.Context, controllers []Controller, factories ...informer.Factory) error {
+	rt.SetSynced(func() bool {
+		for _, c := range controllers {
+			if !c.HasSynced() {
+				return false
+			}
+		}
+		return true
+	})
+	return informer.Run(ctx, func(ctx context.Context) error { return runAll(ctx, controllers) }, factories...)
+}
+
+// runAll runs every controller until ctx ends; the first failure cancels the rest.
+func runAll(ctx context.Context, controllers []Controller) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make([]error, len(controllers))
+	var wg sync.WaitGroup
+	for i, c := range controllers {
+		wg.Go(func() {
+			if err := c.Run(ctx); err != nil {
+				errs[i] = fmt.Errorf("%s: %w", c.Name, err)
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// ControllerName is a controller --controllers can name: kube-controller-manager's name for
+// it and upstream's aliases.
+type ControllerName struct {
+	Name    string
+	Aliases []string
+	// DisabledByDefault keeps the controller off under "*": it runs only when named.
+	DisabledByDefault bool
+}
+
+// EnabledControllers reads a --controllers value in kube-controller-manager's syntax against
+// the controllers a binary runs: a comma-separated list where "name" turns a controller on,
+// "-name" turns it off and "*" turns on every controller not disabled by default; the first
+// entry naming a controller (by name or alias) decides. It returns the canonical names turned
+// on (every one it holds is true). Names the binary does not run are refused, all of them in one error,
+// and so is a value that turns every controller off.
+//
+// Hand-written: upstream's IsControllerEnabled (k8s.io/controller-manager/app) would bring
+// k8s.io/apiserver's server packages into every binary.
+func EnabledControllers(flag, value string, known []ControllerName) (map[string]bool, error) {
+	canonical := map[string]string{}
+	var names []string
+	for _, k := range known {
+		names = append(names, k.Name)
+		canonical[k.Name] = k.Name
+		for _, a := range k.Aliases {
+			canonical[a] = k.Name
+		}
+	}
+	var entries, unknown []string
+	for e := range strings.SplitSeq(value, ",") {
+		if e = strings.TrimSpace(e); e == "" {
+			continue
+		}
+		entries = append(entries, e)
+		if name := strings.TrimPrefix(e, "-"); e != "*" && canonical[name] == "" {
+			unknown = append(unknown, fmt.Sprintf("%q", name))
+		}
+	}
+	if len(unknown) > 0 {
+		return nil, &FlagError{Flag: flag, Err: fmt.Errorf("unknown controllers %s (this binary runs %s)",
+			strings.Join(unknown, ", "), strings.Join(names, ", "))}
+	}
+	enabled := map[string]bool{}
+	for _, k := range known {
+		if controllerEnabled(k, entries, canonical) {
+			enabled[k.Name] = true
+		}
+	}
+	if len(enabled) == 0 {
+		return nil, &FlagError{Flag: flag, Err: fmt.Errorf("%q enables none of %s", value, strings.Join(names, ", "))}
+	}
+	return enabled, nil
+}
+
+func controllerEnabled(k ControllerName, entries []string, canonical map[string]string) bool {
+	star := false
+	for _, e := range entries {
+		switch {
+		case e == "*":
+			star = true
+		case strings.HasPrefix(e, "-") && canonical[e[1:]] == k.Name:
+			return false
+		case canonical[e] == k.Name:
+			return true
+		}
+	}
+	return star && !k.DisabledByDefault
+}
+
+// ControllersUsage is the --controllers usage line for known.
+func ControllersUsage(known []ControllerName) string {
+	var names []string
+	for _, k := range known {
+		n := k.Name
+		if k.DisabledByDefault {
+			n += " (off by default)"
+		}
+		names = append(names, n)
+	}
+	return "controllers to run: '*' runs all (" + strings.Join(names, ", ") +
+		"), 'foo' enables foo, '-foo' disables foo; kube-controller-manager's names and aliases"
+}
