@@ -37,7 +37,7 @@ import (
 	"github.com/kcm-split/kcm-split/shared/health"
 	"github.com/kcm-split/kcm-split/shared/kube"
 	"github.com/kcm-split/kcm-split/shared/leader"
-	klog2 "github.com/kcm-split/kcm-split/shared/log"
+	"github.com/kcm-split/kcm-split/shared/logging"
 	"github.com/kcm-split/kcm-split/shared/metrics"
 	"github.com/kcm-split/kcm-split/shared/serving"
 )
@@ -237,7 +237,7 @@ type options struct {
 	kube      kube.Options
 	qps       float64 // kube.QPS, as the flag's type
 	leader    leader.Config
-	log       klog2.Options
+	log       logging.Options
 	v         int
 	format    string // --logging-format
 	metrics   string
@@ -311,18 +311,18 @@ func (o *options) parseLogging(c *cli.Context) error {
 	levelFlag := FlagLogLevel
 	if c.IsSet(FlagV) {
 		v := o.v
-		if v < 0 || v > klog2.MaxVerbosity {
-			return &FlagError{Flag: FlagV, Err: fmt.Errorf("%d is not a verbosity 0-%d", v, klog2.MaxVerbosity)}
+		if v < 0 || v > logging.MaxVerbosity {
+			return &FlagError{Flag: FlagV, Err: fmt.Errorf("%d is not a verbosity 0-%d", v, logging.MaxVerbosity)}
 		}
 		if c.IsSet(FlagLogLevel) {
 			o.ignored = append(o.ignored, [2]string{FlagLogLevel, FlagV})
 		}
 		o.log.Level, levelFlag = strconv.Itoa(v), FlagV
 	}
-	if _, err := klog2.ParseLevel(o.log.Level); err != nil {
+	if _, err := logging.ParseLevel(o.log.Level); err != nil {
 		return &FlagError{Flag: levelFlag, Err: err}
 	}
-	if _, err := klog2.ParseVModule(o.log.VModule); err != nil {
+	if _, err := logging.ParseVModule(o.log.VModule); err != nil {
 		return &FlagError{Flag: FlagVModule, Err: err}
 	}
 	formatFlag := FlagLogFormat
@@ -332,19 +332,19 @@ func (o *options) parseLogging(c *cli.Context) error {
 		}
 		o.log.Format, formatFlag = o.format, FlagLoggingFormat
 	}
-	if err := klog2.ValidateFormat(o.log.Format); err != nil {
+	if err := logging.ValidateFormat(o.log.Format); err != nil {
 		return &FlagError{Flag: formatFlag, Err: err}
 	}
 	return nil
 }
 
 func run(parent context.Context, spec Spec, o *options, stderr io.Writer) error {
-	zl, logger, err := klog2.New(o.log)
+	zl, logger, err := logging.New(o.log)
 	if err != nil {
 		return usageError{err}
 	}
 	defer func() { _ = zl.Sync() }()
-	if err := klog2.RouteKlog(logger, o.log); err != nil {
+	if err := logging.RouteKlog(logger, o.log); err != nil {
 		return usageError{err}
 	}
 	logger = logger.WithName(spec.ID)

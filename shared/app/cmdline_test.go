@@ -15,7 +15,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"k8s.io/klog/v2"
 
-	klog2 "github.com/kcm-split/kcm-split/shared/log"
+	"github.com/kcm-split/kcm-split/shared/logging"
 )
 
 func TestHelpAndVersion(t *testing.T) {
@@ -101,31 +101,31 @@ func TestLoggingFlags(t *testing.T) {
 		name    string
 		args    []string
 		env     map[string]string
-		want    klog2.Options
+		want    logging.Options
 		ignored [][2]string
 		// enabled and disabled verbosities at a call site in this file
 		enabled, disabled int
 	}{
-		{name: "defaults", want: klog2.Options{Level: "info", Format: "json"}, enabled: 0, disabled: 1},
-		{name: "--v", args: []string{"--v=4"}, want: klog2.Options{Level: "4", Format: "json"}, enabled: 4, disabled: 5},
-		{name: "-v", args: []string{"-v=4"}, want: klog2.Options{Level: "4", Format: "json"}, enabled: 4, disabled: 5},
-		{name: "-v value", args: []string{"-v", "2"}, want: klog2.Options{Level: "2", Format: "json"}, enabled: 2, disabled: 3},
-		{name: "--v=0", args: []string{"--v=0"}, want: klog2.Options{Level: "0", Format: "json"}, enabled: 0, disabled: 1},
-		{name: "--log-level alias", args: []string{"--log-level=2"}, want: klog2.Options{Level: "2", Format: "json"}, enabled: 2, disabled: 3},
-		{name: "--log-level debug", args: []string{"--log-level=debug"}, want: klog2.Options{Level: "debug", Format: "json"}, enabled: 1, disabled: 2},
-		{name: "--v wins over --log-level", args: []string{"--log-level=2", "--v=4"}, want: klog2.Options{Level: "4", Format: "json"}, ignored: [][2]string{{"log-level", "v"}}, enabled: 4, disabled: 5},
-		{name: "--v wins whatever the order", args: []string{"--v=1", "--log-level=6"}, want: klog2.Options{Level: "1", Format: "json"}, ignored: [][2]string{{"log-level", "v"}}, enabled: 1, disabled: 2},
-		{name: "env KCM_SPLIT_V", env: map[string]string{"KCM_SPLIT_V": "3"}, want: klog2.Options{Level: "3", Format: "json"}, enabled: 3, disabled: 4},
-		{name: "env KCM_SPLIT_V wins over --log-level", args: []string{"--log-level=2"}, env: map[string]string{"KCM_SPLIT_V": "5"}, want: klog2.Options{Level: "5", Format: "json"}, ignored: [][2]string{{"log-level", "v"}}, enabled: 5, disabled: 6},
-		{name: "--vmodule", args: []string{"--vmodule=foo=3"}, want: klog2.Options{Level: "info", VModule: "foo=3", Format: "json"}, enabled: 0, disabled: 1},
-		{name: "--vmodule naming this file", args: []string{"--v=1", "--vmodule=cmdline_test=3,other=5"}, want: klog2.Options{Level: "1", VModule: "cmdline_test=3,other=5", Format: "json"}, enabled: 3, disabled: 4},
-		{name: "env KCM_SPLIT_VMODULE", env: map[string]string{"KCM_SPLIT_VMODULE": "foo=2"}, want: klog2.Options{Level: "info", VModule: "foo=2", Format: "json"}, enabled: 0, disabled: 1},
-		{name: "--logging-format=json", args: []string{"--logging-format=json"}, want: klog2.Options{Level: "info", Format: "json"}, enabled: 0, disabled: 1},
-		{name: "--logging-format=text", args: []string{"--logging-format=text"}, want: klog2.Options{Level: "info", Format: "text"}, enabled: 0, disabled: 1},
-		{name: "--log-format alias", args: []string{"--log-format=console"}, want: klog2.Options{Level: "info", Format: "console"}, enabled: 0, disabled: 1},
-		{name: "--logging-format wins over --log-format", args: []string{"--log-format=console", "--logging-format=json"}, want: klog2.Options{Level: "info", Format: "json"}, ignored: [][2]string{{"log-format", "logging-format"}}, enabled: 0, disabled: 1},
-		{name: "env KCM_SPLIT_LOGGING_FORMAT", env: map[string]string{"KCM_SPLIT_LOGGING_FORMAT": "text"}, want: klog2.Options{Level: "info", Format: "text"}, enabled: 0, disabled: 1},
-		{name: "env KCM_SPLIT_LOG_FORMAT", env: map[string]string{"KCM_SPLIT_LOG_FORMAT": "console"}, want: klog2.Options{Level: "info", Format: "console"}, enabled: 0, disabled: 1},
+		{name: "defaults", want: logging.Options{Level: "info", Format: "json"}, enabled: 0, disabled: 1},
+		{name: "--v", args: []string{"--v=4"}, want: logging.Options{Level: "4", Format: "json"}, enabled: 4, disabled: 5},
+		{name: "-v", args: []string{"-v=4"}, want: logging.Options{Level: "4", Format: "json"}, enabled: 4, disabled: 5},
+		{name: "-v value", args: []string{"-v", "2"}, want: logging.Options{Level: "2", Format: "json"}, enabled: 2, disabled: 3},
+		{name: "--v=0", args: []string{"--v=0"}, want: logging.Options{Level: "0", Format: "json"}, enabled: 0, disabled: 1},
+		{name: "--log-level alias", args: []string{"--log-level=2"}, want: logging.Options{Level: "2", Format: "json"}, enabled: 2, disabled: 3},
+		{name: "--log-level debug", args: []string{"--log-level=debug"}, want: logging.Options{Level: "debug", Format: "json"}, enabled: 1, disabled: 2},
+		{name: "--v wins over --log-level", args: []string{"--log-level=2", "--v=4"}, want: logging.Options{Level: "4", Format: "json"}, ignored: [][2]string{{"log-level", "v"}}, enabled: 4, disabled: 5},
+		{name: "--v wins whatever the order", args: []string{"--v=1", "--log-level=6"}, want: logging.Options{Level: "1", Format: "json"}, ignored: [][2]string{{"log-level", "v"}}, enabled: 1, disabled: 2},
+		{name: "env KCM_SPLIT_V", env: map[string]string{"KCM_SPLIT_V": "3"}, want: logging.Options{Level: "3", Format: "json"}, enabled: 3, disabled: 4},
+		{name: "env KCM_SPLIT_V wins over --log-level", args: []string{"--log-level=2"}, env: map[string]string{"KCM_SPLIT_V": "5"}, want: logging.Options{Level: "5", Format: "json"}, ignored: [][2]string{{"log-level", "v"}}, enabled: 5, disabled: 6},
+		{name: "--vmodule", args: []string{"--vmodule=foo=3"}, want: logging.Options{Level: "info", VModule: "foo=3", Format: "json"}, enabled: 0, disabled: 1},
+		{name: "--vmodule naming this file", args: []string{"--v=1", "--vmodule=cmdline_test=3,other=5"}, want: logging.Options{Level: "1", VModule: "cmdline_test=3,other=5", Format: "json"}, enabled: 3, disabled: 4},
+		{name: "env KCM_SPLIT_VMODULE", env: map[string]string{"KCM_SPLIT_VMODULE": "foo=2"}, want: logging.Options{Level: "info", VModule: "foo=2", Format: "json"}, enabled: 0, disabled: 1},
+		{name: "--logging-format=json", args: []string{"--logging-format=json"}, want: logging.Options{Level: "info", Format: "json"}, enabled: 0, disabled: 1},
+		{name: "--logging-format=text", args: []string{"--logging-format=text"}, want: logging.Options{Level: "info", Format: "text"}, enabled: 0, disabled: 1},
+		{name: "--log-format alias", args: []string{"--log-format=console"}, want: logging.Options{Level: "info", Format: "console"}, enabled: 0, disabled: 1},
+		{name: "--logging-format wins over --log-format", args: []string{"--log-format=console", "--logging-format=json"}, want: logging.Options{Level: "info", Format: "json"}, ignored: [][2]string{{"log-format", "logging-format"}}, enabled: 0, disabled: 1},
+		{name: "env KCM_SPLIT_LOGGING_FORMAT", env: map[string]string{"KCM_SPLIT_LOGGING_FORMAT": "text"}, want: logging.Options{Level: "info", Format: "text"}, enabled: 0, disabled: 1},
+		{name: "env KCM_SPLIT_LOG_FORMAT", env: map[string]string{"KCM_SPLIT_LOG_FORMAT": "console"}, want: logging.Options{Level: "info", Format: "console"}, enabled: 0, disabled: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for k, v := range tc.env {
@@ -142,14 +142,14 @@ func TestLoggingFlags(t *testing.T) {
 			if !reflect.DeepEqual(o.ignored, tc.ignored) {
 				t.Errorf("ignored = %v, want %v", o.ignored, tc.ignored)
 			}
-			_, logger, err := klog2.New(o.log)
+			_, logger, err := logging.New(o.log)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := klog2.RouteKlog(logger, o.log); err != nil {
+			if err := logging.RouteKlog(logger, o.log); err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { _ = klog2.RouteKlog(logger, klog2.Options{Level: "info"}) })
+			t.Cleanup(func() { _ = logging.RouteKlog(logger, logging.Options{Level: "info"}) })
 			if !logger.V(tc.enabled).Enabled() || logger.V(tc.disabled).Enabled() {
 				t.Errorf("logger V(%d) enabled = %v, V(%d) = %v; want true, false", tc.enabled, logger.V(tc.enabled).Enabled(), tc.disabled, logger.V(tc.disabled).Enabled())
 			}

@@ -1,4 +1,4 @@
-package log
+package logging
 
 import "github.com/go-logr/logr"
 

@@ -1,4 +1,4 @@
-package log
+package logging
 
 import (
 	"bytes"
@@ -155,7 +155,7 @@ func TestKlogLinesShowVerbosity(t *testing.T) {
 // and of no others.
 func TestVModule(t *testing.T) {
 	var buf bytes.Buffer
-	o := Options{Level: "1", VModule: "log_test=3", Format: "json"}
+	o := Options{Level: "1", VModule: "logging_test=3", Format: "json"}
 	_, l, err := newLogger(o, zapcore.AddSync(&buf))
 	if err != nil {
 		t.Fatal(err)
@@ -169,16 +169,16 @@ func TestVModule(t *testing.T) {
 		}
 	}()
 	if !l.V(1).Enabled() || !l.V(3).Enabled() || l.V(4).Enabled() {
-		t.Errorf("in log_test.go: V(1) %v, V(3) %v, V(4) %v; want true, true, false", l.V(1).Enabled(), l.V(3).Enabled(), l.V(4).Enabled())
+		t.Errorf("in logging_test.go: V(1) %v, V(3) %v, V(4) %v; want true, true, false", l.V(1).Enabled(), l.V(3).Enabled(), l.V(4).Enabled())
 	}
 	if !klog.V(3).Enabled() || klog.V(4).Enabled() {
-		t.Errorf("klog in log_test.go: V(3) %v, V(4) %v; want true, false", klog.V(3).Enabled(), klog.V(4).Enabled())
+		t.Errorf("klog in logging_test.go: V(3) %v, V(4) %v; want true, false", klog.V(3).Enabled(), klog.V(4).Enabled())
 	}
 	l.V(3).Info("vmodule line")
 	if !strings.Contains(buf.String(), `"msg":"vmodule line"`) {
 		t.Errorf("V(3) line not written: %q", buf.String())
 	}
-	if !strings.Contains(buf.String(), `"caller":"log/log_test.go:`) {
+	if !strings.Contains(buf.String(), `"caller":"logging/logging_test.go:`) {
 		t.Errorf("V(3) line does not name its caller: %q", buf.String())
 	}
 	// A klog line passes klog's check and then the sink's, which must find the same file.
@@ -188,7 +188,7 @@ func TestVModule(t *testing.T) {
 	if !strings.Contains(buf.String(), `"msg":"klog vmodule line"`) {
 		t.Errorf("klog V(3) line not written: %q", buf.String())
 	}
-	if strings.Count(buf.String(), `"caller":"log/log_test.go:`) != 2 {
+	if strings.Count(buf.String(), `"caller":"logging/logging_test.go:`) != 2 {
 		t.Errorf("the klog line does not name its caller: %q", buf.String())
 	}
 	// Another file: the global verbosity only.

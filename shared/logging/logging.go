@@ -1,7 +1,7 @@
 // Package log builds the process logger: zap underneath, logr on top, and klog's global
 // output (client-go, leader election, informers) routed into the same sink so every line a
 // binary prints shares one format.
-package log
+package logging
 
 import (
 	"flag"
