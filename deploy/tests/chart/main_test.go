@@ -1,4 +1,4 @@
-package charttest
+package chart
 
 import (
 	"os"

@@ -1,8 +1,8 @@
-module github.com/kcm-split/kcm-split/deploy/scale
+module github.com/kcm-split/kcm-split/deploy/tests/scale
 
 go 1.26.0
 
-replace github.com/kcm-split/kcm-split/shared => ../../shared
+replace github.com/kcm-split/kcm-split/shared => ../../../shared
 
 require (
 	github.com/kcm-split/kcm-split/shared v0.0.0

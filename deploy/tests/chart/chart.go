@@ -1,9 +1,9 @@
-// Package charttest checks the Helm chart charts/kcm-split against the real thing: its RBAC
+// Package chart checks the Helm chart charts/kcm-split against the real thing: its RBAC
 // in a real kube-apiserver with each controller binary running under exactly that role, its
 // dashboards against the metrics each binary really exports, its values schema against each
 // binary's flags. The helpers here render the chart and read its files; the tests are in
 // the _test.go files.
-package charttest
+package chart
 
 import (
 	"bytes"

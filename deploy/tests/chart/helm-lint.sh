@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # `make helm-lint`: helm lint (strict), helm template with each controller alone and with all
 # of them (the defaults that survive a node loss, one replica without a PodDisruptionBudget, the
-# ServiceMonitor and control-plane placement paths), and the values schema rejecting bad values. deploy/charttest's Go tests check the rendered objects in depth.
-# Usage: deploy/charttest/helm-lint.sh [BIN_DIR]
+# ServiceMonitor and control-plane placement paths), and the values schema rejecting bad values. deploy/tests/chart's Go tests check the rendered objects in depth.
+# Usage: deploy/tests/chart/helm-lint.sh [BIN_DIR]
 set -euo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
+root=$(cd "$(dirname "$0")/../../.." && pwd)
 helm=${1:-$root/bin}/helm
 chart=$root/charts/kcm-split
 [ -x "$helm" ] || { echo "helm-lint: $helm not found; run \`make tools\`" >&2; exit 1; }

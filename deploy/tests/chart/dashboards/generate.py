@@ -4,15 +4,15 @@
 Every controller dashboard has the same sections (up, leader, reconciles, work queues, API
 requests, process) filtered by the controller's job, queue names and controller label, plus
 a section for the controller's own metrics. To add a controller: add an entry to CONTROLLERS,
-run `python3 deploy/charttest/dashboards/generate.py`, commit the new JSON. The JSON files are
-what the chart ships; deploy/charttest checks them (PromQL parses, every metric is one the
+run `python3 deploy/tests/chart/dashboards/generate.py`, commit the new JSON. The JSON files are
+what the chart ships; deploy/tests/chart checks them (PromQL parses, every metric is one the
 binary exports).
 """
 import json
 import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-OUT = os.path.join(HERE, "..", "..", "..", "charts", "kcm-split", "dashboards")
+OUT = os.path.join(HERE, "..", "..", "..", "..", "charts", "kcm-split", "dashboards")
 
 # alias -> controller ID (binary, reconcile label), upstream queue names, own panels
 # (title, unit, [(expr, legend)]).

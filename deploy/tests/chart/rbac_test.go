@@ -1,4 +1,4 @@
-package charttest
+package chart
 
 // The RBAC proof: each controller's RBAC, rendered by the chart, is applied to a real
 // kube-apiserver (RBAC authorization on); the controller binary runs with its

@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/kcm-split/kcm-split/deploy/scale/testdata/floorstart"
+	"github.com/kcm-split/kcm-split/deploy/tests/scale/testdata/floorstart"
 )
 
 func main() {

@@ -1,4 +1,4 @@
-package charttest
+package chart
 
 // Each controller's scenario for the RBAC test: the core of what its own integration tests
 // show, driven from outside with an admin client (the test plays kubelet where needed).

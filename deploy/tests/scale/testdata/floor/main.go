@@ -10,7 +10,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kcm-split/kcm-split/deploy/scale/testdata/floorstart"
+	"github.com/kcm-split/kcm-split/deploy/tests/scale/testdata/floorstart"
 )
 
 func main() {

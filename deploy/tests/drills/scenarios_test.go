@@ -82,7 +82,7 @@ func newFixture(t *testing.T) *fixture {
 func (f *fixture) name(kind string, i int) string { return fmt.Sprintf("%s-%s-%d", kind, f.run, i) }
 
 func bin(id, alias string) testenv.Binary {
-	return testenv.Binary{ID: id, Dir: filepath.Join("..", "..", "services", alias)}
+	return testenv.Binary{ID: id, Dir: filepath.Join("..", "..", "..", "services", alias)}
 }
 
 func scenarios() []scenario {
@@ -465,7 +465,7 @@ func installPoolCRD(cfg *rest.Config) error {
 	if err != nil {
 		return err
 	}
-	files, err := filepath.Glob(filepath.Join("..", "..", "charts", "kcm-split", "crds", "*.yaml"))
+	files, err := filepath.Glob(filepath.Join("..", "..", "..", "charts", "kcm-split", "crds", "*.yaml"))
 	if err != nil || len(files) == 0 {
 		return fmt.Errorf("no CRDs found: %v", err)
 	}

@@ -23,11 +23,11 @@ func TestFloor(t *testing.T) {
 	}
 	const settle = 20 * time.Second
 	dir := t.TempDir()
-	bare, err := benchkit.Build("github.com/kcm-split/kcm-split/deploy/scale/testdata/floor", dir)
+	bare, err := benchkit.Build("github.com/kcm-split/kcm-split/deploy/tests/scale/testdata/floor", dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rest, err := benchkit.Build("github.com/kcm-split/kcm-split/deploy/scale/testdata/floorrest", dir)
+	rest, err := benchkit.Build("github.com/kcm-split/kcm-split/deploy/tests/scale/testdata/floorrest", dir)
 	if err != nil {
 		t.Fatal(err)
 	}

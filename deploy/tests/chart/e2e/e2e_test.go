@@ -2,7 +2,7 @@
 // and checks what an operator relies on: Pods Ready, one Lease holder per controller, metrics
 // behind the chart's metrics-reader role, the controllers doing their job, an upgrade that adds
 // a controller, scaling, an upgrade of one controller alone, a leader Pod deleted, and an
-// uninstall that leaves nothing of the release. `make chart-e2e` (deploy/charttest/e2e.sh) brings
+// uninstall that leaves nothing of the release. `make chart-e2e` (deploy/tests/chart/e2e.sh) brings
 // the cluster and the node up, runs this with KCM_SPLIT_CHART_E2E=1 and tears everything down.
 // Timings are printed as FIGURE lines, never asserted.
 package e2e
@@ -36,7 +36,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/kcm-split/kcm-split/deploy/charttest"
+	"github.com/kcm-split/kcm-split/deploy/tests/chart"
 )
 
 const (
@@ -58,7 +58,7 @@ type suite struct {
 	t     *testing.T
 	cfg   config
 	cs    kubernetes.Interface
-	chart *charttest.Chart
+	chart *chart.Chart
 	ctx   context.Context
 }
 
@@ -84,13 +84,13 @@ func TestChartE2E(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	chart, err := charttest.FindChart(os.Getenv("KCM_SPLIT_BIN_DIR"))
+	c, err := chart.FindChart(os.Getenv("KCM_SPLIT_BIN_DIR"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
-	s := &suite{t: t, cfg: cfg, cs: cs, chart: chart, ctx: ctx}
+	s := &suite{t: t, cfg: cfg, cs: cs, chart: c, ctx: ctx}
 
 	installed := false
 	t.Cleanup(func() {
@@ -213,7 +213,7 @@ func TestChartE2E(t *testing.T) {
 
 	// --- uninstall: every object of the release is gone --------------------------------------
 	manifest := s.helm("get", "manifest", release, "-n", ns)
-	objs, err := charttest.Decode(manifest)
+	objs, err := chart.Decode(manifest)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -840,7 +840,7 @@ func (lw *leaseWatch) until(t *testing.T, old, target string) (time.Time, string
 }
 
 // gone: every object the release had is NotFound after the uninstall.
-func (s *suite) gone(objs []charttest.Object) {
+func (s *suite) gone(objs []chart.Object) {
 	s.t.Helper()
 	kubectl := filepath.Join(filepath.Dir(s.chart.Helm), "kubectl")
 	var left []string

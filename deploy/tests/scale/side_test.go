@@ -545,7 +545,7 @@ func installPoolCRD(ctx context.Context, t *testing.T, env *testenv.Env) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	files, _ := filepath.Glob("../../charts/kcm-split/crds/*.yaml")
+	files, _ := filepath.Glob("../../../charts/kcm-split/crds/*.yaml")
 	for _, f := range files {
 		raw, err := os.ReadFile(f)
 		if err != nil {

@@ -5,16 +5,16 @@
 #   3. stops the host-run copies of the controllers the chart will run (endpoints, namespace,
 #      quota): two copies under different owners would act on the same objects,
 #   4. retags the controller images on the node (<tag> -> <tag>-next) for the upgrade step,
-#   5. runs deploy/charttest/e2e (go test, KCM_SPLIT_CHART_E2E=1): install, Ready, Leases,
+#   5. runs deploy/tests/chart/e2e (go test, KCM_SPLIT_CHART_E2E=1): install, Ready, Leases,
 #      metrics, the controllers' work, upgrade adding quota, scale, upgrade of one controller,
 #      leader Pod deleted, uninstall,
 #   6. always: make down (the node drained and removed first) and a check that nothing is left
 #      behind (network namespaces, veths, mounts under .local, iptables chains, the node IP).
 # FIGURE lines (install to Ready, handover on upgrade, takeover) are printed and kept in
 # .test-logs/chart-e2e.log; the chart Pods' logs in .test-logs/chart-e2e-pods/. Refuses to run over a `make up` that is already running.
-# Usage: deploy/charttest/e2e.sh
+# Usage: deploy/tests/chart/e2e.sh
 set -euo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
+root=$(cd "$(dirname "$0")/../../.." && pwd)
 # shellcheck source=deploy/local/lib.sh
 source "$root/deploy/local/lib.sh"
 # shellcheck source=deploy/local/node.sh
@@ -100,7 +100,7 @@ fi
 say "chart-e2e: images $registry/<binary>:$tag and :$tag2; workload $workload"
 
 set +e
-(cd deploy/charttest && KCM_SPLIT_CHART_E2E=1 KUBECONFIG=$KUBECONFIG_FILE \
+(cd deploy/tests/chart && KCM_SPLIT_CHART_E2E=1 KUBECONFIG=$KUBECONFIG_FILE \
   KCM_SPLIT_E2E_IMAGE_REGISTRY=$registry KCM_SPLIT_E2E_IMAGE_TAG=$tag KCM_SPLIT_E2E_IMAGE_TAG2=$tag2 \
   KCM_SPLIT_E2E_NODE=$NODE_NAME KCM_SPLIT_E2E_LOG_DIR=$podlogs KCM_SPLIT_E2E_WORKLOAD_IMAGE=$workload KCM_SPLIT_E2E_WORKLOAD_ARGS=$workload_args \
   go test -count=1 -v -timeout 30m -run '^TestChartE2E$' ./e2e/) 2>&1 | tee "$log"

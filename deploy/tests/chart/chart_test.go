@@ -1,4 +1,4 @@
-package charttest
+package chart
 
 // Render checks: what `helm template` produces for each controller alone, all of them, none,
 // and with bad values. They need bin/helm only (no control plane), so they also run with -short.
