@@ -102,7 +102,7 @@ func TestDeposedLeader(t *testing.T) {
 	}
 }
 
-// report logs one figure of a drill in a fixed shape, for the README's Reliability table.
+// report logs one figure of a drill in a fixed shape, for this folder's README.md.
 func report(t *testing.T, drill, controller, figures string) {
 	t.Helper()
 	t.Logf("DRILL %s | %s | %s", drill, controller, figures)
