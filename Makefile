@@ -7,7 +7,7 @@ SHELL := /bin/bash
 
 ROOT     := $(abspath .)
 BIN      := $(ROOT)/bin
-MODULES  := shared $(patsubst %/go.mod,%,$(wildcard services/*/go.mod)) deploy/charttest deploy/drills deploy/images deploy/scale
+MODULES  := shared $(patsubst %/go.mod,%,$(wildcard services/*/go.mod)) deploy/tests/chart deploy/tests/drills deploy/images deploy/tests/scale
 # One binary per services/<alias>/cmd/<name>.
 CMDS     := $(wildcard services/*/cmd/*)
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -70,7 +70,7 @@ test-e2e: ## Smoke-test `make up`: a Deployment's Pods appear in its Endpoints, 
 
 .PHONY: chart-e2e
 chart-e2e: tools ## The chart end to end on a real node (root): make up + node-up, install/upgrade/scale/uninstall, make down; figures in .test-logs/chart-e2e.log
-	@bash deploy/charttest/e2e.sh
+	@bash deploy/tests/chart/e2e.sh
 
 .PHONY: test-unit
 test-unit: ## Run only the unit tests (-short skips the real control plane)
@@ -98,12 +98,12 @@ lint: ## gofmt, go vet and staticcheck on every module; each service also builds
 
 .PHONY: scale
 SIZE ?= S
-scale: tools ## Scale run (not part of test): each controller vs upstream KCM at SIZE=S|M|L (XS: a quick check); results in deploy/scale/results-<SIZE>.md
-	@cd deploy/scale && SCALE_SIZE=$(SIZE) SCALE_OUT=$(ROOT)/deploy/scale SCALE_CONTROLLERS=$(CONTROLLERS) SCALE_OURS_ONLY=$(OURS_ONLY) go test -count=1 -v -run '^TestScale$$' -timeout 120m .
+scale: tools ## Scale run (not part of test): each controller vs upstream KCM at SIZE=S|M|L (XS: a quick check); results in deploy/tests/scale/results-<SIZE>.md
+	@cd deploy/tests/scale && SCALE_SIZE=$(SIZE) SCALE_OUT=$(ROOT)/deploy/tests/scale SCALE_CONTROLLERS=$(CONTROLLERS) SCALE_OURS_ONLY=$(OURS_ONLY) go test -count=1 -v -run '^TestScale$$' -timeout 120m .
 
 .PHONY: scale-floor
-scale-floor: tools ## Memory of each process on an empty cluster (the floor before any cache): smallest client-go program, with and without the clientset, namespace-controller, upstream; deploy/scale/results-floor.md
-	@cd deploy/scale && SCALE_FLOOR=1 SCALE_OUT=$(ROOT)/deploy/scale go test -count=1 -v -run '^TestFloor$$' -timeout 20m .
+scale-floor: tools ## Memory of each process on an empty cluster (the floor before any cache): smallest client-go program, with and without the clientset, namespace-controller, upstream; deploy/tests/scale/results-floor.md
+	@cd deploy/tests/scale && SCALE_FLOOR=1 SCALE_OUT=$(ROOT)/deploy/tests/scale go test -count=1 -v -run '^TestFloor$$' -timeout 20m .
 
 .PHONY: tidy
 tidy: ## go mod tidy in every module (and the tools module)
@@ -123,7 +123,7 @@ conformance: tools ## Upstream's e2e specs for these controllers (e2e.test v1.36
 
 .PHONY: helm-lint
 helm-lint: tools ## Lint the Helm chart: helm lint, template each controller alone and all, schema rejects bad values
-	@bash deploy/charttest/helm-lint.sh $(BIN)
+	@bash deploy/tests/chart/helm-lint.sh $(BIN)
 
 .PHONY: clean
 clean: ## Remove built controller binaries (keeps the tools)

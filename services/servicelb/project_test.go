@@ -55,7 +55,7 @@ func TestProjectNodeKeepsEligibility(t *testing.T) {
 }
 
 // TestCacheBytesPerObject reports (never asserts) what one cached Node and Service cost:
-// go test -run TestCacheBytesPerObject -v. deploy/scale/README.md tabulates them.
+// go test -run TestCacheBytesPerObject -v. deploy/tests/scale/README.md tabulates them.
 func TestCacheBytesPerObject(t *testing.T) {
 	benchkit.ReportCacheBytes(t, "servicelb",
 		benchkit.Cached{Kind: "Node", Transform: cacheTransform},

@@ -85,7 +85,7 @@ func realistic(kind string) (proto any, empty func() any, ok bool) {
 
 // ReportCacheBytes logs (never asserts) the heap bytes one object of each kind costs as listed
 // and as binary caches it after its transform: each service's TestCacheBytesPerObject, which
-// deploy/scale/README.md tabulates.
+// deploy/tests/scale/README.md tabulates.
 func ReportCacheBytes(t testing.TB, binary string, kinds ...Cached) {
 	t.Helper()
 	const n = 2000

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# `make helm-lint`: helm lint (strict), helm template with each controller alone and with all
+# of them (the defaults that survive a node loss, one replica without a PodDisruptionBudget, the
+# ServiceMonitor and control-plane placement paths), and the values schema rejecting bad values. deploy/tests/chart's Go tests check the rendered objects in depth.
+# Usage: deploy/tests/chart/helm-lint.sh [BIN_DIR]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../../.." && pwd)
+helm=${1:-$root/bin}/helm
+chart=$root/charts/kcm-split
+[ -x "$helm" ] || { echo "helm-lint: $helm not found; run \`make tools\`" >&2; exit 1; }
+
+# Controller aliases: the keys under `controllers:` in values.yaml.
+mapfile -t aliases < <(awk '/^controllers:/{f=1; next} /^[^ #]/{f=0} f && /^  [a-z0-9]+:/{sub(":", "", $1); print $1}' "$chart/values.yaml")
+[ ${#aliases[@]} -gt 0 ] || { echo "helm-lint: no controllers in values.yaml" >&2; exit 1; }
+
+only() { # alias -> --set flags enabling it alone
+  for a in "${aliases[@]}"; do printf -- '--set\ncontrollers.%s.enabled=%s\n' "$a" "$([ "$a" = "$1" ] && echo true || echo false)"; done
+}
+all() { for a in "${aliases[@]}"; do printf -- '--set\ncontrollers.%s.enabled=true\n' "$a"; done; }
+count() { grep -c "^kind: $1\$" || true; }
+lines() { grep -cF -- "$1" || true; } # how many lines hold the fixed string $1
+
+echo "helm-lint: helm lint --strict"
+"$helm" lint --strict "$chart" >/dev/null
+mapfile -t a < <(all)
+"$helm" lint --strict "$chart" "${a[@]}" >/dev/null
+
+for alias in "${aliases[@]}"; do
+  mapfile -t a < <(only "$alias")
+  out=$("$helm" template kcm-split "$chart" -n kcm-system "${a[@]}")
+  [ "$(count Deployment <<<"$out")" = 1 ] || { echo "helm-lint: $alias alone does not render exactly one Deployment" >&2; exit 1; }
+  # The defaults survive a node loss: 2 replicas spread over nodes, a PodDisruptionBudget,
+  # kube-controller-manager's priority class.
+  [ "$(lines "replicas: 2" <<<"$out")" = 1 ] && [ "$(count PodDisruptionBudget <<<"$out")" = 1 ] &&
+    [ "$(lines "topologyKey: kubernetes.io/hostname" <<<"$out")" = 1 ] &&
+    [ "$(lines "whenUnsatisfiable: ScheduleAnyway" <<<"$out")" = 1 ] &&
+    [ "$(lines "priorityClassName: system-cluster-critical" <<<"$out")" = 1 ] ||
+    { echo "helm-lint: $alias alone: not 2 replicas spread over nodes with a PodDisruptionBudget and system-cluster-critical" >&2; exit 1; }
+  out=$("$helm" template kcm-split "$chart" -n kcm-system "${a[@]}" --set "controllers.$alias.replicas=1" \
+        --set serviceMonitor.enabled=true --api-versions monitoring.coreos.com/v1/ServiceMonitor)
+  [ "$(count PodDisruptionBudget <<<"$out")" = 0 ] && [ "$(count ServiceMonitor <<<"$out")" = 1 ] ||
+    { echo "helm-lint: $alias with 1 replica and a ServiceMonitor: wrong objects (a PodDisruptionBudget?)" >&2; exit 1; }
+  echo "helm-lint: template $alias alone: ok"
+done
+mapfile -t a < <(all)
+out=$("$helm" template kcm-split "$chart" -n kcm-system "${a[@]}")
+[ "$(count Deployment <<<"$out")" = ${#aliases[@]} ] || { echo "helm-lint: all enabled: wrong number of Deployments" >&2; exit 1; }
+echo "helm-lint: template all ${#aliases[@]} controllers: ok"
+# Control-plane placement is off by default and, turned on, selects and tolerates the role.
+[ "$(lines "node-role.kubernetes.io/control-plane" <<<"$out")" = 0 ] ||
+  { echo "helm-lint: control-plane placement rendered by default" >&2; exit 1; }
+out=$("$helm" template kcm-split "$chart" -n kcm-system "${a[@]}" --set defaults.controlPlane=true)
+[ "$(lines 'node-role.kubernetes.io/control-plane: ""' <<<"$out")" = ${#aliases[@]} ] &&
+  [ "$(lines "key: node-role.kubernetes.io/control-plane" <<<"$out")" = ${#aliases[@]} ] ||
+  { echo "helm-lint: defaults.controlPlane=true: not every Deployment has the control-plane selector and toleration" >&2; exit 1; }
+echo "helm-lint: control-plane placement: ok"
+# A serving Secret is passed to every controller and mounted whole: the kubelet never updates a
+# subPath mount, and the binaries reload the certificate when the files change.
+out=$("$helm" template kcm-split "$chart" -n kcm-system "${a[@]}" --set serving.tlsSecretName=serving-cert)
+[ "$(lines "secretName: serving-cert" <<<"$out")" = ${#aliases[@]} ] &&
+  [ "$(lines "--tls-cert-file=/etc/kcm-split/tls/tls.crt" <<<"$out")" = ${#aliases[@]} ] &&
+  [ "$(lines "--tls-private-key-file=/etc/kcm-split/tls/tls.key" <<<"$out")" = ${#aliases[@]} ] &&
+  [ "$(lines "subPath" <<<"$out")" = 0 ] ||
+  { echo "helm-lint: serving.tlsSecretName: not every Deployment mounts the Secret whole and passes its files" >&2; exit 1; }
+echo "helm-lint: serving Secret: ok"
+
+# The schema: typos and wrong types fail, naming the key.
+bad() { # --set value, expected message part
+  if msg=$("$helm" template kcm-split "$chart" --set "$1" 2>&1 >/dev/null); then
+    echo "helm-lint: --set $1 was accepted; the schema must reject it" >&2; exit 1
+  fi
+  grep -qF -- "$2" <<<"$msg" || { echo "helm-lint: --set $1 failed without naming $2: $msg" >&2; exit 1; }
+}
+bad "controllers.${aliases[0]}.replica=2" "'replica' not allowed"
+bad "controllers.${aliases[0]}.flags.no-such-flag=1" "'no-such-flag' not allowed"
+bad "controllers.no-such-controller.enabled=true" "'no-such-controller' not allowed"
+bad "defaults.leaderElection.leaseDuration=15" "/defaults/leaderElection/leaseDuration"
+bad "defaults.logFormat=xml" "/defaults/logFormat"
+bad "defaults.topologySpread=always" "/defaults/topologySpread"
+bad "defaults.controlPlane=yes" "/defaults/controlPlane"
+bad "defaults.priorityClassName=Not_A_Class" "/defaults/priorityClassName"
+echo "helm-lint: schema rejects typos and wrong types: ok"
