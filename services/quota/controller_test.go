@@ -71,13 +71,13 @@ func newFixtureWith(t *testing.T, timeout time.Duration, served map[schema.Group
 	}
 	rec := record.NewFakeRecorder(100)
 	opts := DefaultOptions()
-	opts.SourceSyncTimeout = timeout
+	opts.InformerSyncTimeout = timeout
 	c := New(factory.Core().V1().ResourceQuotas(), client, meta, discover, rec, opts, prometheus.NewRegistry())
 	ctx, cancel := context.WithCancel(context.Background())
-	c.sources.ctx = ctx
+	c.monitors.ctx = ctx
 	factory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
-	c.runDiscovery(ctx)
+	c.rediscover(ctx)
 	// The handlers, not only the informer, must have seen every quota.
 	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		return c.handlers.HasSynced(), nil
@@ -87,7 +87,7 @@ func newFixtureWith(t *testing.T, timeout time.Duration, served map[schema.Group
 	t.Cleanup(func() {
 		cancel()
 		factory.Shutdown()
-		c.sources.wait()
+		c.monitors.wait()
 		c.primary.ShutDown()
 		c.priority.ShutDown()
 	})
@@ -98,12 +98,12 @@ func newFixtureWith(t *testing.T, timeout time.Duration, served map[schema.Group
 // controller's own re-queue would), then syncs key.
 func (f *fixture) sync(key string) error {
 	f.t.Helper()
-	f.c.startSources(f.ctx)
+	f.c.startMonitors(f.ctx)
 	err := wait.PollUntilContextTimeout(f.ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		f.c.sources.mu.Lock()
-		defer f.c.sources.mu.Unlock()
-		for _, src := range f.c.sources.byGR {
-			if src.state() == stateStarting {
+		f.c.monitors.mu.Lock()
+		defer f.c.monitors.mu.Unlock()
+		for _, m := range f.c.monitors.byGR {
+			if m.state() == stateStarting {
 				return false, nil
 			}
 		}
@@ -165,9 +165,9 @@ func namedPod(ns, name string, opts ...func(*v1.Pod)) *v1.Pod {
 // queue), a second sync of it waits and writes nothing; a sync of another quota goes ahead.
 func TestSyncsOfOneQuotaAreSerialised(t *testing.T) {
 	f := newFixture(t, quotaObj("ns", "q", rl("pods", "5")), quotaObj("ns", "other", rl("pods", "5")), namedPod("ns", "a"))
-	f.c.startSources(f.ctx)
+	f.c.startMonitors(f.ctx)
 	if err := wait.PollUntilContextTimeout(f.ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		_, st, _ := f.c.sources.get(podsResource)
+		_, st, _ := f.c.monitors.getOrStart(podsResource)
 		return st == stateSynced, nil
 	}); err != nil {
 		t.Fatal("pods never synced")
@@ -242,7 +242,7 @@ func TestReplenishOnlyQuotasTrackingTheResourceInItsNamespace(t *testing.T) {
 		quotaObj("other", "pods", rl("pods", "10")),
 	)
 	f.drain()
-	h := f.c.replenisher(podsResource)
+	h := f.c.replenishmentHandler(podsResource)
 	running := namedPod("ns", "p", containers(container("c", rl("cpu", "1"), nil)))
 
 	h.OnDelete(running)
@@ -315,8 +315,8 @@ func TestUncountableTypeKeepsLastValuePublishesTheRestAndWarnsOnce(t *testing.T)
 	if got := testutil.ToFloat64(f.c.metrics.syncs.WithLabelValues(OutcomePartial)); got != 1 {
 		t.Fatalf("partial syncs = %v, want 1", got)
 	}
-	if f.c.sources.failing.Load() != 1 {
-		t.Fatalf("failing types = %d, want 1", f.c.sources.failing.Load())
+	if f.c.monitors.failing.Load() != 1 {
+		t.Fatalf("failing types = %d, want 1", f.c.monitors.failing.Load())
 	}
 	f.catchUp("ns", "q")
 	f.client.ClearActions()
@@ -357,7 +357,7 @@ func cacheTombstone(obj any) any {
 func TestQuotaWaitsForATypeStillListing(t *testing.T) {
 	rq := quotaObj("ns", "q", rl("pods", "5", "count/widgets.example.com", "5"))
 	f := newFixtureWithTimeout(t, time.Hour, rq)
-	f.c.startSources(f.ctx)
+	f.c.startMonitors(f.ctx)
 	// widgets never lists (the fake's list fails) and the timeout is far away: still starting.
 	if err := f.c.syncQuota(f.ctx, "ns/q"); err != nil {
 		t.Fatal(err)
@@ -375,7 +375,7 @@ func TestQuotaWaitsForATypeStillListing(t *testing.T) {
 	}
 	f.catchUp("ns", "pods")
 	if err := wait.PollUntilContextTimeout(f.ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		_, st, _ := f.c.sources.get(podsResource)
+		_, st, _ := f.c.monitors.getOrStart(podsResource)
 		return st == stateSynced, nil
 	}); err != nil {
 		t.Fatal("pods never synced")
@@ -388,12 +388,12 @@ func TestQuotaWaitsForATypeStillListing(t *testing.T) {
 
 func TestInformersOfUntrackedTypesStop(t *testing.T) {
 	f := newFixture(t, quotaObj("ns", "q", rl("pods", "5", "services", "5")))
-	f.c.startSources(f.ctx)
+	f.c.startMonitors(f.ctx)
 	running := func() []schema.GroupResource {
-		f.c.sources.mu.Lock()
-		defer f.c.sources.mu.Unlock()
+		f.c.monitors.mu.Lock()
+		defer f.c.monitors.mu.Unlock()
 		var out []schema.GroupResource
-		for gr := range f.c.sources.byGR {
+		for gr := range f.c.monitors.byGR {
 			out = append(out, gr)
 		}
 		return out
@@ -407,7 +407,7 @@ func TestInformersOfUntrackedTypesStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.catchUp("ns", "q")
-	f.c.stopUnneeded(f.ctx)
+	f.c.stopUnneededMonitors(f.ctx)
 	if got := running(); len(got) != 1 || got[0] != podsResource {
 		t.Fatalf("running %v, want only pods", got)
 	}
@@ -470,7 +470,7 @@ func TestPodsAndClaimsAddUp(t *testing.T) {
 	t.Run("DRAExtendedResource off: devices only", func(t *testing.T) {
 		f := newFixtureWith(t, 300*time.Millisecond, served, nil, objs()...)
 		f.c.opts.Claims.ExtendedResources = false
-		f.c.sources.claims.ExtendedResources = false
+		f.c.monitors.claims.ExtendedResources = false
 		if err := f.sync("ns/q"); err != nil {
 			t.Fatal(err)
 		}
@@ -518,14 +518,14 @@ func TestPodsListWhileDiscoveryAnswers(t *testing.T) {
 	}); err != nil {
 		t.Fatal("the controller never warmed up")
 	}
-	c.sources.mu.Lock()
-	_, pods := c.sources.byGR[podsResource]
-	_, widgets := c.sources.byGR[widgetsResource]
-	c.sources.mu.Unlock()
+	c.monitors.mu.Lock()
+	_, pods := c.monitors.byGR[podsResource]
+	_, widgets := c.monitors.byGR[widgetsResource]
+	c.monitors.mu.Unlock()
 	if !pods || !widgets {
 		t.Errorf("informers started: pods %v, widgets.example.com %v; want both", pods, widgets)
 	}
-	if _, _, reason := c.sources.get(widgetsResource); strings.Contains(reason, "does not serve") {
+	if _, _, reason := c.monitors.getOrStart(widgetsResource); strings.Contains(reason, "does not serve") {
 		t.Errorf("widgets.example.com is still unknown after discovery: %s", reason)
 	}
 }
