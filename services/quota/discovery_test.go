@@ -55,7 +55,7 @@ func TestPodsListWhileDiscoveryAnswers(t *testing.T) {
 	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
 		return c.HasSynced(), nil
 	}); err != nil {
-		t.Fatal("the controller never warmed up")
+		t.Fatal("the controller never started its monitors")
 	}
 	c.monitors.mu.Lock()
 	_, pods := c.monitors.byGR[podsResource]

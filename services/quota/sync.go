@@ -45,6 +45,27 @@ func (u *usageCount) recheckWithin(d time.Duration) {
 	}
 }
 
+// add adds the usage one type measured.
+func (u *usageCount) add(used v1.ResourceList) {
+	for n, q := range used {
+		// Pods and claims both charge extended resources: usage is their sum.
+		if sum, ok := u.used[n]; ok {
+			q.Add(sum)
+		}
+		u.used[n] = q
+	}
+}
+
+// dropUncountable leaves out of used every name an uncountable type measures, so that it
+// keeps its last value even where other types could be counted.
+func (u *usageCount) dropUncountable() {
+	for _, p := range u.uncountable {
+		for _, n := range p.names {
+			delete(u.used, n)
+		}
+	}
+}
+
 // syncQuota recomputes the usage of the quota named by key (namespace/name) from the
 // informers' caches and writes its status when it differs. Resource types that cannot be
 // counted keep their last usage; the rest is published all the same.
@@ -89,6 +110,11 @@ func (c *Controller) syncQuota(ctx context.Context, qkey string) error {
 	if err != nil {
 		return err
 	}
+	return c.finishSync(updated, u)
+}
+
+// finishSync counts the sync's outcome and asks for the recheck the usage needs, if any.
+func (c *Controller) finishSync(updated bool, u usageCount) error {
 	outcome := OutcomeUnchanged
 	if updated {
 		outcome = OutcomeUpdated
@@ -151,21 +177,11 @@ func (c *Controller) countUsage(rq *v1.ResourceQuota, byResource map[schema.Grou
 			continue
 		}
 		used, after := calculate(evaluatorFor(gr, c.opts.PodResources, claims), objs, names, scopes, now)
-		for n, q := range used {
-			// Pods and claims both charge extended resources: usage is their sum.
-			if sum, ok := u.used[n]; ok {
-				q.Add(sum)
-			}
-			u.used[n] = q
-		}
+		u.add(used)
 		u.recheckWithin(after)
 		u.counted = append(u.counted, gr)
 	}
-	for _, p := range u.uncountable {
-		for _, n := range p.names {
-			delete(u.used, n)
-		}
-	}
+	u.dropUncountable()
 	return u
 }
 

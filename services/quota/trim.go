@@ -44,20 +44,6 @@ func trimPod(obj any) (any, error) {
 		return obj, nil
 	}
 	trimObjectMeta(&pod.ObjectMeta)
-	trimContainers := func(cs []v1.Container) []v1.Container {
-		out := make([]v1.Container, len(cs))
-		for i := range cs {
-			out[i] = v1.Container{Name: cs[i].Name, Resources: cs[i].Resources, RestartPolicy: cs[i].RestartPolicy}
-		}
-		return out
-	}
-	trimStatuses := func(ss []v1.ContainerStatus) []v1.ContainerStatus {
-		out := make([]v1.ContainerStatus, len(ss))
-		for i := range ss {
-			out[i] = v1.ContainerStatus{Name: ss[i].Name, Resources: ss[i].Resources, AllocatedResources: ss[i].AllocatedResources}
-		}
-		return out
-	}
 	var affinity *v1.Affinity
 	if a := pod.Spec.Affinity; a != nil && (a.PodAffinity != nil || a.PodAntiAffinity != nil) {
 		affinity = &v1.Affinity{PodAffinity: a.PodAffinity, PodAntiAffinity: a.PodAntiAffinity}
@@ -87,13 +73,31 @@ func trimPod(obj any) (any, error) {
 		Phase:                       pod.Status.Phase,
 		QOSClass:                    pod.Status.QOSClass,
 		Conditions:                  conditions,
-		ContainerStatuses:           trimStatuses(pod.Status.ContainerStatuses),
-		InitContainerStatuses:       trimStatuses(pod.Status.InitContainerStatuses),
+		ContainerStatuses:           trimContainerStatuses(pod.Status.ContainerStatuses),
+		InitContainerStatuses:       trimContainerStatuses(pod.Status.InitContainerStatuses),
 		Resources:                   pod.Status.Resources,
 		AllocatedResources:          pod.Status.AllocatedResources,
 		ExtendedResourceClaimStatus: extendedClaim,
 	}
 	return pod, nil
+}
+
+// trimContainers keeps of each container what its usage depends on.
+func trimContainers(cs []v1.Container) []v1.Container {
+	out := make([]v1.Container, len(cs))
+	for i := range cs {
+		out[i] = v1.Container{Name: cs[i].Name, Resources: cs[i].Resources, RestartPolicy: cs[i].RestartPolicy}
+	}
+	return out
+}
+
+// trimContainerStatuses keeps of each status the resources the kubelet allocated and applied.
+func trimContainerStatuses(ss []v1.ContainerStatus) []v1.ContainerStatus {
+	out := make([]v1.ContainerStatus, len(ss))
+	for i := range ss {
+		out[i] = v1.ContainerStatus{Name: ss[i].Name, Resources: ss[i].Resources, AllocatedResources: ss[i].AllocatedResources}
+	}
+	return out
 }
 
 // trimService keeps the type and ports.
