@@ -16,8 +16,11 @@ import (
 // Which quota goes into which of the two queues, and when: quota events, a type's informer
 // syncing, and the periodic full recalculation. Replenishment is in replenishment.go.
 
+// key is a quota's key in both queues: namespace/name.
 func key(rq *v1.ResourceQuota) string { return rq.Namespace + "/" + rq.Name }
 
+// onQuotaAdd queues a quota, in the priority queue while its status lacks what admission needs
+// (see needsPriority).
 func (c *Controller) onQuotaAdd(obj any) {
 	rq, ok := obj.(*v1.ResourceQuota)
 	if !ok {
@@ -41,6 +44,7 @@ func (c *Controller) onQuotaUpdate(old, cur any) {
 	c.onQuotaAdd(n)
 }
 
+// onQuotaDelete forgets the warnings written about a quota that is gone.
 func (c *Controller) onQuotaDelete(obj any) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
