@@ -262,9 +262,9 @@ func TestClaimResourceNames(t *testing.T) {
 			}
 		})
 	}
-	p := plan(rl("requests.example.com/gpu", "1", "gold.deviceclass.resource.k8s.io/devices", "1", "pods", "1"), on)
+	p := namesByResource(rl("requests.example.com/gpu", "1", "gold.deviceclass.resource.k8s.io/devices", "1", "pods", "1"), on)
 	if len(p[podsResource]) != 2 || len(p[claimsResource]) != 2 {
-		t.Errorf("plan %v: want the extended resource under both pods and claims", p)
+		t.Errorf("namesByResource = %v: want the extended resource under both pods and claims", p)
 	}
 }
 

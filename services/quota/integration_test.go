@@ -396,7 +396,7 @@ func TestBrokenConversionWebhookIsolated(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ctrl := env.StartLeading(t, controller, "ctrl", "--"+quota.FlagSourceSyncTimeout+"=2s")
+	ctrl := env.StartLeading(t, controller, "ctrl", "--"+quota.FlagInformerSyncTimeout+"=2s")
 	if _, err := c.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cm"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -30,10 +30,10 @@ const (
 
 // Flag names: the first two are upstream's, the others are kcm-split's own.
 const (
-	FlagConcurrentSyncs   = "concurrent-resource-quota-syncs"
-	FlagSyncPeriod        = "resource-quota-sync-period"
-	FlagDiscoveryPeriod   = "resource-quota-discovery-period"
-	FlagSourceSyncTimeout = "resource-quota-informer-sync-timeout"
+	FlagConcurrentSyncs     = "concurrent-resource-quota-syncs"
+	FlagSyncPeriod          = "resource-quota-sync-period"
+	FlagDiscoveryPeriod     = "resource-quota-discovery-period"
+	FlagInformerSyncTimeout = "resource-quota-informer-sync-timeout"
 )
 
 // Options are the controller's own settings.
@@ -45,9 +45,9 @@ type Options struct {
 	// DiscoveryPeriod is how often the API's resources are discovered again, so that
 	// count/<resource> of a CRD created later is counted.
 	DiscoveryPeriod time.Duration
-	// SourceSyncTimeout is how long a resource type's informer may take to list before the
+	// InformerSyncTimeout is how long a resource type's informer may take to list before the
 	// quotas tracking it get an Event saying it cannot be counted.
-	SourceSyncTimeout time.Duration
+	InformerSyncTimeout time.Duration
 	// PodResources is what a Pod is charged: set from the feature gates (PodLevelResources,
 	// InPlacePodVerticalScaling), not a flag of its own.
 	PodResources resourcehelper.PodResourcesOptions
@@ -69,12 +69,12 @@ func PodResources(gates featuregate.FeatureGate) resourcehelper.PodResourcesOpti
 // DefaultOptions returns upstream's defaults (and ours for our own flags).
 func DefaultOptions() Options {
 	return Options{
-		ConcurrentSyncs:   5,
-		SyncPeriod:        5 * time.Minute,
-		DiscoveryPeriod:   30 * time.Second,
-		SourceSyncTimeout: 30 * time.Second,
-		PodResources:      PodResources(features.New()),
-		Claims:            Claims(features.New()),
+		ConcurrentSyncs:     5,
+		SyncPeriod:          5 * time.Minute,
+		DiscoveryPeriod:     30 * time.Second,
+		InformerSyncTimeout: 30 * time.Second,
+		PodResources:        PodResources(features.New()),
+		Claims:              Claims(features.New()),
 	}
 }
 
@@ -84,7 +84,7 @@ func (o Options) Validate() error {
 		app.AtLeast(FlagConcurrentSyncs, o.ConcurrentSyncs, 1),
 		app.NotNegative(FlagSyncPeriod, o.SyncPeriod),
 		app.AtLeast(FlagDiscoveryPeriod, o.DiscoveryPeriod, time.Second),
-		app.Positive(FlagSourceSyncTimeout, o.SourceSyncTimeout),
+		app.Positive(FlagInformerSyncTimeout, o.InformerSyncTimeout),
 	)
 }
 
@@ -98,7 +98,7 @@ func (o *Options) Flags() []cli.Flag {
 			"period for recalculating the usage of every quota from scratch; 0 disables it"),
 		app.Bound(app.CategoryController, FlagDiscoveryPeriod, &o.DiscoveryPeriod,
 			"period for discovering the API's resources again, so that count/<resource> of a CRD created later is counted"),
-		app.Bound(app.CategoryController, FlagSourceSyncTimeout, &o.SourceSyncTimeout,
+		app.Bound(app.CategoryController, FlagInformerSyncTimeout, &o.InformerSyncTimeout,
 			"how long a resource type may take to list before quotas tracking it get a warning Event; their other resources are published meanwhile"),
 	}
 }

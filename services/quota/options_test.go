@@ -16,7 +16,7 @@ func TestOptionsValidate(t *testing.T) {
 		{Name: "no workers", Opts: with(func(o *Options) { o.ConcurrentSyncs = 0 }), WantFlag: FlagConcurrentSyncs},
 		{Name: "negative sync period", Opts: with(func(o *Options) { o.SyncPeriod = -time.Second }), WantFlag: FlagSyncPeriod},
 		{Name: "zero discovery period", Opts: with(func(o *Options) { o.DiscoveryPeriod = 0 }), WantFlag: FlagDiscoveryPeriod},
-		{Name: "zero source sync timeout", Opts: with(func(o *Options) { o.SourceSyncTimeout = 0 }), WantFlag: FlagSourceSyncTimeout},
+		{Name: "zero informer sync timeout", Opts: with(func(o *Options) { o.InformerSyncTimeout = 0 }), WantFlag: FlagInformerSyncTimeout},
 	})
 }
 
@@ -27,7 +27,7 @@ func TestBadFlagsExitWithUsageCode(t *testing.T) {
 		{Name: "zero workers", Args: []string{"--" + FlagConcurrentSyncs + "=0"}, WantFlag: FlagConcurrentSyncs},
 		{Name: "negative sync period", Args: []string{"--" + FlagSyncPeriod + "=-1s"}, WantFlag: FlagSyncPeriod},
 		{Name: "sub-second discovery period", Args: []string{"--" + FlagDiscoveryPeriod + "=500ms"}, WantFlag: FlagDiscoveryPeriod},
-		{Name: "from the environment", Env: map[string]string{app.EnvVar(FlagSourceSyncTimeout): "0s"}, WantFlag: FlagSourceSyncTimeout},
+		{Name: "from the environment", Env: map[string]string{app.EnvVar(FlagInformerSyncTimeout): "0s"}, WantFlag: FlagInformerSyncTimeout},
 	})
 }
 

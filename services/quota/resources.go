@@ -136,8 +136,8 @@ func resourcesFor(name v1.ResourceName, o ClaimOptions) []schema.GroupResource {
 	return []schema.GroupResource{gr}
 }
 
-// plan groups the names of a quota's hard limits by the resource types that measure them.
-func plan(hard v1.ResourceList, o ClaimOptions) map[schema.GroupResource][]v1.ResourceName {
+// namesByResource groups the names of a quota's hard limits by the resource types that measure them.
+func namesByResource(hard v1.ResourceList, o ClaimOptions) map[schema.GroupResource][]v1.ResourceName {
 	out := map[schema.GroupResource][]v1.ResourceName{}
 	for name := range hard {
 		for _, gr := range resourcesFor(name, o) {

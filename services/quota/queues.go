@@ -1,0 +1,95 @@
+package quota
+
+import (
+	"context"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+)
+
+// Which quota goes into which of the two queues, and when: quota events, a type's informer
+// syncing, and the periodic full recalculation. Replenishment is in replenishment.go.
+
+// key is a quota's key in both queues: namespace/name.
+func key(rq *v1.ResourceQuota) string { return rq.Namespace + "/" + rq.Name }
+
+// onQuotaAdd queues a quota, in the priority queue while its status lacks what admission needs
+// (see needsPriority).
+func (c *Controller) onQuotaAdd(obj any) {
+	rq, ok := obj.(*v1.ResourceQuota)
+	if !ok {
+		return
+	}
+	if needsPriority(rq, c.opts.Claims) {
+		c.priority.Add(key(rq))
+		return
+	}
+	c.primary.Add(key(rq))
+}
+
+// onQuotaUpdate reacts only to a change of spec.hard: status updates, ours and admission's,
+// are by far the most frequent and never need a sync.
+func (c *Controller) onQuotaUpdate(old, cur any) {
+	o, ok1 := old.(*v1.ResourceQuota)
+	n, ok2 := cur.(*v1.ResourceQuota)
+	if !ok1 || !ok2 || apiequality.Semantic.DeepEqual(o.Spec.Hard, n.Spec.Hard) {
+		return
+	}
+	c.onQuotaAdd(n)
+}
+
+// onQuotaDelete forgets the warnings written about a quota that is gone.
+func (c *Controller) onQuotaDelete(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	if rq, ok := obj.(*v1.ResourceQuota); ok {
+		c.forgetWarnings(key(rq))
+	}
+}
+
+// enqueueTracking queues every quota tracking gr: its informer has just synced or given up.
+func (c *Controller) enqueueTracking(gr schema.GroupResource) {
+	rqs, err := c.quotas.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, rq := range rqs {
+		if tracksResource(rq.Spec.Hard, gr, c.opts.Claims) {
+			c.priority.Add(key(rq))
+		}
+	}
+}
+
+// fullRecalculationLoop queues every quota every sync period.
+func (c *Controller) fullRecalculationLoop(ctx context.Context) {
+	t := time.NewTicker(c.opts.SyncPeriod)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			c.enqueueAll(ctx)
+		}
+	}
+}
+
+// enqueueAll queues every quota for a full recalculation.
+func (c *Controller) enqueueAll(ctx context.Context) {
+	rqs, err := c.quotas.List(labels.Everything())
+	if err != nil {
+		utilruntime.HandleErrorWithContext(ctx, err, "Cannot list quotas for the full recalculation")
+		return
+	}
+	for _, rq := range rqs {
+		c.primary.Add(key(rq))
+	}
+	klog.FromContext(ctx).V(4).Info("Queued every quota for a full recalculation", "quotas", len(rqs))
+}
