@@ -113,7 +113,9 @@ func (c *Controller) HasSynced() bool {
 }
 
 // Run discovers the API, starts the informers the existing quotas need, then runs the workers
-// of both queues, the periodic full recalculation and rediscovery until ctx ends.
+// of both queues, the periodic full recalculation and rediscovery until ctx ends. It is the one
+// Run not framed by handlers.RunWhenSynced: discovery must start before the quotas' cache has
+// synced, so that the two round trips overlap at cold start.
 func (c *Controller) Run(ctx context.Context) error {
 	defer c.primary.ShutDown()
 	defer c.priority.ShutDown()
