@@ -13,6 +13,10 @@ import (
 	"k8s.io/component-base/featuregate"
 	"k8s.io/klog/v2"
 
+	"github.com/kcm-split/kcm-split/services/endpoints/endpoints"
+	"github.com/kcm-split/kcm-split/services/endpoints/endpointslice"
+	"github.com/kcm-split/kcm-split/services/endpoints/internal/projection"
+	"github.com/kcm-split/kcm-split/services/endpoints/mirroring"
 	"github.com/kcm-split/kcm-split/shared/app"
 	"github.com/kcm-split/kcm-split/shared/features"
 )
@@ -32,67 +36,68 @@ func Spec() app.Spec {
 }
 
 // run is called only while this process holds the Lease: it owns the informers, so a standby
-// replica watches nothing. The controllers --controllers enables share one informer per type
-// (Pods, Services through one projection), each with its own queue and workers.
+// replica watches nothing. The controllers --controllers enables share one informer per type,
+// every object through one projection (internal/projection), each controller with its own
+// queue and workers.
 func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 	enabled, err := opts.Enabled()
 	if err != nil {
 		return err // validated at parse time already
 	}
-	factory := informers.NewSharedInformerFactoryWithOptions(rt.Client, rt.ResyncPeriod(), informers.WithTransform(cacheTransform))
+	factory := informers.NewSharedInformerFactoryWithOptions(rt.Client, rt.ResyncPeriod(), informers.WithTransform(projection.Transform))
 	// One EndpointSlice informer for both slice controllers, holding the slices of whichever
 	// of them run; each lists only its own by label.
 	var managedBy []string
-	if enabled[EndpointSliceController] {
-		managedBy = append(managedBy, SliceManagedBy)
+	if enabled[endpointslice.Name] {
+		managedBy = append(managedBy, endpointslice.ManagedBy)
 	}
-	if enabled[EndpointSliceMirroringController] {
-		managedBy = append(managedBy, MirrorManagedBy)
+	if enabled[mirroring.Name] {
+		managedBy = append(managedBy, mirroring.ManagedBy)
 	}
 	var controllers []app.Controller
-	if enabled[EndpointsController] {
-		c := New(
+	if enabled[endpoints.Name] {
+		c := endpoints.New(
 			factory.Core().V1().Pods(),
 			factory.Core().V1().Services(),
 			factory.Core().V1().Endpoints(),
 			rt.Client,
-			rt.EventRecorder(ctx, ComponentName),
-			opts,
+			rt.EventRecorder(ctx, endpoints.ComponentName),
+			opts.Endpoints,
 			rt.Registry,
 		)
-		controllers = append(controllers, app.Controller{Name: EndpointsController, HasSynced: c.HasSynced,
-			Run: func(ctx context.Context) error { return c.Run(ctx, opts.ConcurrentSyncs) }})
+		controllers = append(controllers, app.Controller{Name: endpoints.Name, HasSynced: c.HasSynced,
+			Run: func(ctx context.Context) error { return c.Run(ctx, opts.Endpoints.ConcurrentSyncs) }})
 	}
-	if enabled[EndpointSliceController] {
-		c := NewSliceController(
+	if enabled[endpointslice.Name] {
+		c := endpointslice.New(
 			factory.Core().V1().Pods(),
 			factory.Core().V1().Services(),
 			managedSlices(factory, managedBy),
 			factory.Core().V1().Nodes(),
 			rt.Client,
-			rt.EventRecorder(ctx, SliceComponentName),
-			opts,
+			rt.EventRecorder(ctx, endpointslice.ComponentName),
+			opts.EndpointSlice,
 			rt.Features.Enabled(features.PreferSameTrafficDistribution),
 			rt.Registry,
 		)
-		controllers = append(controllers, app.Controller{Name: EndpointSliceController, HasSynced: c.HasSynced,
-			Run: func(ctx context.Context) error { return c.Run(ctx, opts.ConcurrentSliceSyncs) }})
+		controllers = append(controllers, app.Controller{Name: endpointslice.Name, HasSynced: c.HasSynced,
+			Run: func(ctx context.Context) error { return c.Run(ctx, opts.EndpointSlice.ConcurrentSyncs) }})
 	}
-	if enabled[EndpointSliceMirroringController] {
-		c := NewMirrorController(
+	if enabled[mirroring.Name] {
+		c := mirroring.New(
 			factory.Core().V1().Endpoints(),
 			factory.Core().V1().Services(),
 			managedSlices(factory, managedBy),
 			rt.Client,
-			rt.EventRecorder(ctx, MirrorComponentName),
-			opts,
+			rt.EventRecorder(ctx, mirroring.ComponentName),
+			opts.Mirroring,
 			rt.Registry,
 		)
-		controllers = append(controllers, app.Controller{Name: EndpointSliceMirroringController, HasSynced: c.HasSynced,
-			Run: func(ctx context.Context) error { return c.Run(ctx, opts.MirroringConcurrentSyncs) }})
+		controllers = append(controllers, app.Controller{Name: mirroring.Name, HasSynced: c.HasSynced,
+			Run: func(ctx context.Context) error { return c.Run(ctx, opts.Mirroring.ConcurrentSyncs) }})
 	}
-	klog.FromContext(ctx).Info("Controllers enabled", "endpoints", enabled[EndpointsController],
-		"endpointSlices", enabled[EndpointSliceController], "endpointSliceMirroring", enabled[EndpointSliceMirroringController])
+	klog.FromContext(ctx).Info("Controllers enabled", "endpoints", enabled[endpoints.Name],
+		"endpointSlices", enabled[endpointslice.Name], "endpointSliceMirroring", enabled[mirroring.Name])
 	return rt.RunControllers(ctx, controllers, factory)
 }
 

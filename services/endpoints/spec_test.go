@@ -12,6 +12,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/kcm-split/kcm-split/services/endpoints/endpointslice"
+	"github.com/kcm-split/kcm-split/services/endpoints/mirroring"
 )
 
 // Both slice controllers get the one EndpointSlice informer, which lists exactly the slices
@@ -21,9 +24,9 @@ func TestOneSliceInformerForBothSliceControllers(t *testing.T) {
 		return &discovery.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name,
 			Labels: map[string]string{discovery.LabelManagedBy: managedBy}}}
 	}
-	client := fake.NewClientset(ours("a", SliceManagedBy), ours("b", MirrorManagedBy), ours("c", "mesh.example.com"))
+	client := fake.NewClientset(ours("a", endpointslice.ManagedBy), ours("b", mirroring.ManagedBy), ours("c", "mesh.example.com"))
 	factory := informers.NewSharedInformerFactory(client, 0)
-	both := []string{SliceManagedBy, MirrorManagedBy}
+	both := []string{endpointslice.ManagedBy, mirroring.ManagedBy}
 	first, second := managedSlices(factory, both), managedSlices(factory, both)
 	if first.Informer() != second.Informer() {
 		t.Fatal("two EndpointSlice informers in one factory")
@@ -40,7 +43,7 @@ func TestOneSliceInformerForBothSliceControllers(t *testing.T) {
 		if l, ok := a.(clienttesting.ListAction); ok && a.GetResource().Resource == "endpointslices" {
 			lists++
 			sel := l.GetListRestrictions().Labels
-			for _, s := range []*discovery.EndpointSlice{ours("a", SliceManagedBy), ours("b", MirrorManagedBy)} {
+			for _, s := range []*discovery.EndpointSlice{ours("a", endpointslice.ManagedBy), ours("b", mirroring.ManagedBy)} {
 				if !sel.Matches(labels.Set(s.Labels)) {
 					t.Errorf("selector %q leaves out %s", sel, s.Labels[discovery.LabelManagedBy])
 				}

@@ -1,0 +1,18 @@
+package projection
+
+import (
+	"testing"
+
+	"github.com/kcm-split/kcm-split/shared/benchkit"
+)
+
+// TestCacheBytesPerObject reports (never asserts) the heap bytes one cached object of each type
+// this controller watches costs as the apiserver lists it, and after the informer transform:
+// go test -run TestCacheBytesPerObject -v. deploy/tests/scale/README.md tabulates them.
+func TestCacheBytesPerObject(t *testing.T) {
+	benchkit.ReportCacheBytes(t, "endpoints",
+		benchkit.Cached{Kind: "Pod", Transform: Transform},
+		benchkit.Cached{Kind: "Node", Transform: Transform},
+		benchkit.Cached{Kind: "Service", Transform: Transform},
+	)
+}
