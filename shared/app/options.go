@@ -62,6 +62,14 @@ func AtLeast[N ~int | ~int64 | ~float64](flag string, v, lowest N) error {
 	return nil
 }
 
+// AtMost refuses --flag above highest.
+func AtMost[N ~int | ~int64 | ~float64](flag string, v, highest N) error {
+	if v > highest {
+		return &FlagError{Flag: flag, Err: fmt.Errorf("%v is more than %v", v, highest)}
+	}
+	return nil
+}
+
 // Positive refuses a --flag duration of zero or less.
 func Positive(flag string, d time.Duration) error {
 	if d <= 0 {

@@ -1,7 +1,6 @@
 package endpointslice
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -59,17 +58,9 @@ func (o Options) Validate() error {
 	return app.FirstError(
 		app.AtLeast(FlagConcurrentSyncs, o.ConcurrentSyncs, 1),
 		app.AtLeast(FlagMaxEndpointsPerSlice, o.MaxEndpointsPerSlice, 1),
-		atMost(FlagMaxEndpointsPerSlice, o.MaxEndpointsPerSlice, maxMaxEndpointsPerSlice),
+		app.AtMost(FlagMaxEndpointsPerSlice, o.MaxEndpointsPerSlice, maxMaxEndpointsPerSlice),
 		app.NotNegative(FlagBatchPeriod, o.BatchPeriod),
 	)
-}
-
-// shared/app has AtLeast but no upper bound; this is its mirror image.
-func atMost(flag string, v, highest int) error {
-	if v > highest {
-		return &app.FlagError{Flag: flag, Err: fmt.Errorf("%d is more than %d", v, highest)}
-	}
-	return nil
 }
 
 // Flags returns the controller's flags, each bound to its field of o; their defaults are o's

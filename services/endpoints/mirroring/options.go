@@ -1,7 +1,6 @@
 package mirroring
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -57,19 +56,11 @@ func DefaultOptions() Options {
 func (o Options) Validate() error {
 	return app.FirstError(
 		app.AtLeast(FlagConcurrentSyncs, o.ConcurrentSyncs, 1),
-		atMost(FlagConcurrentSyncs, o.ConcurrentSyncs, maxConcurrentSyncs),
+		app.AtMost(FlagConcurrentSyncs, o.ConcurrentSyncs, maxConcurrentSyncs),
 		app.AtLeast(FlagMaxEndpointsPerSubset, o.MaxEndpointsPerSubset, 1),
-		atMost(FlagMaxEndpointsPerSubset, o.MaxEndpointsPerSubset, maxMaxEndpointsPerSubset),
+		app.AtMost(FlagMaxEndpointsPerSubset, o.MaxEndpointsPerSubset, maxMaxEndpointsPerSubset),
 		app.NotNegative(FlagBatchPeriod, o.BatchPeriod),
 	)
-}
-
-// shared/app has AtLeast but no upper bound; this is its mirror image.
-func atMost(flag string, v, highest int) error {
-	if v > highest {
-		return &app.FlagError{Flag: flag, Err: fmt.Errorf("%d is more than %d", v, highest)}
-	}
-	return nil
 }
 
 // Flags returns the controller's flags, each bound to its field of o; their defaults are o's
