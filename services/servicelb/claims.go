@@ -69,14 +69,14 @@ func (c *Controller) onClaimDelete(obj any) {
 	if parent := claimParent(ip); parent != "" {
 		c.queue.Add(parent)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if a, err := netip.ParseAddr(ip.Name); err == nil && c.alloc.ReleaseAddr(takenKey(a), a) {
-		c.forgetAddrLocked(a)
+	c.state.mu.Lock()
+	defer c.state.mu.Unlock()
+	if a, err := netip.ParseAddr(ip.Name); err == nil && c.state.alloc.ReleaseAddr(takenKey(a), a) {
+		c.state.forgetAddr(a)
 		c.allocationChangedLocked()
 	}
-	if len(c.pending) > 0 {
-		c.wakePendingLocked()
+	if len(c.state.pending) > 0 {
+		c.retryWaitingLocked()
 	}
 }
 
@@ -232,10 +232,10 @@ func (c *Controller) sweepClaims(ctx context.Context) {
 			logger.Info("Deleted orphan address claim", "address", a, "service", parent, "reason", why)
 			c.recorder.Eventf(claim, v1.EventTypeNormal, ReasonClaimReleased, "Deleted the claim of %s for Service %s: %s", a, parent, why)
 			if o == ipclaim.AlreadyGone || why == whyServiceGone {
-				c.mu.Lock()
-				c.alloc.ReleaseAddr(parent, a)
-				c.forgetAddrLocked(a)
-				c.mu.Unlock()
+				c.state.mu.Lock()
+				c.state.alloc.ReleaseAddr(parent, a)
+				c.state.forgetAddr(a)
+				c.state.mu.Unlock()
 			}
 			return nil
 		})
@@ -254,14 +254,14 @@ func (c *Controller) orphanReason(ctx context.Context, claim *networkingv1.IPAdd
 		return "", false, nil
 	}
 	parent := claimParent(claim)
-	c.mu.Lock()
+	c.state.mu.Lock()
 	var others []string
-	for _, h := range c.alloc.Holders(a) {
+	for _, h := range c.state.alloc.Holders(a) {
 		if h != parent && !strings.HasPrefix(h, takenPrefix) {
 			others = append(others, h)
 		}
 	}
-	c.mu.Unlock()
+	c.state.mu.Unlock()
 	if len(others) > 0 || parent == "" {
 		return "", false, nil // a sharing Service still shows it, or not a claim of ours to judge
 	}
@@ -287,9 +287,9 @@ func (c *Controller) orphanReason(ctx context.Context, claim *networkingv1.IPAdd
 
 // holdsOther reports whether key holds an address of a's family other than a.
 func (c *Controller) holdsOther(key string, a netip.Addr) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, h := range c.alloc.Assigned(key) {
+	c.state.mu.Lock()
+	defer c.state.mu.Unlock()
+	for _, h := range c.state.alloc.Assigned(key) {
 		if h != a && addrpool.FamilyOf(h) == addrpool.FamilyOf(a) {
 			return true
 		}
