@@ -145,9 +145,9 @@ func New(
 			// the default retry cap; the next allocation change queues the pool again.
 			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[string](poolRetryMin, poolRetryMax),
 		}),
-		stale:       writecache.New[*v1.Service](),
-		state:       newAllocations(),
-		now:         time.Now,
+		stale: writecache.New[*v1.Service](),
+		state: newAllocations(),
+		now:   time.Now,
 	}
 	c.handlers.Add(services.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueueService,
