@@ -1,5 +1,5 @@
-// Assignment: which addresses a Service holds, decided under the controller's lock from
-// its status, its requests, the pools and the allocator, and the bookkeeping around it.
+// Assignment: which addresses a Service holds, decided under the allocation state's lock
+// (state.go) from its status, its requests, the pools and the allocator.
 
 package servicelb
 
@@ -64,9 +64,9 @@ func (a assignment) describe() string {
 	return strings.Join(ips, ", ")
 }
 
-// assign decides, under the lock, which addresses the Service holds: it takes over adopt,
-// keeps what is valid or cannot be judged, releases what it has a verified reason to
-// release, and allocates what is missing.
+// assign decides, under the state's lock, which addresses the Service holds: it takes over
+// adopt, keeps what is valid or cannot be judged, releases what it has a verified reason
+// to release, and allocates what is missing.
 func (c *Controller) assign(ctx context.Context, key string, svc *v1.Service, adopt []netip.Addr) assignment {
 	var plan assignment
 	nsLabels := c.namespaceLabels(svc.Namespace)

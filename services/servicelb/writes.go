@@ -40,12 +40,12 @@ func (c *Controller) addFinalizer(ctx context.Context, svc *v1.Service) (*v1.Ser
 	// put there meanwhile.
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": []string{FinalizerLoadBalancerCleanup}}})
 	out, err := c.client.CoreV1().Services(svc.Namespace).Patch(ctx, svc.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
-	c.replaced(svc, out, err)
+	c.recordOwnWrite(svc, out, err)
 	return out, err
 }
 
-// replaced records svc's version as outdated after a write that changed it.
-func (c *Controller) replaced(svc, out *v1.Service, err error) {
+// recordOwnWrite records svc's version as outdated after a write that changed it.
+func (c *Controller) recordOwnWrite(svc, out *v1.Service, err error) {
 	if err == nil && out != nil && out.ResourceVersion != svc.ResourceVersion {
 		c.stale.Wrote(svc.Namespace+"/"+svc.Name, svc.ResourceVersion, out)
 	}
@@ -54,7 +54,7 @@ func (c *Controller) replaced(svc, out *v1.Service, err error) {
 func (c *Controller) removeFinalizer(ctx context.Context, svc *v1.Service) error {
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"$deleteFromPrimitiveList/finalizers": []string{FinalizerLoadBalancerCleanup}}})
 	out, err := c.client.CoreV1().Services(svc.Namespace).Patch(ctx, svc.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
-	c.replaced(svc, out, err)
+	c.recordOwnWrite(svc, out, err)
 	return err
 }
 
@@ -74,7 +74,7 @@ func (c *Controller) patchIngress(ctx context.Context, svc *v1.Service, ingress 
 		return err
 	}
 	out, err := c.client.CoreV1().Services(svc.Namespace).Patch(ctx, svc.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
-	c.replaced(svc, out, err)
+	c.recordOwnWrite(svc, out, err)
 	return err
 }
 
