@@ -39,6 +39,10 @@ import (
 // name and a parentRef with resource and name, and nothing about ServiceCIDRs. The ServiceCIDR
 // controller only looks at IPAddresses inside a ServiceCIDR being deleted. So claims outside
 // every ServiceCIDR are left alone and raise no Events.
+//
+// The protocol (create, taken detection, UID-conditioned delete, sweep) is shared/ipclaim's,
+// shared with nodelifecycle's IPAM; what a claim's owner is, when it is an orphan, and the
+// Events and metrics are this file's.
 const (
 	// ClaimManagedBy is the ipaddress.kubernetes.io/managed-by label value of our claims.
 	ClaimManagedBy = "service-lb-controller.kcm-split.io"

@@ -25,6 +25,9 @@ package ipam
 // its own UID as precondition, only when the Node is verified gone by a live read (NotFound,
 // or a Node of that name with another UID), or when the Node has other ranges, which can
 // never change once set. A miss in this process's cache is never enough.
+//
+// The protocol (create, taken detection, UID-conditioned delete, sweep) is shared/ipclaim's,
+// shared with service-lb-controller; what a claim's owner is and when it is stale stay here.
 
 import (
 	"context"
