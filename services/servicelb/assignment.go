@@ -1,5 +1,5 @@
-// Assignment: which addresses a Service holds, decided under the controller's lock from
-// its status, its requests, the pools and the allocator, and the bookkeeping around it.
+// Assignment: which addresses a Service holds, decided under the allocation state's lock
+// (state.go) from its status, its requests, the pools and the allocator.
 
 package servicelb
 
@@ -64,9 +64,9 @@ func (a assignment) describe() string {
 	return strings.Join(ips, ", ")
 }
 
-// assign decides, under the lock, which addresses the Service holds: it takes over adopt,
-// keeps what is valid or cannot be judged, releases what it has a verified reason to
-// release, and allocates what is missing.
+// assign decides, under the state's lock, which addresses the Service holds: it takes over
+// adopt, keeps what is valid or cannot be judged, releases what it has a verified reason
+// to release, and allocates what is missing.
 func (c *Controller) assign(ctx context.Context, key string, svc *v1.Service, adopt []netip.Addr) assignment {
 	var plan assignment
 	nsLabels := c.namespaceLabels(svc.Namespace)
@@ -74,41 +74,41 @@ func (c *Controller) assign(ctx context.Context, key string, svc *v1.Service, ad
 	props := propsOf(svc)
 	known := c.poolsKnown()
 
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	wasPending := c.pending[key]
+	c.state.mu.Lock()
+	defer c.state.mu.Unlock()
+	wasPending := c.state.pending[key]
 	requested, reqErr := requestedIPs(svc, fams)
 	var candidates []string
 	var poolErr error
 	if known {
-		candidates, poolErr = candidatePools(c.poolInfo, svc, nsLabels)
+		candidates, poolErr = candidatePools(c.state.pools, svc, nsLabels)
 	}
 	plan.badInput = errors.Join(reqErr, poolErr)
 	if plan.badInput == nil {
-		delete(c.badInput, key)
-	} else if msg := plan.badInput.Error(); c.badInput[key] != msg {
-		c.badInput[key] = msg
+		delete(c.state.badInput, key)
+	} else if msg := plan.badInput.Error(); c.state.badInput[key] != msg {
+		c.state.badInput[key] = msg
 		plan.newBadInput = true
 	}
 	freedAny := false
 	free := func(a netip.Addr) {
-		if c.alloc.ReleaseAddr(key, a) {
+		if c.state.alloc.ReleaseAddr(key, a) {
 			freedAny = true
 			plan.freed = append(plan.freed, a)
-			c.forgetAddrLocked(a)
+			c.state.forgetAddr(a)
 		}
 	}
 
 	// Take over what another writer showed and claimed for this Service, dropping our own
 	// unpublished choice of that family.
 	for _, a := range adopt {
-		c.alloc.ReleaseAddr(takenKey(a), a)
-		for _, h := range c.alloc.Assigned(key) {
+		c.state.alloc.ReleaseAddr(takenKey(a), a)
+		for _, h := range c.state.alloc.Assigned(key) {
 			if h != a && addrpool.FamilyOf(h) == addrpool.FamilyOf(a) {
 				free(h)
 			}
 		}
-		if err := c.alloc.Claim(key, a, props); err != nil {
+		if err := c.state.alloc.Claim(key, a, props); err != nil {
 			klog.FromContext(ctx).V(2).Info("Cannot take over the address in the status", "address", a, "err", err)
 		}
 	}
@@ -116,10 +116,10 @@ func (c *Controller) assign(ctx context.Context, key string, svc *v1.Service, ad
 	// Keep what is valid or cannot be judged now.
 	kept := map[addrpool.Family]netip.Addr{}
 	unverified := map[netip.Addr]string{}
-	for _, a := range c.alloc.Assigned(key) {
-		why, release := c.judgeLocked(svc, a, fams, requested, reqErr, candidates, known, nsLabels)
+	for _, a := range c.state.alloc.Assigned(key) {
+		why, release := c.state.keepOrRelease(svc, a, fams, requested, reqErr, candidates, known, nsLabels)
 		if !release {
-			if err := c.alloc.Claim(key, a, props); err != nil {
+			if err := c.state.alloc.Claim(key, a, props); err != nil {
 				why, release = err.Error(), true
 			}
 		}
@@ -150,25 +150,25 @@ func (c *Controller) assign(ctx context.Context, key string, svc *v1.Service, ad
 			continue
 		}
 		if want, ok := requested[f]; ok {
-			pools := c.poolsContainingLocked(svc, want, nsLabels)
+			pools := c.state.admittingPoolsContaining(svc, want, nsLabels)
 			if len(pools) == 0 {
 				failures = append(failures, fmt.Errorf("%s is in no pool this Service may use", want))
 				continue
 			}
-			if err := c.alloc.Claim(key, want, props); err != nil {
+			if err := c.state.alloc.Claim(key, want, props); err != nil {
 				failures = append(failures, err)
 				continue
 			}
-			c.origin[want] = pools[0]
+			c.state.origin[want] = pools[0]
 			kept[f] = want
 			continue
 		}
-		a, pool, err := c.alloc.Allocate(key, f, candidates, props)
+		a, pool, err := c.state.alloc.Allocate(key, f, candidates, props)
 		if err != nil {
 			failures = append(failures, err)
 			continue
 		}
-		c.origin[a] = pool
+		c.state.origin[a] = pool
 		kept[f] = a
 	}
 
@@ -182,22 +182,22 @@ func (c *Controller) assign(ctx context.Context, key string, svc *v1.Service, ad
 			}
 			// Not counted as freed: nobody waited for an address this sync had just
 			// taken, and waking the pending Services (this one included) would loop.
-			c.alloc.ReleaseAddr(key, a)
-			c.forgetAddrLocked(a)
+			c.state.alloc.ReleaseAddr(key, a)
+			c.state.forgetAddr(a)
 			delete(kept, f)
 		}
-		c.pending[key] = true
+		c.state.pending[key] = true
 		plan.pendingWhy = errors.Join(failures...)
 		plan.newlyPending = !wasPending
 	} else {
-		c.unpendLocked(key)
+		c.stopWaitingLocked(key)
 	}
 	if len(unverified) > 0 {
 		plan.unverified = unverified
-		plan.newUnverified = len(c.unverified[key]) == 0
-		c.unverified[key] = unverified
+		plan.newUnverified = len(c.state.unverified[key]) == 0
+		c.state.unverified[key] = unverified
 	} else {
-		delete(c.unverified, key)
+		delete(c.state.unverified, key)
 	}
 	addrs := make([]netip.Addr, 0, len(kept))
 	for _, a := range kept {
@@ -205,20 +205,20 @@ func (c *Controller) assign(ctx context.Context, key string, svc *v1.Service, ad
 	}
 	plan.ingress = desiredIngress(addrs, fams)
 	if freedAny {
-		c.wakePendingLocked()
+		c.retryWaitingLocked()
 	}
 	c.allocationChangedLocked()
-	klog.FromContext(ctx).V(4).Info("Assigned", "addresses", plan.describe(), "pending", c.pending[key])
+	klog.FromContext(ctx).V(4).Info("Assigned", "addresses", plan.describe(), "pending", c.state.pending[key])
 	return plan
 }
 
-// judgeLocked says whether svc may keep a. An empty why keeps it, verified. A why with
+// keepOrRelease says whether svc may keep a. An empty why keeps it, verified. A why with
 // release=false keeps it although it cannot be verified now (the pools are unknown, or the
 // pool it came from was deleted or is invalid): clearing it on such a guess would take a
 // working address away. A why with release=true is a verified reason to give it back: the
 // Service changed, or a valid, synced pool no longer covers the address or admits the
 // Service.
-func (c *Controller) judgeLocked(svc *v1.Service, a netip.Addr, fams []addrpool.Family, requested map[addrpool.Family]netip.Addr, reqErr error, candidates []string, known bool, nsLabels labels.Set) (why string, release bool) {
+func (s *allocations) keepOrRelease(svc *v1.Service, a netip.Addr, fams []addrpool.Family, requested map[addrpool.Family]netip.Addr, reqErr error, candidates []string, known bool, nsLabels labels.Set) (why string, release bool) {
 	f := addrpool.FamilyOf(a)
 	if !slices.Contains(fams, f) {
 		return fmt.Sprintf("the Service no longer has IP family %s", f), true
@@ -231,25 +231,25 @@ func (c *Controller) judgeLocked(svc *v1.Service, a netip.Addr, fams []addrpool.
 		return "the IPAddressPool API is not available or not synced", false
 	}
 	if name := strings.TrimSpace(svc.Annotations[AnnotationAddressPool]); name != "" {
-		pi := c.poolInfo[name]
+		pi := s.pools[name]
 		switch {
 		case pi == nil:
 			return fmt.Sprintf("pool %s named by the Service does not exist", name), false
 		case !pi.valid:
 			return fmt.Sprintf("pool %s named by the Service is not valid", name), false
 		}
-		if p, ok := c.alloc.Pool(name); !ok || !p.Contains(a) {
+		if p, ok := s.alloc.Pool(name); !ok || !p.Contains(a) {
 			return fmt.Sprintf("the Service asks for pool %s, which does not contain it", name), true
 		}
 		if !pi.admits(svc, nsLabels) {
 			return fmt.Sprintf("pool %s does not admit this Service", name), true
 		}
-		c.origin[a] = name
+		s.origin[a] = name
 		return "", false
 	}
-	admitting := c.poolsContainingLocked(svc, a, nsLabels)
+	admitting := s.admittingPoolsContaining(svc, a, nsLabels)
 	if len(admitting) > 0 {
-		c.origin[a] = admitting[0]
+		s.origin[a] = admitting[0]
 		if reqErr == nil && wanted {
 			return "", false
 		}
@@ -265,15 +265,15 @@ func (c *Controller) judgeLocked(svc *v1.Service, a netip.Addr, fams []addrpool.
 		}
 		return fmt.Sprintf("pool %s no longer assigns it automatically and others do", admitting[0]), true
 	}
-	if p := c.validPoolContainingLocked(a); p != "" {
-		c.origin[a] = p
+	if p := s.validPoolContaining(a); p != "" {
+		s.origin[a] = p
 		return fmt.Sprintf("pool %s does not admit this Service", p), true
 	}
-	origin := c.origin[a]
+	origin := s.origin[a]
 	if origin == "" {
 		return "no pool is known to have contained it", false
 	}
-	pi := c.poolInfo[origin]
+	pi := s.pools[origin]
 	switch {
 	case pi == nil:
 		return fmt.Sprintf("its pool %s was deleted", origin), false
@@ -283,83 +283,49 @@ func (c *Controller) judgeLocked(svc *v1.Service, a netip.Addr, fams []addrpool.
 	return fmt.Sprintf("pool %s no longer contains it", origin), true
 }
 
-// validPoolContainingLocked returns the first valid pool (by name) containing a, or "".
-func (c *Controller) validPoolContainingLocked(a netip.Addr) string {
-	for _, name := range slices.Sorted(maps.Keys(c.poolInfo)) {
-		if !c.poolInfo[name].valid {
-			continue
-		}
-		if p, ok := c.alloc.Pool(name); ok && p.Contains(a) {
-			return name
-		}
-	}
-	return ""
-}
-
-// poolsContainingLocked returns the valid pools admitting svc that contain a.
-func (c *Controller) poolsContainingLocked(svc *v1.Service, a netip.Addr, nsLabels labels.Set) []string {
+// admittingPoolsContaining returns the valid pools admitting svc that contain a.
+func (s *allocations) admittingPoolsContaining(svc *v1.Service, a netip.Addr, nsLabels labels.Set) []string {
 	var out []string
-	for _, name := range admittingPoolsFor(c.poolInfo, svc, nsLabels) {
-		if p, ok := c.alloc.Pool(name); ok && p.Contains(a) {
+	for _, name := range admittingPoolsFor(s.pools, svc, nsLabels) {
+		if p, ok := s.alloc.Pool(name); ok && p.Contains(a) {
 			out = append(out, name)
 		}
 	}
 	return out
 }
 
-func (c *Controller) unpendLocked(key string) {
-	if c.pending[key] {
-		delete(c.pending, key)
-		c.metrics.pending.Set(float64(len(c.pending)))
+// stopWaitingLocked takes key off the list of Services waiting for an address.
+func (c *Controller) stopWaitingLocked(key string) {
+	if c.state.stopWaiting(key) {
+		c.metrics.pending.Set(float64(len(c.state.pending)))
 	}
 }
 
-// wakePendingLocked queues every Service waiting for an address: one has just freed up, or
-// pools changed.
-func (c *Controller) wakePendingLocked() {
-	for k := range c.pending {
+// retryWaitingLocked queues every Service waiting for an address: one has just freed up,
+// or pools changed.
+func (c *Controller) retryWaitingLocked() {
+	for _, k := range c.state.waiting() {
 		c.queue.Add(k)
 	}
-	c.metrics.pending.Set(float64(len(c.pending)))
+	c.metrics.pending.Set(float64(len(c.state.pending)))
 }
 
 // allocationChangedLocked schedules pool status updates and refreshes the gauges.
 func (c *Controller) allocationChangedLocked() {
-	for name := range c.poolInfo {
+	for _, name := range c.state.poolNames() {
 		c.poolQueue.AddAfter(name, c.opts.PoolStatusDelay)
 	}
 	c.updateGaugesLocked()
 }
 
 func (c *Controller) updateGaugesLocked() {
-	var s addrpool.Stats
-	for name, pi := range c.poolInfo {
-		if !pi.valid {
-			continue
-		}
-		ps := c.alloc.Stats(name)
-		s.AssignedIPv4 += ps.AssignedIPv4
-		s.AvailableIPv4 += ps.AvailableIPv4
-		s.AssignedIPv6 += ps.AssignedIPv6
-		s.AvailableIPv6 = addSat(s.AvailableIPv6, ps.AvailableIPv6)
-	}
-	c.metrics.assigned.WithLabelValues("IPv4").Set(float64(s.AssignedIPv4))
-	c.metrics.assigned.WithLabelValues("IPv6").Set(float64(s.AssignedIPv6))
-	c.metrics.available.WithLabelValues("IPv4").Set(float64(s.AvailableIPv4))
-	c.metrics.available.WithLabelValues("IPv6").Set(float64(s.AvailableIPv6))
-	c.metrics.pending.Set(float64(len(c.pending)))
-	n := 0
-	for _, m := range c.unverified {
-		n += len(m)
-	}
-	c.metrics.unverified.Set(float64(n))
-}
-
-func addSat(x, y int64) int64 {
-	if x > (1<<63-1)-y {
-		return 1<<63 - 1
-	}
-	return x + y
+	t := c.state.totals()
+	c.metrics.assigned.WithLabelValues("IPv4").Set(float64(t.stats.AssignedIPv4))
+	c.metrics.assigned.WithLabelValues("IPv6").Set(float64(t.stats.AssignedIPv6))
+	c.metrics.available.WithLabelValues("IPv4").Set(float64(t.stats.AvailableIPv4))
+	c.metrics.available.WithLabelValues("IPv6").Set(float64(t.stats.AvailableIPv6))
+	c.metrics.pending.Set(float64(t.pending))
+	c.metrics.unverified.Set(float64(t.unverified))
 }
 
 func (c *Controller) namespaceLabels(name string) labels.Set {

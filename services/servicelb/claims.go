@@ -2,6 +2,7 @@ package servicelb
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kcm-split/kcm-split/services/servicelb/addrpool"
+	"github.com/kcm-split/kcm-split/shared/ipclaim"
 )
 
 // Address claims.
@@ -37,6 +39,10 @@ import (
 // name and a parentRef with resource and name, and nothing about ServiceCIDRs. The ServiceCIDR
 // controller only looks at IPAddresses inside a ServiceCIDR being deleted. So claims outside
 // every ServiceCIDR are left alone and raise no Events.
+//
+// The protocol (create, taken detection, UID-conditioned delete, sweep) is shared/ipclaim's,
+// shared with nodelifecycle's IPAM; what a claim's owner is, when it is an orphan, and the
+// Events and metrics are this file's.
 const (
 	// ClaimManagedBy is the ipaddress.kubernetes.io/managed-by label value of our claims.
 	ClaimManagedBy = "service-lb-controller.kcm-split.io"
@@ -67,14 +73,14 @@ func (c *Controller) onClaimDelete(obj any) {
 	if parent := claimParent(ip); parent != "" {
 		c.queue.Add(parent)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if a, err := netip.ParseAddr(ip.Name); err == nil && c.alloc.ReleaseAddr(takenKey(a), a) {
-		c.forgetAddrLocked(a)
+	c.state.mu.Lock()
+	defer c.state.mu.Unlock()
+	if a, err := netip.ParseAddr(ip.Name); err == nil && c.state.alloc.ReleaseAddr(takenKey(a), a) {
+		c.state.forgetAddr(a)
 		c.allocationChangedLocked()
 	}
-	if len(c.pending) > 0 {
-		c.wakePendingLocked()
+	if len(c.state.pending) > 0 {
+		c.retryWaitingLocked()
 	}
 }
 
@@ -86,18 +92,17 @@ const takenPrefix = "claimed/"
 func takenKey(a netip.Addr) string { return takenPrefix + a.String() }
 
 // claimSelector selects our claims.
-func claimSelector() labels.Selector {
-	return labels.SelectorFromSet(labels.Set{networkingv1.LabelManagedBy: ClaimManagedBy})
-}
+func claimSelector() labels.Selector { return ipclaim.Selector(ClaimManagedBy) }
 
-func claimName(a netip.Addr) string { return a.String() }
+func claimName(a netip.Addr) string { return ipclaim.Name(a) }
 
+// claimParent is the key of the Service the claim names, or "".
 func claimParent(ip *networkingv1.IPAddress) string {
-	ref := ip.Spec.ParentRef
-	if ref == nil || ref.Group != "" || ref.Resource != "services" {
+	ns, name, ok := ipclaim.Parent(ip, "services")
+	if !ok {
 		return ""
 	}
-	return ref.Namespace + "/" + ref.Name
+	return ns + "/" + name
 }
 
 // claimedFor returns the addresses this controller's claims (in its cache) hold for svc
@@ -126,19 +131,11 @@ func newClaim(svc *v1.Service, a netip.Addr, pool string) *networkingv1.IPAddres
 	if addrpool.FamilyOf(a) == addrpool.IPv6 {
 		fam = v1.IPv6Protocol
 	}
-	ip := &networkingv1.IPAddress{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: claimName(a),
-			Labels: map[string]string{
-				networkingv1.LabelManagedBy:       ClaimManagedBy,
-				networkingv1.LabelIPAddressFamily: string(fam),
-			},
-			Annotations: map[string]string{AnnotationClaimServiceUID: string(svc.UID)},
-		},
-		Spec: networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{
-			Resource: "services", Namespace: svc.Namespace, Name: svc.Name,
-		}},
-	}
+	ip := ipclaim.Object(claimName(a), ClaimManagedBy, networkingv1.ParentReference{
+		Resource: "services", Namespace: svc.Namespace, Name: svc.Name,
+	})
+	ip.Labels[networkingv1.LabelIPAddressFamily] = string(fam)
+	ip.Annotations[AnnotationClaimServiceUID] = string(svc.UID)
 	if pool != "" {
 		ip.Annotations[AnnotationClaimPool] = pool
 	}
@@ -178,25 +175,24 @@ func (c *Controller) ensureClaim(ctx context.Context, svc *v1.Service, a netip.A
 	if cur, err := c.claims.Get(claimName(a)); shown && err == nil && claimMayUse(cur, svc) {
 		return nil
 	}
-	_, err := c.client.NetworkingV1().IPAddresses().Create(ctx, newClaim(svc, a, pool), metav1.CreateOptions{})
-	if err == nil {
+	res, err := ipclaim.Claim(ctx, c.client.NetworkingV1().IPAddresses(), newClaim(svc, a, pool), func(cur *networkingv1.IPAddress) bool {
+		return claimMayUse(cur, svc)
+	})
+	var readErr *ipclaim.ReadError
+	switch {
+	case errors.Is(err, ipclaim.ErrVanished):
+		return fmt.Errorf("claiming %s: the claim disappeared while being read; retrying", a)
+	case errors.As(err, &readErr):
+		return fmt.Errorf("reading the claim of %s: %w", a, readErr.Err)
+	case err != nil:
+		return fmt.Errorf("claiming %s: %w", a, err)
+	case res.Created:
 		klog.FromContext(ctx).V(2).Info("Claimed address", "address", a)
 		return nil
-	}
-	if !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("claiming %s: %w", a, err)
-	}
-	// The cache had no usable claim; ask the API server which one exists.
-	cur, err := c.client.NetworkingV1().IPAddresses().Get(ctx, claimName(a), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return fmt.Errorf("claiming %s: the claim disappeared while being read; retrying", a)
-	}
-	if err != nil {
-		return fmt.Errorf("reading the claim of %s: %w", a, err)
-	}
-	if claimMayUse(cur, svc) {
+	case !res.Taken:
 		return nil
 	}
+	cur := res.Object
 	owner := claimParent(cur)
 	if owner == "" {
 		owner = "<not a Service: " + cur.Labels[networkingv1.LabelManagedBy] + ">"
@@ -209,21 +205,10 @@ func (c *Controller) ensureClaim(ctx context.Context, svc *v1.Service, a netip.A
 // with the claim's UID as a precondition so that a claim made meanwhile for another Service
 // is never deleted.
 func (c *Controller) deleteClaim(ctx context.Context, key string, a netip.Addr, uid types.UID) error {
-	cur, err := c.client.NetworkingV1().IPAddresses().Get(ctx, claimName(a), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if cur.Labels[networkingv1.LabelManagedBy] != ClaimManagedBy || claimParent(cur) != key || (uid != "" && cur.UID != uid) {
-		return nil
-	}
-	err = c.client.NetworkingV1().IPAddresses().Delete(ctx, cur.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &cur.UID}})
-	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-		return nil
-	}
-	if err == nil {
+	o, err := ipclaim.DeleteIfMine(ctx, c.client.NetworkingV1().IPAddresses(), claimName(a), func(cur *networkingv1.IPAddress) bool {
+		return ipclaim.ManagedBy(cur, ClaimManagedBy) && claimParent(cur) == key && (uid == "" || cur.UID == uid)
+	})
+	if o == ipclaim.Deleted {
 		klog.FromContext(ctx).V(2).Info("Released address claim", "address", a, "service", key)
 	}
 	return err
@@ -238,67 +223,77 @@ func (c *Controller) sweepClaims(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	for _, claim := range all {
-		if time.Since(claim.CreationTimestamp.Time) < claimGrace {
-			continue
-		}
-		a, err := netip.ParseAddr(claim.Name)
-		if err != nil {
-			continue
-		}
-		parent := claimParent(claim)
-		c.mu.Lock()
-		var others []string
-		for _, h := range c.alloc.Holders(a) {
-			if h != parent && !strings.HasPrefix(h, takenPrefix) {
-				others = append(others, h)
+	_ = ipclaim.Sweep(ctx, c.client.NetworkingV1().IPAddresses(), all,
+		func(claim *networkingv1.IPAddress) (string, types.UID) { return claim.Name, claim.UID },
+		c.orphanReason,
+		func(claim *networkingv1.IPAddress, why string, o ipclaim.Outcome, err error) error {
+			a, _ := netip.ParseAddr(claim.Name)
+			parent := claimParent(claim)
+			if o == ipclaim.Failed {
+				logger.Error(err, "Cannot delete orphan address claim", "address", a, "service", parent)
+				return nil
 			}
-		}
-		c.mu.Unlock()
-		if len(others) > 0 || parent == "" {
-			continue // a sharing Service still shows it, or not a claim of ours to judge
-		}
-		ns, name, _ := cache.SplitMetaNamespaceKey(parent)
-		svc, err := c.client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
-		why := ""
-		switch {
-		case apierrors.IsNotFound(err):
-			why = "its Service no longer exists"
-		case err != nil:
-			continue
-		case claim.Annotations[AnnotationClaimServiceUID] != "" && string(svc.UID) != claim.Annotations[AnnotationClaimServiceUID]:
-			why = "its Service was deleted and re-created"
-		case !handles(svc, c.opts.LoadBalancerClass) && !containsAddr(statusAddrs(svc), a) && !hasFinalizer(svc):
-			// While the cleanup finalizer is on, the claim is what tells the Service's
-			// cleanup that the finalizer is this controller's to remove; it deletes the
-			// claim itself.
-			why = "its Service no longer wants a load balancer of this controller"
-		case handles(svc, c.opts.LoadBalancerClass) && !containsAddr(statusAddrs(svc), a) && c.holdsOther(parent, a):
-			why = "its Service holds another address of that family"
-		default:
-			continue
-		}
-		err = c.client.NetworkingV1().IPAddresses().Delete(ctx, claim.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &claim.UID}})
-		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			logger.Error(err, "Cannot delete orphan address claim", "address", a, "service", parent)
-			continue
-		}
-		logger.Info("Deleted orphan address claim", "address", a, "service", parent, "reason", why)
-		c.recorder.Eventf(claim, v1.EventTypeNormal, ReasonClaimReleased, "Deleted the claim of %s for Service %s: %s", a, parent, why)
-		if apierrors.IsNotFound(err) || why == "its Service no longer exists" {
-			c.mu.Lock()
-			c.alloc.ReleaseAddr(parent, a)
-			c.forgetAddrLocked(a)
-			c.mu.Unlock()
+			logger.Info("Deleted orphan address claim", "address", a, "service", parent, "reason", why)
+			c.recorder.Eventf(claim, v1.EventTypeNormal, ReasonClaimReleased, "Deleted the claim of %s for Service %s: %s", a, parent, why)
+			if o == ipclaim.AlreadyGone || why == whyServiceGone {
+				c.state.mu.Lock()
+				c.state.alloc.ReleaseAddr(parent, a)
+				c.state.forgetAddr(a)
+				c.state.mu.Unlock()
+			}
+			return nil
+		})
+}
+
+const whyServiceGone = "its Service no longer exists"
+
+// orphanReason says why claim is an orphan, verified by a live read of its Service: ok is
+// false when it is not (or not yet, or cannot be told now), and the sweep keeps it.
+func (c *Controller) orphanReason(ctx context.Context, claim *networkingv1.IPAddress) (why string, ok bool, _ error) {
+	if time.Since(claim.CreationTimestamp.Time) < claimGrace {
+		return "", false, nil
+	}
+	a, err := netip.ParseAddr(claim.Name)
+	if err != nil {
+		return "", false, nil
+	}
+	parent := claimParent(claim)
+	c.state.mu.Lock()
+	var others []string
+	for _, h := range c.state.alloc.Holders(a) {
+		if h != parent && !strings.HasPrefix(h, takenPrefix) {
+			others = append(others, h)
 		}
 	}
+	c.state.mu.Unlock()
+	if len(others) > 0 || parent == "" {
+		return "", false, nil // a sharing Service still shows it, or not a claim of ours to judge
+	}
+	ns, name, _ := cache.SplitMetaNamespaceKey(parent)
+	svc, err := c.client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return whyServiceGone, true, nil
+	case err != nil:
+		return "", false, nil
+	case claim.Annotations[AnnotationClaimServiceUID] != "" && string(svc.UID) != claim.Annotations[AnnotationClaimServiceUID]:
+		return "its Service was deleted and re-created", true, nil
+	case !handles(svc, c.opts.LoadBalancerClass) && !containsAddr(statusAddrs(svc), a) && !hasFinalizer(svc):
+		// While the cleanup finalizer is on, the claim is what tells the Service's
+		// cleanup that the finalizer is this controller's to remove; it deletes the
+		// claim itself.
+		return "its Service no longer wants a load balancer of this controller", true, nil
+	case handles(svc, c.opts.LoadBalancerClass) && !containsAddr(statusAddrs(svc), a) && c.holdsOther(parent, a):
+		return "its Service holds another address of that family", true, nil
+	}
+	return "", false, nil
 }
 
 // holdsOther reports whether key holds an address of a's family other than a.
 func (c *Controller) holdsOther(key string, a netip.Addr) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, h := range c.alloc.Assigned(key) {
+	c.state.mu.Lock()
+	defer c.state.mu.Unlock()
+	for _, h := range c.state.alloc.Assigned(key) {
 		if h != a && addrpool.FamilyOf(h) == addrpool.FamilyOf(a) {
 			return true
 		}

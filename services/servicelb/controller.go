@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -90,27 +91,12 @@ type Controller struct {
 	nodeQueue *worker.Queue[string]
 	poolQueue *worker.Queue[string]
 
-	// mu guards everything below: allocation decisions are made one at a time, whatever
-	// the number of workers; the API writes that follow are not under it.
-	mu        sync.Mutex
-	alloc     *addrpool.Allocator
-	poolInfo  map[string]*poolInfo
-	pending   map[string]bool   // Services waiting for an address
-	badInput  map[string]string // last invalid request reported per Service, to report it once
-	restored  bool              // allocation state rebuilt from Service status
-	nodeNames []string          // last eligible node set, sorted
-	// origin is the pool each held address was last seen in: a pool that is still valid
-	// but no longer contains it is a verified reason to move it; a deleted or invalid one
-	// is not.
-	origin map[netip.Addr]string
-	// unverified are the addresses kept without a pool vouching for them, per Service,
-	// with the reason.
-	unverified map[string]map[netip.Addr]string
-	// lastWritten is the ingress this controller last wrote per Service; wars track
-	// Services whose status someone else keeps changing away from it.
-	lastWritten map[string][]v1.LoadBalancerIngress
-	wars        map[string]*writeWar
-	now         func() time.Time
+	// state is who holds which address and the bookkeeping around it; its own lock makes
+	// allocation decisions one at a time, whatever the number of workers.
+	state *allocations
+	// nodeSet is the last eligible node set, sorted; nil before the first node sync.
+	nodeSet atomic.Pointer[[]string]
+	now     func() time.Time
 }
 
 // New builds the controller and registers its event handlers; it starts nothing. pools is
@@ -159,16 +145,9 @@ func New(
 			// the default retry cap; the next allocation change queues the pool again.
 			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[string](poolRetryMin, poolRetryMax),
 		}),
-		stale:       writecache.New[*v1.Service](),
-		alloc:       addrpool.New(),
-		poolInfo:    map[string]*poolInfo{},
-		pending:     map[string]bool{},
-		badInput:    map[string]string{},
-		origin:      map[netip.Addr]string{},
-		unverified:  map[string]map[netip.Addr]string{},
-		lastWritten: map[string][]v1.LoadBalancerIngress{},
-		wars:        map[string]*writeWar{},
-		now:         time.Now,
+		stale: writecache.New[*v1.Service](),
+		state: newAllocations(),
+		now:   time.Now,
 	}
 	c.handlers.Add(services.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueueService,
@@ -311,8 +290,8 @@ func (c *Controller) restore(ctx context.Context) {
 		}
 		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
 	})
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.state.mu.Lock()
+	defer c.state.mu.Unlock()
 	n := 0
 	for _, svc := range all {
 		if !handles(svc, c.opts.LoadBalancerClass) {
@@ -321,7 +300,7 @@ func (c *Controller) restore(ctx context.Context) {
 		key := svc.Namespace + "/" + svc.Name
 		props := propsOf(svc)
 		for _, a := range statusAddrs(svc) {
-			if err := c.alloc.Claim(key, a, props); err != nil {
+			if err := c.state.alloc.Claim(key, a, props); err != nil {
 				logger.Info("Address in Service status cannot be kept; the Service will get another", "service", key, "address", a, "err", err)
 				continue
 			}
@@ -335,10 +314,10 @@ func (c *Controller) restore(ctx context.Context) {
 			continue
 		}
 		if pool := claim.Annotations[AnnotationClaimPool]; pool != "" {
-			c.origin[a] = pool
+			c.state.origin[a] = pool
 		}
 		parent := claimParent(claim)
-		if parent == "" || len(c.alloc.Holders(a)) > 0 {
+		if parent == "" || len(c.state.alloc.Holders(a)) > 0 {
 			continue
 		}
 		props := addrpool.Props{SharingKey: claim.Annotations[AnnotationAllowSharedIP]}
@@ -349,21 +328,21 @@ func (c *Controller) restore(ctx context.Context) {
 			}
 			props = propsOf(svc)
 		}
-		if c.alloc.Claim(parent, a, props) == nil {
+		if c.state.alloc.Claim(parent, a, props) == nil {
 			fromClaims++
 			c.queue.Add(parent)
 		}
 	}
-	for _, key := range c.alloc.Keys() {
-		for _, a := range c.alloc.Assigned(key) {
-			if _, ok := c.origin[a]; !ok {
-				if p := c.validPoolContainingLocked(a); p != "" {
-					c.origin[a] = p
+	for _, key := range c.state.alloc.Keys() {
+		for _, a := range c.state.alloc.Assigned(key) {
+			if _, ok := c.state.origin[a]; !ok {
+				if p := c.state.validPoolContaining(a); p != "" {
+					c.state.origin[a] = p
 				}
 			}
 		}
 	}
-	c.restored = true
+	c.state.restored = true
 	logger.Info("Restored address assignments", "fromStatus", n, "fromClaims", fromClaims)
 	c.updateGaugesLocked()
 }
@@ -416,9 +395,9 @@ func (c *Controller) syncService(ctx context.Context, key string) error {
 // deleted only once a live read confirms that the Service is gone (or is a new one of the
 // same name): a cache miss alone never frees an address for other processes.
 func (c *Controller) releaseGone(ctx context.Context, key string) error {
-	c.mu.Lock()
-	held := c.alloc.Assigned(key)
-	c.mu.Unlock()
+	c.state.mu.Lock()
+	held := c.state.alloc.Assigned(key)
+	c.state.mu.Unlock()
 	if len(held) == 0 {
 		c.release(ctx, key)
 		return nil
@@ -455,12 +434,12 @@ func cleanupReason(svc *v1.Service, class string) string {
 // away), then the finalizer removed, and only then are the addresses handed out again and
 // their claims deleted, so two Services never show one address.
 func (c *Controller) cleanup(ctx context.Context, key string, svc *v1.Service) error {
-	c.mu.Lock()
-	heldAddrs := c.alloc.Assigned(key)
+	c.state.mu.Lock()
+	heldAddrs := c.state.alloc.Assigned(key)
 	held := len(heldAddrs) > 0
-	c.unpendLocked(key)
-	delete(c.badInput, key)
-	c.mu.Unlock()
+	c.stopWaitingLocked(key)
+	delete(c.state.badInput, key)
+	c.state.mu.Unlock()
 	why := cleanupReason(svc, c.opts.LoadBalancerClass)
 	// Our finalizer on a Service of another class belongs to that class's controller. A
 	// Service whose type changed while no controller ran has lost its class too (the
@@ -491,13 +470,13 @@ func (c *Controller) cleanup(ctx context.Context, key string, svc *v1.Service) e
 		return fmt.Errorf("removing load balancer cleanup finalizer: %w", err)
 	}
 	freed := c.release(ctx, key)
-	c.mu.Lock()
+	c.state.mu.Lock()
 	for _, a := range claimed {
-		if len(c.alloc.Holders(a)) == 0 { // a Service sharing it keeps the claim
+		if len(c.state.alloc.Holders(a)) == 0 { // a Service sharing it keeps the claim
 			freed = append(freed, a)
 		}
 	}
-	c.mu.Unlock()
+	c.state.mu.Unlock()
 	c.deleteClaims(ctx, key, freed)
 	c.metrics.lbSync.Inc()
 	if held {
@@ -518,35 +497,26 @@ func joinAddrs(as []netip.Addr) string {
 // release forgets key's addresses and, when that freed any, retries the Services waiting.
 // It returns the addresses nobody holds any more.
 func (c *Controller) release(ctx context.Context, key string) []netip.Addr {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.unpendLocked(key)
-	delete(c.badInput, key)
-	delete(c.unverified, key)
-	delete(c.lastWritten, key)
-	delete(c.wars, key)
-	held := c.alloc.Assigned(key)
+	c.state.mu.Lock()
+	defer c.state.mu.Unlock()
+	if c.state.forgetService(key) {
+		c.metrics.pending.Set(float64(len(c.state.pending)))
+	}
+	held := c.state.alloc.Assigned(key)
 	if len(held) == 0 {
 		c.updateGaugesLocked()
 		return nil
 	}
-	freed := c.alloc.Release(key)
+	freed := c.state.alloc.Release(key)
 	for _, a := range freed {
-		c.forgetAddrLocked(a)
+		c.state.forgetAddr(a)
 	}
 	klog.FromContext(ctx).V(2).Info("Released addresses", "service", key, "addresses", held)
 	c.allocationChangedLocked()
 	// Even an address that stays shared by others may now suit a waiting Service (a port
 	// conflict gone), so every release retries them.
-	c.wakePendingLocked()
+	c.retryWaitingLocked()
 	return freed
-}
-
-// forgetAddrLocked drops what is known about an address nobody holds.
-func (c *Controller) forgetAddrLocked(a netip.Addr) {
-	if len(c.alloc.Holders(a)) == 0 {
-		delete(c.origin, a)
-	}
 }
 
 // deleteClaims deletes key's claims of addresses released for a verified reason. A failure
@@ -642,9 +612,9 @@ func (c *Controller) ensure(ctx context.Context, key string, svc *v1.Service) er
 			c.rollback(key, svc)
 			return fmt.Errorf("updating load balancer status: %w", err)
 		}
-		c.mu.Lock()
-		c.lastWritten[key] = slices.Clone(plan.ingress)
-		c.mu.Unlock()
+		c.state.mu.Lock()
+		c.state.lastWritten[key] = slices.Clone(plan.ingress)
+		c.state.mu.Unlock()
 		logger.V(2).Info("Updated load balancer status", "addresses", plan.describe())
 		c.metrics.lbSync.Inc()
 	}
@@ -663,9 +633,9 @@ func (c *Controller) ensure(ctx context.Context, key string, svc *v1.Service) er
 // claimed for svc: another process (a split brain) assigned them. Taking them over ends the
 // disagreement instead of overwriting each other.
 func (c *Controller) adoptable(ctx context.Context, key string, svc *v1.Service) ([]netip.Addr, error) {
-	c.mu.Lock()
-	held := c.alloc.Assigned(key)
-	c.mu.Unlock()
+	c.state.mu.Lock()
+	held := c.state.alloc.Assigned(key)
+	c.state.mu.Unlock()
 	var out []netip.Addr
 	for _, a := range statusAddrs(svc) {
 		if containsAddr(held, a) {
@@ -698,22 +668,22 @@ func (c *Controller) claimAll(ctx context.Context, key string, svc *v1.Service, 
 		if err != nil {
 			continue
 		}
-		c.mu.Lock()
-		pool := c.origin[a]
-		c.mu.Unlock()
+		c.state.mu.Lock()
+		pool := c.state.origin[a]
+		c.state.mu.Unlock()
 		err = c.ensureClaim(ctx, svc, a, pool, containsAddr(shown, a))
 		var taken *claimTakenError
 		if errors.As(err, &taken) {
-			c.mu.Lock()
-			c.alloc.ReleaseAddr(key, a)
+			c.state.mu.Lock()
+			c.state.alloc.ReleaseAddr(key, a)
 			// Reserved here until its claim is deleted, so the next choice is another
 			// address; the owner's sync takes it over if it shows it.
-			_ = c.alloc.Claim(takenKey(a), a, addrpool.Props{SharingKey: taken.key})
+			_ = c.state.alloc.Claim(takenKey(a), a, addrpool.Props{SharingKey: taken.key})
 			if ns, _, err := cache.SplitMetaNamespaceKey(taken.owner); err == nil && ns != "" {
 				c.queue.Add(taken.owner)
 			}
 			c.allocationChangedLocked()
-			c.mu.Unlock()
+			c.state.mu.Unlock()
 		}
 		if err != nil {
 			return err
@@ -729,11 +699,11 @@ func (c *Controller) claimAll(ctx context.Context, key string, svc *v1.Service, 
 // other process showed; a claim left unused is deleted by the sweep.
 func (c *Controller) rollback(key string, svc *v1.Service) {
 	shown := statusAddrs(svc)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, a := range c.alloc.Assigned(key) {
-		if !containsAddr(shown, a) && c.alloc.ReleaseAddr(key, a) {
-			c.forgetAddrLocked(a)
+	c.state.mu.Lock()
+	defer c.state.mu.Unlock()
+	for _, a := range c.state.alloc.Assigned(key) {
+		if !containsAddr(shown, a) && c.state.alloc.ReleaseAddr(key, a) {
+			c.state.forgetAddr(a)
 		}
 	}
 	c.allocationChangedLocked()

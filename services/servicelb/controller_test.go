@@ -89,7 +89,7 @@ func TestOtherClassAndOtherTypesUntouched(t *testing.T) {
 			t.Fatalf("%s: err %v writes %v", n, err, f.writes())
 		}
 	}
-	if held := f.c.alloc.Keys(); len(held) != 0 {
+	if held := f.c.state.alloc.Keys(); len(held) != 0 {
 		t.Fatalf("allocator holds %v", held)
 	}
 }
@@ -170,8 +170,8 @@ func TestDeletionWithFinalizer(t *testing.T) {
 	if got := f.writes(); !slices.Equal(got, []string{"patch a"}) {
 		t.Fatalf("writes = %v", got)
 	}
-	if len(f.c.alloc.Keys()) != 0 {
-		t.Fatalf("still held: %v", f.c.alloc.Keys())
+	if len(f.c.state.alloc.Keys()) != 0 {
+		t.Fatalf("still held: %v", f.c.state.alloc.Keys())
 	}
 }
 
@@ -181,7 +181,7 @@ func TestRestoreKeepsStatusAndOlderWins(t *testing.T) {
 	f := newFixture(t, testOptions(), old, young, lb("new"))
 	f.pool("p", []string{"192.0.2.5-192.0.2.6"})
 	f.c.restore(context.Background())
-	if got := f.c.alloc.Keys(); !slices.Equal(got, []string{testNS + "/old"}) {
+	if got := f.c.state.alloc.Keys(); !slices.Equal(got, []string{testNS + "/old"}) {
 		t.Fatalf("restored %v, want only the older holder", got)
 	}
 	if err := f.sync("old"); err != nil || len(f.writes()) != 0 {
@@ -262,8 +262,8 @@ func TestRequireDualStackHoldsNothingWhilePending(t *testing.T) {
 	if err := f.sync("ds"); err != nil {
 		t.Fatal(err)
 	}
-	if got := ips(f.stored("ds")); len(got) != 0 || len(f.c.alloc.Keys()) != 0 {
-		t.Fatalf("ds got %v, allocator %v: a RequireDualStack Service without IPv6 must hold nothing", got, f.c.alloc.Keys())
+	if got := ips(f.stored("ds")); len(got) != 0 || len(f.c.state.alloc.Keys()) != 0 {
+		t.Fatalf("ds got %v, allocator %v: a RequireDualStack Service without IPv6 must hold nothing", got, f.c.state.alloc.Keys())
 	}
 	if err := f.sync("pref"); err != nil {
 		t.Fatal(err)
@@ -329,8 +329,8 @@ func TestNodeSet(t *testing.T) {
 	if err := f.c.syncNodes(context.Background(), nodeSetKey); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(f.c.nodeNames, []string{"node-1", "nx"}) {
-		t.Fatalf("node set %v", f.c.nodeNames)
+	if !slices.Equal(f.c.lastNodeSet(), []string{"node-1", "nx"}) {
+		t.Fatalf("node set %v", f.c.lastNodeSet())
 	}
 	if testutil.ToFloat64(f.c.metrics.nodes) != 2 {
 		t.Fatal("eligible nodes gauge not set")

@@ -69,9 +69,9 @@ func (c *Controller) onNamespaceUpdate(oldObj, newObj any) {
 	if !okOld || !okCur || maps.Equal(old.Labels, cur.Labels) {
 		return
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.wakePendingLocked()
+	c.state.mu.Lock()
+	defer c.state.mu.Unlock()
+	c.retryWaitingLocked()
 }
 
 // onPoolUpdate refreshes the pools when a spec changed; status writes (ours), metadata edits
@@ -148,10 +148,10 @@ func (c *Controller) syncNodes(ctx context.Context, _ string) error {
 		}
 	}
 	slices.Sort(names)
-	c.mu.Lock()
-	before := c.nodeNames
-	c.nodeNames = names
-	c.mu.Unlock()
+	var before []string
+	if prev := c.nodeSet.Swap(&names); prev != nil {
+		before = *prev
+	}
 	c.metrics.nodes.Set(float64(len(names)))
 	if !slices.Equal(before, names) {
 		klog.FromContext(ctx).V(2).Info("Eligible node set changed", "nodes", len(names), "before", len(before))
@@ -186,13 +186,18 @@ func (c *Controller) hostsChanged(hosts int) {
 	}
 }
 
+// lastNodeSet is the eligible node set of the last node sync, or nil.
+func (c *Controller) lastNodeSet() []string {
+	if p := c.nodeSet.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
 // nodeCount is the size of the last eligible node set, or of the current one before the
 // first node sync ran.
 func (c *Controller) nodeCount() int {
-	c.mu.Lock()
-	n := c.nodeNames
-	c.mu.Unlock()
-	if n != nil {
+	if n := c.lastNodeSet(); n != nil {
 		return len(n)
 	}
 	all, err := c.nodes.List(labels.Everything())

@@ -41,12 +41,12 @@ func (c *Controller) refreshPools() {
 			pools = append(pools, pi.pool)
 		}
 	}
-	c.mu.Lock()
-	c.poolInfo = infos
-	c.alloc.SetPools(pools)
-	restored := c.restored
+	c.state.mu.Lock()
+	c.state.pools = infos
+	c.state.alloc.SetPools(pools)
+	restored := c.state.restored
 	c.allocationChangedLocked()
-	c.mu.Unlock()
+	c.state.mu.Unlock()
 	if !restored {
 		return // Run queues nothing before the restore; the informers' adds queue all.
 	}
@@ -71,10 +71,10 @@ func (c *Controller) syncPoolStatus(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	c.mu.Lock()
-	pi := c.poolInfo[name]
-	stats := c.alloc.Stats(name)
-	c.mu.Unlock()
+	c.state.mu.Lock()
+	pi := c.state.pools[name]
+	stats := c.state.alloc.Stats(name)
+	c.state.mu.Unlock()
 	if pi == nil {
 		return nil
 	}

@@ -25,9 +25,13 @@ package ipam
 // its own UID as precondition, only when the Node is verified gone by a live read (NotFound,
 // or a Node of that name with another UID), or when the Node has other ranges, which can
 // never change once set. A miss in this process's cache is never enough.
+//
+// The protocol (create, taken detection, UID-conditioned delete, sweep) is shared/ipclaim's,
+// shared with service-lb-controller; what a claim's owner is and when it is stale stay here.
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -36,10 +40,11 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/kcm-split/kcm-split/shared/ipclaim"
 )
 
 const (
@@ -60,9 +65,7 @@ const (
 
 // ClaimSelector selects the claims of every nodelifecycle-controller: the informer lists
 // only these.
-func ClaimSelector() string {
-	return labels.Set{networkingv1.LabelManagedBy: ClaimManager}.String()
-}
+func ClaimSelector() string { return ipclaim.Selector(ClaimManager).String() }
 
 // claim is one IPAddress claiming a range for a Node.
 type claim struct {
@@ -74,7 +77,7 @@ type claim struct {
 }
 
 // claimName is the IPAddress name for r: its network address, canonical.
-func claimName(r netip.Prefix) string { return r.Masked().Addr().String() }
+func claimName(r netip.Prefix) string { return ipclaim.Name(r.Masked().Addr()) }
 
 func (cl claim) is(node string, uid types.UID, r netip.Prefix) bool {
 	return cl.node == node && cl.nodeUID == uid && cl.r == r
@@ -82,30 +85,24 @@ func (cl claim) is(node string, uid types.UID, r netip.Prefix) bool {
 
 // newClaimObject is the IPAddress claiming r for node.
 func newClaimObject(r netip.Prefix, node *v1.Node) *networkingv1.IPAddress {
-	return &networkingv1.IPAddress{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: claimName(r),
-			Labels: map[string]string{
-				networkingv1.LabelManagedBy: ClaimManager,
-				LabelClaimNodeUID:           string(node.UID),
-			},
-			Annotations: map[string]string{AnnotationClaimRange: r.String()},
-		},
-		Spec: networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{Group: "", Resource: "nodes", Name: node.Name}},
-	}
+	ip := ipclaim.Object(claimName(r), ClaimManager, networkingv1.ParentReference{Group: "", Resource: "nodes", Name: node.Name})
+	ip.Labels[LabelClaimNodeUID] = string(node.UID)
+	ip.Annotations[AnnotationClaimRange] = r.String()
+	return ip
 }
 
 // claimFrom reads a claim; ok is false for an IPAddress that is not one of ours or is
 // malformed (its range then cannot be known).
 func claimFrom(ip *networkingv1.IPAddress) (claim, bool) {
-	if ip.Labels[networkingv1.LabelManagedBy] != ClaimManager || ip.Spec.ParentRef == nil || ip.Spec.ParentRef.Resource != "nodes" {
+	_, node, ok := ipclaim.Parent(ip, "nodes")
+	if !ipclaim.ManagedBy(ip, ClaimManager) || !ok {
 		return claim{}, false
 	}
 	r, err := netip.ParsePrefix(ip.Annotations[AnnotationClaimRange])
 	if err != nil || claimName(r) != ip.Name {
 		return claim{}, false
 	}
-	return claim{name: ip.Name, uid: ip.UID, r: r.Masked(), node: ip.Spec.ParentRef.Name, nodeUID: types.UID(ip.Labels[LabelClaimNodeUID])}, true
+	return claim{name: ip.Name, uid: ip.UID, r: r.Masked(), node: node, nodeUID: types.UID(ip.Labels[LabelClaimNodeUID])}, true
 }
 
 // onClaim records a claim seen by the informer. One not backed by a holding of this process
@@ -233,33 +230,29 @@ func (c *Controller) claimRanges(ctx context.Context, node *v1.Node, ranges []ne
 		if mine {
 			continue
 		}
-		created, err := c.client.NetworkingV1().IPAddresses().Create(ctx, newClaimObject(r, node), metav1.CreateOptions{})
-		if err == nil {
-			cl, _ := claimFrom(created)
-			c.mu.Lock()
-			c.recordLocked(cl)
-			c.mu.Unlock()
-			continue
-		}
-		if !apierrors.IsAlreadyExists(err) {
+		// An AlreadyExists may be this Node's own claim: an earlier try whose answer was
+		// lost, or another allocator working on the same Node.
+		res, err := ipclaim.Claim(ctx, c.client.NetworkingV1().IPAddresses(), newClaimObject(r, node), func(live *networkingv1.IPAddress) bool {
+			cl, ours := claimFrom(live)
+			return ours && cl.is(node.Name, node.UID, r)
+		})
+		var readErr *ipclaim.ReadError
+		switch {
+		case errors.Is(err, ipclaim.ErrVanished):
+			return errTaken // released meanwhile: reserve again, it may be free
+		case errors.As(err, &readErr):
+			return fmt.Errorf("reading the claim of %s: %w", r, readErr.Err)
+		case err != nil:
 			return fmt.Errorf("claiming %s for Node %s: %w", r, node.Name, err)
 		}
-		// Someone holds it. Find out who: it may be this Node's own claim (an earlier try
-		// whose answer was lost, or another allocator working on the same Node).
-		live, err := c.client.NetworkingV1().IPAddresses().Get(ctx, claimName(r), metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return errTaken // released meanwhile: reserve again, it may be free
-		}
-		if err != nil {
-			return fmt.Errorf("reading the claim of %s: %w", r, err)
-		}
-		cl, ours := claimFrom(live)
-		if ours && cl.is(node.Name, node.UID, r) {
+		cl, ours := claimFrom(res.Object)
+		if !res.Taken {
 			c.mu.Lock()
 			c.recordLocked(cl)
 			c.mu.Unlock()
 			continue
 		}
+		live := res.Object
 		if !ours {
 			// An IPAddress of another owner with this name: hold the range for as long as this
 			// process runs. It has no Node to verify, so it is never released here.
@@ -289,7 +282,8 @@ var errTaken = fmt.Errorf("range claimed by someone else")
 // cache is the only witness), or it has other ranges (immutable once set).
 func (c *Controller) collectClaims(ctx context.Context, name string, node *v1.Node) error {
 	c.mu.Lock()
-	var stale, suspect []claim
+	// Those only a live read can judge come first, so that a failed read deletes nothing.
+	var suspect, stale []claim
 	for _, cl := range c.claims {
 		if cl.node != name || cl.node == "" {
 			continue
@@ -302,36 +296,43 @@ func (c *Controller) collectClaims(ctx context.Context, name string, node *v1.No
 		}
 	}
 	c.mu.Unlock()
-	if len(suspect) > 0 {
-		live, err := c.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
-			stale = append(stale, suspect...)
-		case err != nil:
-			return fmt.Errorf("verifying Node %s is gone before releasing its claims: %w", name, err)
-		default:
-			for _, cl := range suspect {
-				if live.UID != cl.nodeUID {
-					stale = append(stale, cl)
-				}
+	var live *v1.Node // read once, for the first suspect
+	liveGone := false
+	nodeGone := func(ctx context.Context, cl claim) (string, bool, error) {
+		if !slices.Contains(suspect, cl) {
+			return "its Node has other ranges", true, nil
+		}
+		if live == nil && !liveGone {
+			n, err := c.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+				liveGone = true
+			case err != nil:
+				return "", false, fmt.Errorf("verifying Node %s is gone before releasing its claims: %w", name, err)
+			default:
+				live = n
 			}
 		}
+		if liveGone || live.UID != cl.nodeUID {
+			return "its Node is gone", true, nil
+		}
+		return "", false, nil
 	}
-	for _, cl := range stale {
-		uid := cl.uid
-		err := c.client.NetworkingV1().IPAddresses().Delete(ctx, cl.name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-		switch {
-		case err == nil, apierrors.IsNotFound(err):
+	released := func(cl claim, _ string, o ipclaim.Outcome, err error) error {
+		switch o {
+		case ipclaim.Deleted, ipclaim.AlreadyGone:
 			klog.FromContext(ctx).V(2).Info("Released the claim of a range its Node cannot get", "node", name, "range", cl.r)
 			c.mu.Lock()
 			wake := c.forgetLocked(cl.name, cl.uid)
 			c.mu.Unlock()
 			c.requeue(wake)
-		case apierrors.IsConflict(err):
+		case ipclaim.Replaced:
 			// Replaced by a new claim meanwhile: the informer brings it.
 		default:
 			return fmt.Errorf("releasing the claim of %s for Node %s: %w", cl.r, name, err)
 		}
+		return nil
 	}
-	return nil
+	return ipclaim.Sweep(ctx, c.client.NetworkingV1().IPAddresses(), append(suspect, stale...),
+		func(cl claim) (string, types.UID) { return cl.name, cl.uid }, nodeGone, released)
 }

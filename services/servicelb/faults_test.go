@@ -81,7 +81,7 @@ func TestUnverifiableAddressIsKept(t *testing.T) {
 			if got := ips(f.stored("web")); !slices.Equal(got, []string{"192.0.2.1"}) {
 				t.Fatalf("status = %v", got)
 			}
-			if got := f.c.alloc.Holders(netipAddr("192.0.2.1")); !slices.Equal(got, []string{testNS + "/web"}) {
+			if got := f.c.state.alloc.Holders(netipAddr("192.0.2.1")); !slices.Equal(got, []string{testNS + "/web"}) {
 				t.Fatalf("holders of the kept address = %v", got)
 			}
 			if v := testutil.ToFloat64(f.c.metrics.unverified); v != 1 {
@@ -254,7 +254,7 @@ func TestStatusConflictRollsBack(t *testing.T) {
 	if !strings.Contains(patch, `"resourceVersion":"1"`) {
 		t.Fatalf("status patch %s carries no resourceVersion precondition", patch)
 	}
-	if held := f.c.alloc.Keys(); len(held) != 0 {
+	if held := f.c.state.alloc.Keys(); len(held) != 0 {
 		t.Fatalf("allocator still holds %v after the failed write", held)
 	}
 	// The claim is the Service's, not this process's: another process may be showing that
@@ -305,7 +305,7 @@ func TestAddressClaimedAndShownByAnotherProcessIsAdopted(t *testing.T) {
 	f.pool("p", []string{"192.0.2.10-192.0.2.20"})
 	f.c.restore(context.Background())
 	// Our choice, claimed but not shown yet (the status write is still to come).
-	if err := f.c.alloc.Claim(testNS+"/web", netipAddr("192.0.2.10"), propsOf(lb("web"))); err != nil {
+	if err := f.c.state.alloc.Claim(testNS+"/web", netipAddr("192.0.2.10"), propsOf(lb("web"))); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.client.NetworkingV1().IPAddresses().Create(context.Background(), newClaim(lb("web"), netipAddr("192.0.2.10"), "p"), metav1.CreateOptions{}); err != nil {
@@ -327,7 +327,7 @@ func TestAddressClaimedAndShownByAnotherProcessIsAdopted(t *testing.T) {
 	if w := f.writes(); len(w) != 0 {
 		t.Fatalf("writes %v: the other process's address was fought over", w)
 	}
-	if got := f.c.alloc.Assigned(testNS + "/web"); len(got) != 1 || got[0].String() != "192.0.2.15" {
+	if got := f.c.state.alloc.Assigned(testNS + "/web"); len(got) != 1 || got[0].String() != "192.0.2.15" {
 		t.Fatalf("web holds %v here", got)
 	}
 	if f.claim("192.0.2.10") != nil {
@@ -391,7 +391,7 @@ func TestOverwrittenStatusBacksOff(t *testing.T) {
 	if perMinute > 4 {
 		t.Fatalf("%d restoring writes in the first minute, want at most 4", perMinute)
 	}
-	// After the cap: one write per warSlow.
+	// After the cap: one write per overwriteSlow.
 	late := 0
 	for _, w := range writesAt {
 		if w >= 5*time.Minute {
@@ -404,8 +404,8 @@ func TestOverwrittenStatusBacksOff(t *testing.T) {
 	if v := testutil.ToFloat64(f.c.metrics.conflicts.WithLabelValues(conflictOverwritten)); int(v) != len(writesAt) {
 		t.Fatalf("overwritten counter %v, restoring writes %d", v, len(writesAt))
 	}
-	// Quiet for longer than warQuiet: a new overwrite is a new episode, with its Event.
-	now = now.Add(warQuiet + time.Minute)
+	// Quiet for longer than overwriteQuiet: a new overwrite is a new episode, with its Event.
+	now = now.Add(overwriteQuiet + time.Minute)
 	_ = f.sync("web") // restores, the other writer has stopped
 	overwrite()
 	_ = f.sync("web")
