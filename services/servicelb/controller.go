@@ -242,26 +242,17 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer c.queue.ShutDown()
 	defer c.nodeQueue.ShutDown()
 	defer c.poolQueue.ShutDown()
-	if err := c.handlers.Err(); err != nil {
-		return fmt.Errorf("registering event handlers: %w", err)
-	}
-	logger := klog.FromContext(ctx)
-	logger.Info("Starting service load balancer controller", "workers", workers, "loadBalancerClass", c.opts.LoadBalancerClass)
-	defer logger.Info("Shutting down service load balancer controller")
-
-	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.handlers.Synced()...) {
+	return c.handlers.RunWhenSynced(ctx, "service load balancer controller", func(ctx context.Context) error {
+		c.refreshPools()
+		c.restore(ctx)
+		var wg sync.WaitGroup
+		wg.Go(func() { wait.UntilWithContext(ctx, c.sweepClaims, claimSweepPeriod) })
+		wg.Go(func() { c.nodeQueue.Run(ctx, 1, c.syncNodes) })
+		wg.Go(func() { c.poolQueue.Run(ctx, 1, c.syncPoolStatus) })
+		c.queue.Run(ctx, workers, c.syncService)
+		wg.Wait()
 		return nil
-	}
-	c.refreshPools()
-	c.restore(ctx)
-
-	var wg sync.WaitGroup
-	wg.Go(func() { wait.UntilWithContext(ctx, c.sweepClaims, claimSweepPeriod) })
-	wg.Go(func() { c.nodeQueue.Run(ctx, 1, c.syncNodes) })
-	wg.Go(func() { c.poolQueue.Run(ctx, 1, c.syncPoolStatus) })
-	c.queue.Run(ctx, workers, c.syncService)
-	wg.Wait()
-	return nil
+	}, "workers", workers, "loadBalancerClass", c.opts.LoadBalancerClass)
 }
 
 // restore rebuilds who holds which address before any new address is handed out, so that a

@@ -201,24 +201,17 @@ func (c *Controller) onUpdate(old, cur any) {
 // restart or a new leader never hands one out again), then assigns ranges until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
 	defer c.queue.ShutDown()
-	if err := c.handlers.Err(); err != nil {
-		return fmt.Errorf("registering event handlers: %w", err)
-	}
-	logger := klog.FromContext(ctx)
 	ranges := make([]string, len(c.families))
 	for i, f := range c.families {
 		ranges[i] = fmt.Sprintf("%s (/%d, %d ranges)", f.label, f.set.MaskSize(), f.set.Size())
 	}
-	logger.Info("Starting range CIDR allocator", "clusterCIDRs", ranges)
-	defer logger.Info("Shutting down range CIDR allocator")
-	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.handlers.Synced()...) {
+	return c.handlers.RunWhenSynced(ctx, "range CIDR allocator", func(ctx context.Context) error {
+		if err := c.rebuild(ctx); err != nil {
+			return err
+		}
+		c.queue.Run(ctx, workers, c.sync)
 		return nil
-	}
-	if err := c.rebuild(ctx); err != nil {
-		return err
-	}
-	c.queue.Run(ctx, workers, c.sync)
-	return nil
+	}, "clusterCIDRs", ranges)
 }
 
 // rebuild marks the ranges of every cached Node used, before any range is handed out. The
