@@ -196,6 +196,17 @@ func events(t *testing.T, c kubernetes.Interface, ns, name string) string {
 	return strings.Join(out, " | ")
 }
 
+// waitMetric waits until the controller exports series with a value of at least atLeast.
+func waitMetric(t *testing.T, ctrl *testenv.Controller, series string, atLeast float64) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return ctrl.Metric(series) >= atLeast, nil
+	})
+	if err != nil {
+		t.Errorf("%s = %v, want >= %v", series, ctrl.Metric(series), atLeast)
+	}
+}
+
 func waitEvent(t *testing.T, c kubernetes.Interface, ns, name, reason string) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
@@ -346,14 +357,25 @@ func TestReclaimPolicies(t *testing.T) {
 	waitPV(t, c, ns+"-ext", "deleted", func(p *corev1.PersistentVolume) bool { return p == nil })
 }
 
+// TestClaimDeletedWhileBinding deletes claims right after creating them, racing the binder's
+// binds. Every PV must end either untouched (Available) or released by its gone claim; none
+// Bound. An untouched PV is also the state before the binder looked, so the wait needs a
+// point after which no bind of a deleted claim can start: a sentinel claim, created after
+// every delete and bound by a binder with one claim worker (a FIFO queue: every deleted
+// claim's sync came first), of a class of its own so that it takes none of the test's PVs.
 func TestClaimDeletedWhileBinding(t *testing.T) {
-	c, ns, _ := withController(t)
+	c, ns, _ := withController(t, "--"+pvbinder.FlagWorkers+"=1")
 	for i := range 20 {
 		createPV(t, c, pv(fmt.Sprintf("%s-%02d", ns, i), ns, "1Gi"))
 		createClaim(t, c, claim(ns, fmt.Sprintf("c%02d", i), ns, "1Gi"))
 		deleteClaim(t, c, ns, fmt.Sprintf("c%02d", i))
 	}
-	// Every PV ends either untouched (Available) or released by its gone claim; none Bound.
+	sentinelClass := ns + "-sentinel"
+	createPV(t, c, pv(ns+"-sentinel", sentinelClass, "1Gi"))
+	createClaim(t, c, claim(ns, "sentinel", sentinelClass, "1Gi"))
+	waitClaim(t, c, ns, "sentinel", "Bound", boundTo(ns+"-sentinel"))
+	// A PV written by a bind of a deleted claim is Bound until the volume sync releases it:
+	// wait for that; an Available PV without a claimRef stays so from here.
 	for i := range 20 {
 		name := fmt.Sprintf("%s-%02d", ns, i)
 		waitPV(t, c, name, "Available or Released", func(p *corev1.PersistentVolume) bool {
