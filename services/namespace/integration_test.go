@@ -288,7 +288,7 @@ func TestDeletion(t *testing.T) {
 		deleteNamespace(t, client, ns)
 		waitGone(t, client, ns)
 		// The namespace can only go once the controller finalized it, and it does that
-		// only after a pass found nothing left; check the CRD objects anyway, as they are
+		// only after a sync found nothing left; check the CRD objects anyway, as they are
 		// the ones only discovery can find.
 		left, err := dynamicClient(t).Resource(widgets).Namespace(ns).List(context.Background(), metav1.ListOptions{})
 		if err != nil {
@@ -317,7 +317,7 @@ func TestDeletion(t *testing.T) {
 		if strings.Contains(msg, "configmaps") {
 			t.Errorf("ContentRemaining names ConfigMaps while a Pod is left, so they were looked at: %q", msg)
 		}
-		// The controller has made at least one pass; nothing but the Pods may be touched.
+		// The controller has made at least one sync; nothing but the Pods may be touched.
 		// Check twice, a little apart, while the Pod is held.
 		for range 2 {
 			if n := countConfigMaps(t, client, ns); n != 5 {
@@ -524,7 +524,7 @@ func TestDiscoveryFailure(t *testing.T) {
 		}), nil
 	})
 	// Content is gone, yet the namespace stays while discovery fails: the failing group
-	// might hold objects in it. Let a few more passes happen to be sure.
+	// might hold objects in it. Let a few more syncs happen to be sure.
 	time.Sleep(3 * time.Second)
 	cur, err := client.CoreV1().Namespaces().Get(context.Background(), ns, metav1.GetOptions{})
 	if err != nil {
@@ -550,12 +550,12 @@ func TestDiscoveryFailure(t *testing.T) {
 	})
 }
 
-// TestNamespaceRecreatedDuringDeletion forces the race of a deletion pass with the namespace
+// TestNamespaceRecreatedDuringDeletion forces the race of a deletion sync with the namespace
 // being finalized by another writer (a second controller in a split brain, or an operator)
 // and created again under the same name with new content. The controller's client is slowed
-// to 4 requests a second, so that one pass over the cluster's resource types takes seconds
+// to 4 requests a second, so that one sync over the cluster's resource types takes seconds
 // and is still running when the new namespace and its content appear. Nothing new may be
-// deleted: the pass checks the live namespace before every page of deletes.
+// deleted: the sync checks the live namespace before every page of deletes.
 func TestNamespaceRecreatedDuringDeletion(t *testing.T) {
 	testenv.Require(t, env)
 	client := env.Client(t)
@@ -573,7 +573,7 @@ func TestNamespaceRecreatedDuringDeletion(t *testing.T) {
 		return countConfigMaps(t, client, name) < old, nil
 	})
 
-	// Another writer finalizes the namespace while the pass runs: it goes at once, whatever
+	// Another writer finalizes the namespace while the sync runs: it goes at once, whatever
 	// is left of its content stays in storage under the name.
 	cur, err := client.CoreV1().Namespaces().Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
@@ -607,13 +607,13 @@ func TestNamespaceRecreatedDuringDeletion(t *testing.T) {
 	t.Logf("namespace %s recreated (uid %s) and filled %s after the other writer finalized it",
 		name, recreated.UID, time.Since(since).Round(time.Millisecond))
 
-	// Sentinel: the pass noticed and stopped. The slowed client then needs a moment for
+	// Sentinel: the sync noticed and stopped. The slowed client then needs a moment for
 	// what it had queued; give it a few seconds more before looking.
 	stopped := func() float64 {
 		return ctrl.Metric(`kcm_split_namespace_deletion_stopped_total{reason="replaced"}`) +
 			ctrl.Metric(`kcm_split_namespace_deletion_stopped_total{reason="gone"}`)
 	}
-	poll(t, goneTimeout, "the pass to stop on the replaced namespace", func(context.Context) (bool, error) {
+	poll(t, goneTimeout, "the sync to stop on the replaced namespace", func(context.Context) (bool, error) {
 		return stopped() >= 1, nil
 	})
 	time.Sleep(5 * time.Second)
@@ -659,7 +659,7 @@ func TestNamespaceRecreatedDuringDeletion(t *testing.T) {
 		names = append(names, o.Name)
 	}
 	intact("Roles", names, nil)
-	t.Logf("left in the new namespace: %d ConfigMaps (%d of the old one's), %d Secrets, %d Roles; stopped passes %v",
+	t.Logf("left in the new namespace: %d ConfigMaps (%d of the old one's), %d Secrets, %d Roles; stopped syncs %v",
 		len(cms.Items), len(cms.Items)-fresh, len(secrets.Items), len(roles.Items), stopped())
 
 	// The audit log: no delete of the controller's reached a new object by name, and the
