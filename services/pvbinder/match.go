@@ -134,7 +134,7 @@ func findBestMatch(claim *v1.PersistentVolumeClaim, pvs []*v1.PersistentVolume, 
 // attributes class of claim and PV must match.
 const vacEnabled = true
 
-// No library serves this: FindMatchingVolume takes only Available PVs, this also judges arriving ones.
+// No library serves this: FindMatchingVolume takes only Available PVs, this also considers PVs about to become Available.
 //
 // couldServe is a cheap test of whether an Available, unclaimed pv might be chosen for
 // claim; it decides which waiting claim a new PV wakes. Waking a claim that then picks
@@ -159,9 +159,9 @@ func couldServe(pv *v1.PersistentVolume, claim *v1.PersistentVolumeClaim) bool {
 
 // No library serves this: it is this controller's own wake-up rule.
 //
-// arriving reports whether pv is new and unclaimed: the volume loop is about to make it
+// becomingAvailable reports whether pv is new and unclaimed: the volume loop is about to make it
 // Available.
-func arriving(pv *v1.PersistentVolume) bool {
+func becomingAvailable(pv *v1.PersistentVolume) bool {
 	return pv.Spec.ClaimRef == nil && pv.DeletionTimestamp == nil &&
 		(pv.Status.Phase == v1.VolumePending || pv.Status.Phase == "")
 }
