@@ -24,7 +24,9 @@ const (
 )
 
 // No library serves this: component-helpers has no storage-quantity accessor.
-func requested(claim *v1.PersistentVolumeClaim) resource.Quantity {
+//
+// requestedStorage is the storage a claim asks for.
+func requestedStorage(claim *v1.PersistentVolumeClaim) resource.Quantity {
 	return claim.Spec.Resources.Requests[v1.ResourceStorage]
 }
 
@@ -41,7 +43,7 @@ func checkSatisfies(pv *v1.PersistentVolume, claim *v1.PersistentVolumeClaim) er
 	if pv.DeletionTimestamp != nil {
 		return fmt.Errorf("the volume is marked for deletion %q", pv.Name)
 	}
-	want, have := requested(claim), capacityOf(pv)
+	want, have := requestedStorage(claim), capacityOf(pv)
 	if have.Value() < want.Value() {
 		return fmt.Errorf("requested PV is too small")
 	}
@@ -144,7 +146,7 @@ func couldServe(pv *v1.PersistentVolume, claim *v1.PersistentVolumeClaim) bool {
 		!storagehelpers.CheckAccessModes(claim, pv) || storagehelpers.CheckVolumeModeMismatches(&claim.Spec, &pv.Spec) {
 		return false
 	}
-	want, have := requested(claim), capacityOf(pv)
+	want, have := requestedStorage(claim), capacityOf(pv)
 	if have.Cmp(want) < 0 {
 		return false
 	}
