@@ -1,6 +1,7 @@
 package namespace
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strings"
@@ -38,7 +39,7 @@ var healthy = map[v1.NamespaceConditionType]struct{ reason, message string }{
 	v1.NamespaceFinalizersRemaining:      {"ContentHasNoFinalizers", "All content-preserving finalizers finished"},
 }
 
-// report is everything one deletion pass learned about a namespace.
+// report is everything one sync learned about a namespace.
 type report struct {
 	discoveryErr error
 	failedGroups []string
@@ -50,7 +51,7 @@ type report struct {
 	finalizers map[string]int
 	// wait is the longest estimate of the remaining objects.
 	wait time.Duration
-	// stopped says why the pass stopped early (StopGone, StopReplaced); empty if it did not.
+	// stopped says why the sync stopped early (StopGone, StopReplaced); empty if it did not.
 	stopped string
 }
 
@@ -200,4 +201,55 @@ func indexOf(conds []v1.NamespaceCondition, t v1.NamespaceConditionType) int {
 		}
 	}
 	return -1
+}
+
+// writeConditions records the report on the namespace's status when it says something new,
+// and tells what blocks the deletion in an Event when that changed.
+func (c *Controller) writeConditions(ctx context.Context, ns *v1.Namespace, rep *report) (*v1.Namespace, error) {
+	want := rep.conditions()
+	before := ns.DeepCopy()
+	next := ns.DeepCopy()
+	if !mergeConditions(&next.Status, want, metav1.NewTime(c.now())) {
+		return ns, nil
+	}
+	out, err := c.update(ctx, next, func(cur *v1.Namespace) (*v1.Namespace, error) {
+		cur = cur.DeepCopy()
+		mergeConditions(&cur.Status, want, metav1.NewTime(c.now()))
+		return c.namespaces.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+	})
+	if err == nil && out != nil {
+		c.explain(before, want)
+	}
+	return out, err
+}
+
+// blocking are the conditions that, when True, keep a namespace from going away on their
+// own account, with the Event each one triggers.
+var blocking = map[v1.NamespaceConditionType]struct {
+	reason, eventType, prefix string
+}{
+	v1.NamespaceDeletionDiscoveryFailure: {EventDiscoveryFailed, v1.EventTypeWarning, "Namespace deletion is blocked until these APIs answer or are removed"},
+	v1.NamespaceDeletionGVParsingFailure: {EventGVParsingFailed, v1.EventTypeWarning, "Namespace deletion is blocked by API groups whose names do not parse"},
+	v1.NamespaceDeletionContentFailure:   {EventContentDeletionFailed, v1.EventTypeWarning, "Namespace deletion is blocked by failing APIs"},
+	v1.NamespaceFinalizersRemaining:      {EventSomeFinalizersRemain, v1.EventTypeNormal, "Namespace deletion waits for finalizers"},
+}
+
+// explain writes an Event for each blocking condition that became True or changed message.
+func (c *Controller) explain(before *v1.Namespace, want []v1.NamespaceCondition) {
+	if c.recorder == nil {
+		return
+	}
+	for _, w := range want {
+		b, ok := blocking[w.Type]
+		if !ok || w.Status != v1.ConditionTrue {
+			continue
+		}
+		if i := indexOf(before.Status.Conditions, w.Type); i >= 0 {
+			old := before.Status.Conditions[i]
+			if old.Status == w.Status && old.Message == w.Message {
+				continue
+			}
+		}
+		c.recorder.Eventf(before, b.eventType, b.reason, "%s: %s", b.prefix, w.Message)
+	}
 }

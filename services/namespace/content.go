@@ -59,10 +59,10 @@ type opKey struct {
 	verb string
 }
 
-// outcome is what emptying one resource of one namespace found.
+// outcome is what deleting all of one resource of one namespace found.
 type outcome struct {
 	gvr schema.GroupVersionResource
-	// deleted counts the objects this pass asked the apiserver to delete.
+	// deleted counts the objects this sync asked the apiserver to delete.
 	deleted int
 	// remaining counts the objects still there afterwards, finalizers the finalizers they
 	// carry (name -> number of objects).
@@ -76,7 +76,7 @@ type outcome struct {
 	stopped string
 }
 
-// Reasons a deletion pass stops before deleting, the values of the reason label of
+// Reasons a sync stops before deleting, the values of the reason label of
 // kcm_split_namespace_deletion_stopped_total.
 const (
 	// StopGone: no namespace of that name exists any more.
@@ -116,7 +116,7 @@ func (d *deleter) can(r resource, verb string) bool {
 	return !no
 }
 
-// remember records that verb is not allowed on r (the apiserver said 405), so later passes
+// remember records that verb is not allowed on r (the apiserver said 405), so later syncs
 // do not try again. Discovery usually says so first; some aggregated APIs do not.
 func (d *deleter) remember(ctx context.Context, r resource, verb string) {
 	if _, loaded := d.unsupported.LoadOrStore(opKey{r.GVR, verb}, struct{}{}); !loaded {
@@ -131,14 +131,14 @@ func backgroundDelete() metav1.DeleteOptions {
 	return metav1.DeleteOptions{PropagationPolicy: &p}
 }
 
-// empty deletes every object of r in namespace ns and reports what is left. Pass one lists
+// deleteAll deletes every object of r in namespace ns and reports what is left. First it lists
 // the collection in pages and deletes each page (one deletecollection bounded by the page's
 // continue token, or one delete per object) while listing goes on; pages whose objects all
 // have a deletion timestamp already are skipped, so a namespace waiting on finalizers costs
-// lists, not deletes. Pass two lists again to count what is left. check runs right before
+// lists, not deletes. Then it lists again to count what is left. check runs right before
 // each page's deletes: once it says the namespace is gone or replaced, nothing more is
 // deleted.
-func (d *deleter) empty(ctx context.Context, ns string, r resource, check guard) outcome {
+func (d *deleter) deleteAll(ctx context.Context, ns string, r resource, check guard) outcome {
 	out := outcome{gvr: r.GVR}
 	if !d.can(r, verbList) {
 		// Nothing to page over or verify with: one unbounded deletecollection, if allowed.
@@ -312,7 +312,7 @@ func (d *deleter) deletePage(ctx context.Context, ns string, r resource, token, 
 // count lists what is left of r and estimates how long it takes to go: until the latest
 // deletion timestamp for objects in graceful deletion (Pods), finalizerEstimate for objects
 // held by finalizers or past their deadline. An object with no deletion timestamp after the
-// delete pass is an error: its delete did not happen.
+// deletes is an error: its delete did not happen.
 func (d *deleter) count(ctx context.Context, ns string, r resource, out *outcome) {
 	now := d.now()
 	undeleted := 0

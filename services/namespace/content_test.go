@@ -19,14 +19,14 @@ func newTestDeleter(f *fakeContent, pageSize int64) *deleter {
 
 func always(context.Context) error { return nil }
 
-func TestEmptyDeletesLargeCollectionsInPages(t *testing.T) {
+func TestDeleteAllDeletesLargeCollectionsInPages(t *testing.T) {
 	f := newFakeContent(time.Now)
 	f.add(configMaps, "ns", 1234)
 	f.add(configMaps, "other", 7)
 	// Any list or deletecollection without a limit, or above 100, fails.
 	f.maxLimit = 100
 	d := newTestDeleter(f, 100)
-	out := d.empty(context.Background(), "ns", resource{GVR: configMaps, Verbs: allVerbs}, always)
+	out := d.deleteAll(context.Background(), "ns", resource{GVR: configMaps, Verbs: allVerbs}, always)
 	if out.err != nil {
 		t.Fatal(out.err)
 	}
@@ -47,7 +47,7 @@ func TestEmptyDeletesLargeCollectionsInPages(t *testing.T) {
 	}
 }
 
-func TestEmptyWithoutDeleteCollectionDeletesEachAndRemembers(t *testing.T) {
+func TestDeleteAllWithoutDeleteCollectionDeletesEachAndRemembers(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		verbs []string
@@ -62,7 +62,7 @@ func TestEmptyWithoutDeleteCollectionDeletesEachAndRemembers(t *testing.T) {
 			f.notAllowed[opKey{configMaps, verbDeleteCollection}] = tc.deny
 			d := newTestDeleter(f, 10)
 			r := resource{GVR: configMaps, Verbs: tc.verbs}
-			out := d.empty(context.Background(), "ns", r, always)
+			out := d.deleteAll(context.Background(), "ns", r, always)
 			if out.err != nil || out.remaining != 0 || f.count(configMaps, "ns") != 0 {
 				t.Fatalf("err %v, remaining %d, left %d", out.err, out.remaining, f.count(configMaps, "ns"))
 			}
@@ -75,7 +75,7 @@ func TestEmptyWithoutDeleteCollectionDeletesEachAndRemembers(t *testing.T) {
 			}
 			// A second namespace: the 405 is remembered, deletecollection is not tried again.
 			f.add(configMaps, "ns2", 5)
-			d.empty(context.Background(), "ns2", r, always)
+			d.deleteAll(context.Background(), "ns2", r, always)
 			if again := len(f.callsOf("deletecollection")); again != tried {
 				t.Fatalf("deletecollection tried again after a 405 (%d calls, then %d)", tried, again)
 			}
@@ -83,30 +83,30 @@ func TestEmptyWithoutDeleteCollectionDeletesEachAndRemembers(t *testing.T) {
 	}
 }
 
-func TestEmptyListNotAllowedIsRemembered(t *testing.T) {
+func TestDeleteAllListNotAllowedIsRemembered(t *testing.T) {
 	f := newFakeContent(time.Now)
 	f.notAllowed[opKey{configMaps, verbList}] = true
 	d := newTestDeleter(f, 10)
 	r := resource{GVR: configMaps, Verbs: allVerbs}
-	if out := d.empty(context.Background(), "ns", r, always); out.err != nil {
+	if out := d.deleteAll(context.Background(), "ns", r, always); out.err != nil {
 		t.Fatalf("405 on list is not an error: %v", out.err)
 	}
 	before := len(f.calls)
-	d.empty(context.Background(), "ns", r, always)
+	d.deleteAll(context.Background(), "ns", r, always)
 	// Without list, only an unbounded deletecollection is left to try.
 	if got := f.calls[before:]; len(got) != 1 || got[0] != "deletecollection configmaps ns" {
 		t.Fatalf("calls after remembering list is not allowed: %v", got)
 	}
 }
 
-func TestEmptyCountsFinalizersAndDoesNotDeleteAgain(t *testing.T) {
+func TestDeleteAllCountsFinalizersAndDoesNotDeleteAgain(t *testing.T) {
 	f := newFakeContent(time.Now)
 	f.add(configMaps, "ns", 12, "example.com/a", "example.com/b")
 	f.add(configMaps, "ns", 3, "example.com/a")
 	f.add(configMaps, "ns", 5)
 	d := newTestDeleter(f, 4)
 	r := resource{GVR: configMaps, Verbs: allVerbs}
-	out := d.empty(context.Background(), "ns", r, always)
+	out := d.deleteAll(context.Background(), "ns", r, always)
 	if out.err != nil {
 		t.Fatal(out.err)
 	}
@@ -116,47 +116,47 @@ func TestEmptyCountsFinalizersAndDoesNotDeleteAgain(t *testing.T) {
 	if out.wait != finalizerEstimate {
 		t.Fatalf("estimate %s, want %s for finalizers", out.wait, finalizerEstimate)
 	}
-	// The next pass finds every object already being deleted: it lists, deletes nothing.
+	// The next sync finds every object already being deleted: it lists, deletes nothing.
 	before := len(f.callsOf("delete"))
-	out = d.empty(context.Background(), "ns", r, always)
+	out = d.deleteAll(context.Background(), "ns", r, always)
 	if out.deleted != 0 || len(f.callsOf("delete")) != before {
-		t.Fatalf("second pass deleted again: %d objects, %d calls", out.deleted, len(f.callsOf("delete"))-before)
+		t.Fatalf("second sync deleted again: %d objects, %d calls", out.deleted, len(f.callsOf("delete"))-before)
 	}
 	f.removeFinalizers(configMaps, "ns")
-	if out = d.empty(context.Background(), "ns", r, always); out.remaining != 0 {
+	if out = d.deleteAll(context.Background(), "ns", r, always); out.remaining != 0 {
 		t.Fatalf("remaining %d after finalizers went", out.remaining)
 	}
 }
 
-func TestEmptyEstimatesGracefulTermination(t *testing.T) {
+func TestDeleteAllEstimatesGracefulTermination(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	f := newFakeContent(func() time.Time { return now })
 	f.graceful[podsResource] = 30 * time.Second
 	f.add(podsResource, "ns", 3)
 	d := newTestDeleter(f, 10)
-	out := d.empty(context.Background(), "ns", resource{GVR: podsResource, Verbs: allVerbs}, always)
+	out := d.deleteAll(context.Background(), "ns", resource{GVR: podsResource, Verbs: allVerbs}, always)
 	if out.err != nil || out.remaining != 3 || out.wait != 30*time.Second {
 		t.Fatalf("err %v, remaining %d, estimate %s; want nil, 3, 30s", out.err, out.remaining, out.wait)
 	}
 	// Past their deadline and still there (a node that is gone): the default estimate.
 	now = now.Add(time.Minute)
-	if out = d.empty(context.Background(), "ns", resource{GVR: podsResource, Verbs: allVerbs}, always); out.wait != finalizerEstimate {
+	if out = d.deleteAll(context.Background(), "ns", resource{GVR: podsResource, Verbs: allVerbs}, always); out.wait != finalizerEstimate {
 		t.Fatalf("estimate %s past the deadline, want %s", out.wait, finalizerEstimate)
 	}
 }
 
-func TestEmptyReportsErrorsAndStopsWhenReplaced(t *testing.T) {
+func TestDeleteAllReportsErrorsAndStopsWhenReplaced(t *testing.T) {
 	f := newFakeContent(time.Now)
 	f.add(configMaps, "ns", 3)
 	f.failing[configMaps] = true
 	d := newTestDeleter(f, 10)
 	r := resource{GVR: configMaps, Verbs: allVerbs}
-	if out := d.empty(context.Background(), "ns", r, always); out.err == nil {
+	if out := d.deleteAll(context.Background(), "ns", r, always); out.err == nil {
 		t.Fatal("no error from a failing API")
 	}
 	f.failing[configMaps] = false
 	replaced := func(context.Context) error { return &errStopped{reason: StopReplaced} }
-	out := d.empty(context.Background(), "ns", r, replaced)
+	out := d.deleteAll(context.Background(), "ns", r, replaced)
 	if out.stopped != StopReplaced || f.count(configMaps, "ns") != 3 || len(f.callsOf("delete")) != 0 {
 		t.Fatalf("stopped %q, %d left, %d delete calls: a replaced namespace was touched", out.stopped, f.count(configMaps, "ns"), len(f.callsOf("delete")))
 	}

@@ -7,8 +7,6 @@ package namespace
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -49,7 +47,7 @@ const (
 	EventContentDeletionFailed = ReasonContentDeletionFailed
 	EventSomeFinalizersRemain  = ReasonSomeFinalizersRemain
 	// EventUpdateConflict: writes of the namespace's status or finalizers kept conflicting
-	// with other writers past the retry bound of one pass (kcm-split's; upstream retries
+	// with other writers past the retry bound of one sync (kcm-split's; upstream retries
 	// without bound).
 	EventUpdateConflict = "UpdateConflict"
 )
@@ -158,7 +156,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 
 // onChange enqueues a namespace that has a deletion timestamp. Updates are filtered: this
 // controller's own status writes would otherwise sync every namespace once more after each
-// pass, bypassing the wait for graceful termination. What matters is the deletion itself, a
+// sync, bypassing the wait for graceful termination. What matters is the deletion itself, a
 // change of finalizers (someone else finished), a new object under the name, and resyncs.
 func (c *Controller) onChange(oldObj, newObj any) {
 	ns, ok := newObj.(*v1.Namespace)
@@ -227,7 +225,7 @@ func (c *Controller) enqueueBlockedByDiscovery() {
 	}
 }
 
-// sync makes one deletion pass over the namespace name.
+// sync makes one attempt at deleting namespace name: its content, then its finalizer.
 func (c *Controller) sync(ctx context.Context, name string) error {
 	logger := klog.FromContext(ctx).WithValues("namespace", name)
 	ctx = klog.NewContext(ctx, logger)
@@ -299,87 +297,6 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	return nil
 }
 
-// errReplaced stops a write when the namespace of that name is no longer the one this pass
-// started with: it was finalized by someone else and created again.
-var errReplaced = errors.New("namespace was replaced (its UID changed)")
-
-// conflictBackoff paces the re-reads and re-writes of one namespace whose writes keep
-// conflicting (other controllers edit its status or finalizers too): six tries with about
-// 0.6 s of pauses in all, then the pass ends with the error and the queue retries it with its own backoff,
-// so a namespace that is written to all the time never makes a worker spin.
-var conflictBackoff = wait.Backoff{Duration: 20 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 6, Cap: time.Second}
-
-// update applies write to ns, and on a conflict to the latest version of the same
-// namespace (same UID), a bounded number of times. It returns nil, nil when the namespace
-// is gone or was replaced: nothing is left to do for this one. Conflicts beyond the bound
-// are returned, with one Warning Event per episode (until a write goes through).
-func (c *Controller) update(ctx context.Context, ns *v1.Namespace, write func(*v1.Namespace) (*v1.Namespace, error)) (*v1.Namespace, error) {
-	logger := klog.FromContext(ctx)
-	backoff := c.conflictBackoff
-	for {
-		out, err := write(ns)
-		if err == nil {
-			c.endConflicts(ns.UID)
-			return out, nil
-		}
-		if apierrors.IsNotFound(err) {
-			return nil, nil
-		}
-		if !apierrors.IsConflict(err) {
-			return nil, err
-		}
-		if backoff.Steps <= 1 {
-			c.reportConflicts(ns, err)
-			return nil, fmt.Errorf("writing namespace %s: still conflicting after %d tries: %w", ns.Name, c.conflictBackoff.Steps, err)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(backoff.Step()):
-		}
-		latest, err := c.namespaces.Get(ctx, ns.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		if latest.UID != ns.UID {
-			logger.Info("Namespace was replaced, leaving the new one alone", "oldUID", ns.UID, "uid", latest.UID, "reason", StopReplaced)
-			c.metrics.stopped.WithLabelValues(StopReplaced).Inc()
-			return nil, errReplaced
-		}
-		logger.V(2).Info("Namespace changed under a write, retrying on the latest version", "resourceVersion", latest.ResourceVersion)
-		ns = latest
-	}
-}
-
-// reportConflicts records the first time writes to ns give up on conflicts since the last
-// write that went through: one Event per episode, however many retries the queue makes.
-func (c *Controller) reportConflicts(ns *v1.Namespace, err error) {
-	c.mu.Lock()
-	first := !c.conflicting[ns.UID]
-	c.conflicting[ns.UID] = true
-	c.mu.Unlock()
-	if first && c.recorder != nil {
-		c.recorder.Eventf(ns, v1.EventTypeWarning, EventUpdateConflict,
-			"Writing the namespace keeps conflicting with other writers; retrying with backoff: %v", err)
-	}
-}
-
-func (c *Controller) endConflicts(uid types.UID) {
-	c.mu.Lock()
-	delete(c.conflicting, uid)
-	c.mu.Unlock()
-}
-
-func ignoreGone(err error) error {
-	if errors.Is(err, errReplaced) {
-		return nil
-	}
-	return err
-}
-
 // deleteContent deletes every namespaced resource's objects in ns: Pods first and alone,
 // the rest once no Pod is left.
 func (c *Controller) deleteContent(ctx context.Context, ns *v1.Namespace, seen time.Time) *report {
@@ -389,7 +306,7 @@ func (c *Controller) deleteContent(ctx context.Context, ns *v1.Namespace, seen t
 	var rest []resource
 	for _, r := range snap.resources {
 		if r.GVR == podsResource {
-			o := c.empty(ctx, ns.Name, r, check)
+			o := c.deleteAll(ctx, ns.Name, r, check)
 			rep.add(o)
 			if o.stopped != "" || o.err != nil || o.remaining > 0 {
 				// Nothing else goes while a Pod may still be running.
@@ -407,7 +324,7 @@ func (c *Controller) deleteContent(ctx context.Context, ns *v1.Namespace, seen t
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			o := c.empty(ctx, ns.Name, r, check)
+			o := c.deleteAll(ctx, ns.Name, r, check)
 			mu.Lock()
 			rep.add(o)
 			mu.Unlock()
@@ -420,7 +337,7 @@ func (c *Controller) deleteContent(ctx context.Context, ns *v1.Namespace, seen t
 // guard returns the check run before every page of deletes: a live read (the cache may be
 // behind) that the namespace of that name is still ns, by UID, and still being deleted. A
 // namespace finalized by another writer and created again under the same name loses
-// nothing: its content is not this pass's to delete.
+// nothing: its content is not this sync's to delete.
 func (c *Controller) guard(ns *v1.Namespace) guard {
 	return func(ctx context.Context) error {
 		cur, err := c.namespaces.Get(ctx, ns.Name, metav1.GetOptions{})
@@ -436,8 +353,8 @@ func (c *Controller) guard(ns *v1.Namespace) guard {
 	}
 }
 
-func (c *Controller) empty(ctx context.Context, ns string, r resource, check guard) outcome {
-	o := c.deleter.empty(ctx, ns, r, check)
+func (c *Controller) deleteAll(ctx context.Context, ns string, r resource, check guard) outcome {
+	o := c.deleter.deleteAll(ctx, ns, r, check)
 	if o.deleted > 0 {
 		c.metrics.deleted.WithLabelValues(resourceName(r.GVR)).Add(float64(o.deleted))
 	}
@@ -445,55 +362,4 @@ func (c *Controller) empty(ctx context.Context, ns string, r resource, check gua
 		utilruntime.HandleErrorWithContext(ctx, o.err, "Deleting namespace content", "resource", r.GVR.String())
 	}
 	return o
-}
-
-// writeConditions records the report on the namespace's status when it says something new,
-// and tells what blocks the deletion in an Event when that changed.
-func (c *Controller) writeConditions(ctx context.Context, ns *v1.Namespace, rep *report) (*v1.Namespace, error) {
-	want := rep.conditions()
-	before := ns.DeepCopy()
-	next := ns.DeepCopy()
-	if !mergeConditions(&next.Status, want, metav1.NewTime(c.now())) {
-		return ns, nil
-	}
-	out, err := c.update(ctx, next, func(cur *v1.Namespace) (*v1.Namespace, error) {
-		cur = cur.DeepCopy()
-		mergeConditions(&cur.Status, want, metav1.NewTime(c.now()))
-		return c.namespaces.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
-	})
-	if err == nil && out != nil {
-		c.explain(before, want)
-	}
-	return out, err
-}
-
-// blocking are the conditions that, when True, keep a namespace from going away on their
-// own account, with the Event each one triggers.
-var blocking = map[v1.NamespaceConditionType]struct {
-	reason, eventType, prefix string
-}{
-	v1.NamespaceDeletionDiscoveryFailure: {EventDiscoveryFailed, v1.EventTypeWarning, "Namespace deletion is blocked until these APIs answer or are removed"},
-	v1.NamespaceDeletionGVParsingFailure: {EventGVParsingFailed, v1.EventTypeWarning, "Namespace deletion is blocked by API groups whose names do not parse"},
-	v1.NamespaceDeletionContentFailure:   {EventContentDeletionFailed, v1.EventTypeWarning, "Namespace deletion is blocked by failing APIs"},
-	v1.NamespaceFinalizersRemaining:      {EventSomeFinalizersRemain, v1.EventTypeNormal, "Namespace deletion waits for finalizers"},
-}
-
-// explain writes an Event for each blocking condition that became True or changed message.
-func (c *Controller) explain(before *v1.Namespace, want []v1.NamespaceCondition) {
-	if c.recorder == nil {
-		return
-	}
-	for _, w := range want {
-		b, ok := blocking[w.Type]
-		if !ok || w.Status != v1.ConditionTrue {
-			continue
-		}
-		if i := indexOf(before.Status.Conditions, w.Type); i >= 0 {
-			old := before.Status.Conditions[i]
-			if old.Status == w.Status && old.Message == w.Message {
-				continue
-			}
-		}
-		c.recorder.Eventf(before, b.eventType, b.reason, "%s: %s", b.prefix, w.Message)
-	}
 }

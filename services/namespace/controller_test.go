@@ -174,7 +174,7 @@ func TestSyncPodsFirstThenEverythingThenFinalize(t *testing.T) {
 	before := len(f.writes())
 	requeueOf(t, f.sync("ns"))
 	if w := f.writes(); len(w) != before {
-		t.Fatalf("a pass that learned nothing new wrote %v", w[before:])
+		t.Fatalf("a sync that learned nothing new wrote %v", w[before:])
 	}
 
 	// The kubelet is done: the Pods go, everything else follows, the namespace is finalized.
@@ -189,7 +189,7 @@ func TestSyncPodsFirstThenEverythingThenFinalize(t *testing.T) {
 		}
 	}
 	if fin := f.namespace("ns").Spec.Finalizers; len(fin) != 0 {
-		t.Fatalf("finalizers %v after a complete pass", fin)
+		t.Fatalf("finalizers %v after a complete sync", fin)
 	}
 	if w := f.writes(); w[len(w)-1] != "create/finalize" {
 		t.Fatalf("last write %q, want the finalize subresource", w[len(w)-1])
@@ -239,7 +239,7 @@ func TestSyncPartialDiscoveryFailureDeletesButDoesNotFinalize(t *testing.T) {
 		t.Fatal("no Event naming the failing API")
 	}
 
-	// The API is removed: the next pass finalizes (the cache is refreshed on APIService
+	// The API is removed: the next sync finalizes (the cache is refreshed on APIService
 	// changes; here the failed discovery is simply too old to reuse).
 	broken.Store(false)
 	f.c.resources.invalidate()
@@ -292,7 +292,7 @@ func TestSyncLeavesAReplacedNamespaceAlone(t *testing.T) {
 }
 
 // replaceAfter makes the API answer namespace GETs with want once n GETs went through
-// (n = 1: only the pass's first read sees the namespace being deleted). want nil: NotFound.
+// (n = 1: only the sync's first read sees the namespace being deleted). want nil: NotFound.
 func (f *fixture) replaceAfter(n int32, want *v1.Namespace, err error) {
 	var gets atomic.Int32
 	f.client.PrependReactor("get", "namespaces", func(clienttesting.Action) (bool, runtime.Object, error) {
@@ -313,7 +313,7 @@ func TestSyncChecksTheLiveNamespaceBeforeEveryPageOfDeletes(t *testing.T) {
 	live := &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns", UID: "uid-new"}}
 	for _, tc := range []struct {
 		name string
-		// okGets is how many namespace reads see the old namespace: the pass's first read,
+		// okGets is how many namespace reads see the old namespace: the sync's first read,
 		// then one per page of deletes.
 		okGets int32
 		now    *v1.Namespace
@@ -343,7 +343,7 @@ func TestSyncChecksTheLiveNamespaceBeforeEveryPageOfDeletes(t *testing.T) {
 				t.Fatalf("sync = %v, want nil: the namespace it worked on is gone", err)
 			}
 			// The one page allowed before the replacement may go to another resource of the
-			// pass (their order is not fixed): at most tc.left fewer, never more deleted.
+			// sync (their order is not fixed): at most tc.left fewer, never more deleted.
 			if n := f.content.count(configMaps, "ns"); n < tc.left || (tc.okGets == 1 && n != tc.left) {
 				t.Fatalf("%d ConfigMaps left, want %d (at least)", n, tc.left)
 			}
@@ -396,17 +396,17 @@ func TestSyncBoundsConflictRetriesWithOneEventPerEpisode(t *testing.T) {
 	for i := range 3 {
 		err := f.sync("ns")
 		if !apierrors.IsConflict(err) {
-			t.Fatalf("pass %d: sync = %v, want the conflict returned to the queue", i, err)
+			t.Fatalf("sync %d: sync = %v, want the conflict returned to the queue", i, err)
 		}
 		if got := statusWrites(); got != 4*(i+1) {
-			t.Fatalf("pass %d: %d status writes in all, want 4 per pass", i, got)
+			t.Fatalf("sync %d: %d status writes in all, want 4 per sync", i, got)
 		}
 		want := 0
 		if i == 0 {
 			want = 1
 		}
 		if got := conflictEvents(); got != want {
-			t.Fatalf("pass %d: %d UpdateConflict Events, want %d (one per episode)", i, got, want)
+			t.Fatalf("sync %d: %d UpdateConflict Events, want %d (one per episode)", i, got, want)
 		}
 	}
 	// A write goes through: the episode ends, the namespace is finalized.

@@ -55,7 +55,7 @@ const discoveryFailedMaxAge = time.Second
 
 // resourceCache discovers the namespaced resources of the cluster and shares the result
 // between syncs. Upstream discovers on every sync, two or more requests per namespace per
-// pass; with hundreds of namespaces deleted at once that adds up.
+// sync; with hundreds of namespaces deleted at once that adds up.
 type resourceCache struct {
 	discover func() ([]*metav1.APIResourceList, error)
 	now      func() time.Time

@@ -18,7 +18,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -288,7 +287,7 @@ func TestDeletion(t *testing.T) {
 		deleteNamespace(t, client, ns)
 		waitGone(t, client, ns)
 		// The namespace can only go once the controller finalized it, and it does that
-		// only after a pass found nothing left; check the CRD objects anyway, as they are
+		// only after a sync found nothing left; check the CRD objects anyway, as they are
 		// the ones only discovery can find.
 		left, err := dynamicClient(t).Resource(widgets).Namespace(ns).List(context.Background(), metav1.ListOptions{})
 		if err != nil {
@@ -317,7 +316,7 @@ func TestDeletion(t *testing.T) {
 		if strings.Contains(msg, "configmaps") {
 			t.Errorf("ContentRemaining names ConfigMaps while a Pod is left, so they were looked at: %q", msg)
 		}
-		// The controller has made at least one pass; nothing but the Pods may be touched.
+		// The controller has made at least one sync; nothing but the Pods may be touched.
 		// Check twice, a little apart, while the Pod is held.
 		for range 2 {
 			if n := countConfigMaps(t, client, ns); n != 5 {
@@ -446,244 +445,4 @@ func TestRestartMidDeletion(t *testing.T) {
 			t.Fatalf("the controller wrote %s %s/%s in the bystander namespace", ev.Verb, ev.ObjectRef.Resource, ev.ObjectRef.Name)
 		}
 	}
-}
-
-// TestDiscoveryFailure registers an APIService whose backend cannot answer (a Service with no
-// endpoints): the namespace's other content is deleted, NamespaceDeletionDiscoveryFailure
-// names the group version, the namespace is not finalized, and it goes as soon as the
-// APIService is removed.
-func TestDiscoveryFailure(t *testing.T) {
-	testenv.Require(t, env)
-	client := env.Client(t)
-	dyn := dynamicClient(t)
-	ctrl := env.StartLeading(t, controller, "namespace-controller")
-
-	const (
-		group   = "broken.kcm-split.test"
-		version = "v1"
-		svcName = "kcm-split-broken"
-	)
-	apiServices := schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
-	_, err := client.CoreV1().Services("default").Create(context.Background(), &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: svcName},
-		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 443}}},
-	}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	apiService := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
-		"metadata": map[string]any{"name": version + "." + group},
-		"spec": map[string]any{
-			"group": group, "version": version,
-			"service":               map[string]any{"namespace": "default", "name": svcName, "port": int64(443)},
-			"insecureSkipTLSVerify": true,
-			"groupPriorityMinimum":  int64(1000),
-			"versionPriority":       int64(15),
-		},
-	}}
-	if _, err := dyn.Resource(apiServices).Create(context.Background(), apiService, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	removed := false
-	removeAPIService := func() {
-		if removed {
-			return
-		}
-		removed = true
-		if err := dyn.Resource(apiServices).Delete(context.Background(), version+"."+group, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(removeAPIService)
-
-	ns := newNamespace(t, client, "discovery")
-	createConfigMaps(t, client, ns, 20)
-	createSecrets(t, client, ns, 5)
-	deleteNamespace(t, client, ns)
-
-	waitCondition(t, client, ns, corev1.NamespaceDeletionDiscoveryFailure, group+"/"+version)
-	poll(t, goneTimeout, "the namespace's ConfigMaps and Secrets to be deleted", func(ctx context.Context) (bool, error) {
-		cms, err := client.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err
-		}
-		secrets, err := client.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err
-		}
-		return len(cms.Items) == 0 && len(secrets.Items) == 0, nil
-	})
-	poll(t, time.Minute, "a Warning Event naming the failing API", func(ctx context.Context) (bool, error) {
-		evs, err := client.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Namespace,involvedObject.name=" + ns})
-		if err != nil {
-			return false, err
-		}
-		return slices.ContainsFunc(evs.Items, func(e corev1.Event) bool {
-			return e.Type == corev1.EventTypeWarning && e.Reason == "DiscoveryFailed" && strings.Contains(e.Message, group+"/"+version)
-		}), nil
-	})
-	// Content is gone, yet the namespace stays while discovery fails: the failing group
-	// might hold objects in it. Let a few more passes happen to be sure.
-	time.Sleep(3 * time.Second)
-	cur, err := client.CoreV1().Namespaces().Get(context.Background(), ns, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("namespace finalized while discovery failed: %v", err)
-	}
-	if !slices.Contains(cur.Spec.Finalizers, corev1.FinalizerKubernetes) {
-		t.Fatalf("finalizer removed while discovery failed: %v", cur.Spec.Finalizers)
-	}
-	if v := ctrl.Metric(`kcm_split_namespace_terminating`); v < 1 {
-		t.Errorf("kcm_split_namespace_terminating = %v, want >= 1", v)
-	}
-
-	// Removing the APIService unblocks it, without waiting for the retry backoff.
-	removeAPIService()
-	poll(t, time.Minute, "the namespace to go once the APIService is removed", func(ctx context.Context) (bool, error) {
-		_, err := client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	})
-	if v := ctrl.Metric(`kcm_split_namespace_deletion_duration_seconds_count`); v < 1 {
-		t.Errorf("deletion_duration_seconds_count = %v, want >= 1", v)
-	}
-}
-
-// TestNamespaceRecreatedDuringDeletion forces the race of a deletion pass with the namespace
-// being finalized by another writer (a second controller in a split brain, or an operator)
-// and created again under the same name with new content. The controller's client is slowed
-// to 4 requests a second, so that one pass over the cluster's resource types takes seconds
-// and is still running when the new namespace and its content appear. Nothing new may be
-// deleted: the pass checks the live namespace before every page of deletes.
-func TestNamespaceRecreatedDuringDeletion(t *testing.T) {
-	testenv.Require(t, env)
-	client := env.Client(t)
-	ctrl := env.StartLeading(t, controller, "slow", "--kube-api-qps=4", "--kube-api-burst=1")
-
-	name := newNamespace(t, client, "recreated")
-	t.Cleanup(func() {
-		_ = client.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
-	const old = 30
-	createConfigMaps(t, client, name, old)
-	createRoles(t, client, name, "old", 10)
-	deleteNamespace(t, client, name)
-	poll(t, goneTimeout, "the controller to start deleting", func(context.Context) (bool, error) {
-		return countConfigMaps(t, client, name) < old, nil
-	})
-
-	// Another writer finalizes the namespace while the pass runs: it goes at once, whatever
-	// is left of its content stays in storage under the name.
-	cur, err := client.CoreV1().Namespaces().Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cur.Spec.Finalizers = nil
-	if _, err := client.CoreV1().Namespaces().Finalize(context.Background(), cur, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitGone(t, client, name)
-	// Every audit event from here on is about the new namespace.
-	before, err := env.Audit(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	recreated, err := client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	since := time.Now()
-	const fresh = 20
-	parallel(t, fresh, func(ctx context.Context, i int) error {
-		_, err := client.CoreV1().ConfigMaps(name).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("new-%02d", i)}}, metav1.CreateOptions{})
-		if err != nil {
-			return err
-		}
-		_, err = client.CoreV1().Secrets(name).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("new-%02d", i)}}, metav1.CreateOptions{})
-		return err
-	})
-	createRoles(t, client, name, "new", fresh)
-	t.Logf("namespace %s recreated (uid %s) and filled %s after the other writer finalized it",
-		name, recreated.UID, time.Since(since).Round(time.Millisecond))
-
-	// Sentinel: the pass noticed and stopped. The slowed client then needs a moment for
-	// what it had queued; give it a few seconds more before looking.
-	stopped := func() float64 {
-		return ctrl.Metric(`kcm_split_namespace_deletion_stopped_total{reason="replaced"}`) +
-			ctrl.Metric(`kcm_split_namespace_deletion_stopped_total{reason="gone"}`)
-	}
-	poll(t, goneTimeout, "the pass to stop on the replaced namespace", func(context.Context) (bool, error) {
-		return stopped() >= 1, nil
-	})
-	time.Sleep(5 * time.Second)
-
-	cms, err := client.CoreV1().ConfigMaps(name).List(context.Background(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	secrets, err := client.CoreV1().Secrets(name).List(context.Background(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	roles, err := client.RbacV1().Roles(name).List(context.Background(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	intact := func(kind string, names []string, deleting []string) {
-		n := 0
-		for _, s := range names {
-			if strings.HasPrefix(s, "new-") {
-				n++
-			}
-		}
-		if n != fresh || len(deleting) > 0 {
-			t.Errorf("%s of the new namespace: %d of %d left, being deleted: %v", kind, n, fresh, deleting)
-		}
-	}
-	var names, deleting []string
-	for _, o := range cms.Items {
-		names = append(names, o.Name)
-		if o.DeletionTimestamp != nil {
-			deleting = append(deleting, o.Name)
-		}
-	}
-	intact("ConfigMaps", names, deleting)
-	names, deleting = nil, nil
-	for _, o := range secrets.Items {
-		names = append(names, o.Name)
-	}
-	intact("Secrets", names, nil)
-	names = nil
-	for _, o := range roles.Items {
-		names = append(names, o.Name)
-	}
-	intact("Roles", names, nil)
-	t.Logf("left in the new namespace: %d ConfigMaps (%d of the old one's), %d Secrets, %d Roles; stopped passes %v",
-		len(cms.Items), len(cms.Items)-fresh, len(secrets.Items), len(roles.Items), stopped())
-
-	// The audit log: no delete of the controller's reached a new object by name, and the
-	// namespace itself was not written to after it was recreated.
-	all, err := env.Audit(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mine := testenv.ByUserAgentPrefix(controller.UserAgentPrefix())
-	for _, ev := range all[len(before):] {
-		if !ev.IsWrite() || !mine(ev) {
-			continue
-		}
-		if ev.ObjectRef.Namespace == name && strings.HasPrefix(ev.ObjectRef.Name, "new-") {
-			t.Errorf("the controller wrote %s %s/%s in the new namespace", ev.Verb, ev.ObjectRef.Resource, ev.ObjectRef.Name)
-		}
-		if ev.ObjectRef.Resource == "namespaces" && ev.ObjectRef.Name == name {
-			t.Errorf("the controller wrote %s %s on the new namespace", ev.Verb, ev.ObjectRef.Subresource)
-		}
-	}
-}
-
-func createRoles(t *testing.T, client kubernetes.Interface, ns, prefix string, n int) {
-	t.Helper()
-	parallel(t, n, func(ctx context.Context, i int) error {
-		_, err := client.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%02d", prefix, i)}}, metav1.CreateOptions{})
-		return err
-	})
 }

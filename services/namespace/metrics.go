@@ -15,7 +15,7 @@ type controllerMetrics struct {
 	// deleted counts objects this controller asked the apiserver to delete, by resource
 	// ("configmaps.", "widgets.example.com"): bounded by the cluster's API surface.
 	deleted *prometheus.CounterVec
-	// stopped counts deletion passes that stopped because the namespace was gone or
+	// stopped counts syncs that stopped because the namespace was gone or
 	// replaced when checked before a delete, by reason (StopGone, StopReplaced).
 	stopped *prometheus.CounterVec
 }

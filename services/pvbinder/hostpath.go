@@ -67,7 +67,7 @@ func hostPathVolume(base, name string, claim *v1.PersistentVolumeClaim, class *s
 		Spec: v1.PersistentVolumeSpec{
 			PersistentVolumeReclaimPolicy: ptr.Deref(class.ReclaimPolicy, v1.PersistentVolumeReclaimDelete),
 			AccessModes:                   modes,
-			Capacity:                      v1.ResourceList{v1.ResourceStorage: requested(claim)},
+			Capacity:                      v1.ResourceList{v1.ResourceStorage: requestedStorage(claim)},
 			PersistentVolumeSource: v1.PersistentVolumeSource{
 				HostPath: &v1.HostPathVolumeSource{Path: filepath.Join(base, string(uuid.NewUUID()))},
 			},

@@ -24,7 +24,9 @@ const (
 )
 
 // No library serves this: component-helpers has no storage-quantity accessor.
-func requested(claim *v1.PersistentVolumeClaim) resource.Quantity {
+//
+// requestedStorage is the storage a claim asks for.
+func requestedStorage(claim *v1.PersistentVolumeClaim) resource.Quantity {
 	return claim.Spec.Resources.Requests[v1.ResourceStorage]
 }
 
@@ -41,7 +43,7 @@ func checkSatisfies(pv *v1.PersistentVolume, claim *v1.PersistentVolumeClaim) er
 	if pv.DeletionTimestamp != nil {
 		return fmt.Errorf("the volume is marked for deletion %q", pv.Name)
 	}
-	want, have := requested(claim), capacityOf(pv)
+	want, have := requestedStorage(claim), capacityOf(pv)
 	if have.Value() < want.Value() {
 		return fmt.Errorf("requested PV is too small")
 	}
@@ -134,7 +136,7 @@ func findBestMatch(claim *v1.PersistentVolumeClaim, pvs []*v1.PersistentVolume, 
 // attributes class of claim and PV must match.
 const vacEnabled = true
 
-// No library serves this: FindMatchingVolume takes only Available PVs, this also judges arriving ones.
+// No library serves this: FindMatchingVolume takes only Available PVs, this also considers PVs about to become Available.
 //
 // couldServe is a cheap test of whether an Available, unclaimed pv might be chosen for
 // claim; it decides which waiting claim a new PV wakes. Waking a claim that then picks
@@ -144,7 +146,7 @@ func couldServe(pv *v1.PersistentVolume, claim *v1.PersistentVolumeClaim) bool {
 		!storagehelpers.CheckAccessModes(claim, pv) || storagehelpers.CheckVolumeModeMismatches(&claim.Spec, &pv.Spec) {
 		return false
 	}
-	want, have := requested(claim), capacityOf(pv)
+	want, have := requestedStorage(claim), capacityOf(pv)
 	if have.Cmp(want) < 0 {
 		return false
 	}
@@ -159,9 +161,9 @@ func couldServe(pv *v1.PersistentVolume, claim *v1.PersistentVolumeClaim) bool {
 
 // No library serves this: it is this controller's own wake-up rule.
 //
-// arriving reports whether pv is new and unclaimed: the volume loop is about to make it
+// becomingAvailable reports whether pv is new and unclaimed: the volume loop is about to make it
 // Available.
-func arriving(pv *v1.PersistentVolume) bool {
+func becomingAvailable(pv *v1.PersistentVolume) bool {
 	return pv.Spec.ClaimRef == nil && pv.DeletionTimestamp == nil &&
 		(pv.Status.Phase == v1.VolumePending || pv.Status.Phase == "")
 }

@@ -2,9 +2,6 @@ package pvbinder
 
 import (
 	"context"
-	"os"
-	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
@@ -14,21 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	storagehelpers "k8s.io/component-helpers/storage/volume"
 )
-
-func hostPathClass(name string) *storagev1.StorageClass {
-	return makeClass(name, hostPathPluginName, storagev1.VolumeBindingImmediate, false)
-}
-
-// hostPathFixture is a binder with the host-path provisioner on, making its directories
-// under a directory of the test's own.
-func hostPathFixture(t *testing.T, api *apiServer, enabled bool) *fixture {
-	t.Helper()
-	opts := DefaultOptions()
-	opts.HostPathProvisioner = enabled
-	f := newFixtureWith(t, api, opts)
-	f.c.hostPathBase = filepath.Join(t.TempDir(), "hostpath_pv")
-	return f
-}
 
 func TestDynamicProvisioningOff(t *testing.T) {
 	for _, prov := range []string{"example.com/p", hostPathPluginName} {
@@ -52,206 +34,6 @@ func TestDynamicProvisioningOff(t *testing.T) {
 				t.Errorf("provisioned %d PVs", len(pvs.Items))
 			}
 		})
-	}
-}
-
-func TestHostPathProvisioning(t *testing.T) {
-	class := hostPathClass("hp")
-	api := newAPIServer(class, makeClaim("c", "2Gi", claimClassOpt("hp"), claimModes(v1.ReadWriteOnce, v1.ReadOnlyMany)))
-	f := hostPathFixture(t, api, true)
-	f.settle()
-	claim := api.claim(t, "c")
-	if claim.Annotations[storagehelpers.AnnStorageProvisioner] != hostPathPluginName || claim.Annotations[storagehelpers.AnnBetaStorageProvisioner] != hostPathPluginName {
-		t.Errorf("claim annotations %v", claim.Annotations)
-	}
-	name := "pvc-" + string(claim.UID)
-	assertBound(t, api, "c", name, true)
-	pv := api.pv(t, name)
-	if pv.Spec.HostPath == nil || filepath.Dir(pv.Spec.HostPath.Path) != f.c.hostPathBase {
-		t.Fatalf("source %+v, want a directory under %s", pv.Spec.PersistentVolumeSource, f.c.hostPathBase)
-	}
-	if st, err := os.Stat(pv.Spec.HostPath.Path); err != nil || !st.IsDir() {
-		t.Errorf("directory %s: %v", pv.Spec.HostPath.Path, err)
-	}
-	q := pv.Spec.Capacity[v1.ResourceStorage]
-	if q.String() != "2Gi" || !slices.Equal(pv.Spec.AccessModes, claim.Spec.AccessModes) || pv.Spec.StorageClassName != "hp" ||
-		pv.Spec.PersistentVolumeReclaimPolicy != v1.PersistentVolumeReclaimDelete {
-		t.Errorf("spec %+v", pv.Spec)
-	}
-	if pv.Annotations[storagehelpers.AnnDynamicallyProvisioned] != hostPathPluginName || pv.Annotations[AnnCreatedBy] != hostPathCreatedBy ||
-		!slices.Equal(pv.Finalizers, []string{storagehelpers.PVDeletionInTreeProtectionFinalizer}) {
-		t.Errorf("meta %+v", pv.ObjectMeta)
-	}
-	if ev := strings.Join(f.events(), "\n"); !strings.Contains(ev, "Normal ProvisioningSucceeded Successfully provisioned volume "+name+" using kubernetes.io/host-path") ||
-		strings.Contains(ev, "ExternalProvisioning") {
-		t.Errorf("events %q", ev)
-	}
-	if n := testutil.CollectAndCount(f.c.metrics.opSeconds); n != 1 {
-		t.Errorf("volume_operation_total_seconds series %d, want 1 (provision)", n)
-	}
-	if n := testutil.CollectAndCount(f.c.metrics.storageOpSeconds); n != 1 {
-		t.Errorf("storage_operation_duration_seconds series %d, want 1", n)
-	}
-
-	// The claim goes: the PV is Released, its directory deleted, the finalizer removed and
-	// the PV deleted; the delete's latency is observed when the PV is gone.
-	if err := api.CoreV1().PersistentVolumeClaims(testNS).Delete(context.Background(), "c", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	f.settle()
-	if _, err := os.Stat(pv.Spec.HostPath.Path); !os.IsNotExist(err) {
-		t.Errorf("directory still there: %v", err)
-	}
-	if _, err := api.Tracker().Get(pvResource, "", name); err == nil {
-		t.Error("PV not deleted")
-	}
-	f.c.onVolumeDelete(pv)
-	if n := testutil.CollectAndCount(f.c.metrics.opSeconds); n != 2 {
-		t.Errorf("volume_operation_total_seconds series %d, want provision and delete", n)
-	}
-	if n := testutil.CollectAndCount(f.c.metrics.opErrors); n != 0 {
-		t.Errorf("%d error series, want none", n)
-	}
-}
-
-func TestHostPathProvisionerDisabled(t *testing.T) {
-	api := newAPIServer(hostPathClass("hp"), makeClaim("c", "1Gi", claimClassOpt("hp")))
-	f := hostPathFixture(t, api, false)
-	f.settle()
-	if got := api.claim(t, "c").Annotations[storagehelpers.AnnStorageProvisioner]; got != hostPathPluginName {
-		t.Errorf("claim annotated for %q, want the plugin (as upstream)", got)
-	}
-	if ev := strings.Join(f.events(), "\n"); !strings.Contains(ev, `Warning ProvisioningFailed Failed to create provisioner: provisioning in volume plugin "kubernetes.io/host-path" is disabled`) {
-		t.Errorf("events %q", ev)
-	}
-	for _, m := range []string{"volume_operation_total_errors", "volume_operation_errors_total"} {
-		vec := f.c.metrics.opErrors
-		if m == "volume_operation_total_errors" {
-			vec = f.c.metrics.opErrorsDeprecated
-		}
-		if v := testutil.ToFloat64(vec.WithLabelValues(hostPathPluginName, opProvision)); v < 1 {
-			t.Errorf("%s{plugin_name=%q,operation_name=provision} = %v", m, hostPathPluginName, v)
-		}
-	}
-	if pvs, _ := api.CoreV1().PersistentVolumes().List(context.Background(), metav1.ListOptions{}); len(pvs.Items) != 0 {
-		t.Errorf("provisioned %d PVs", len(pvs.Items))
-	}
-}
-
-func TestHostPathProvisioningRefusals(t *testing.T) {
-	withMountOptions := hostPathClass("hp")
-	withMountOptions.MountOptions = []string{"ro"}
-	for name, tc := range map[string]struct {
-		class *storagev1.StorageClass
-		claim *v1.PersistentVolumeClaim
-		want  string
-	}{
-		"block": {hostPathClass("hp"), makeClaim("c", "1Gi", claimClassOpt("hp"), claimBlock()),
-			`Failed to provision volume with StorageClass "hp": kubernetes.io/host-path does not support block volume provisioning`},
-		"mount options": {withMountOptions, makeClaim("c", "1Gi", claimClassOpt("hp")),
-			`Mount options are not supported by the provisioner but StorageClass "hp" has mount options [ro]`},
-		"data source": {hostPathClass("hp"), makeClaim("c", "1Gi", claimClassOpt("hp"), func(c *v1.PersistentVolumeClaim) {
-			c.Spec.DataSource = &v1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: "src"}
-		}), `plugin "kubernetes.io/host-path" is not a CSI plugin. Only CSI plugin can provision a claim with a datasource`},
-	} {
-		t.Run(name, func(t *testing.T) {
-			api := newAPIServer(tc.class, tc.claim)
-			f := hostPathFixture(t, api, true)
-			f.settle()
-			if ev := strings.Join(f.events(), "\n"); !strings.Contains(ev, "Warning ProvisioningFailed "+tc.want) {
-				t.Errorf("events %q", ev)
-			}
-			if pvs, _ := api.CoreV1().PersistentVolumes().List(context.Background(), metav1.ListOptions{}); len(pvs.Items) != 0 {
-				t.Errorf("provisioned %d PVs", len(pvs.Items))
-			}
-		})
-	}
-}
-
-func TestHostPathDeletable(t *testing.T) {
-	for path, ok := range map[string]bool{
-		"/tmp/hostpath_pv/0a1b":        true,
-		"/tmp/hostpath_pv":             false,
-		"/tmp/hostpath_pv/":            false,
-		"/tmp/hostpath_pv/..":          false,
-		"/tmp/hostpath_pv/a/b":         false,
-		"/tmp/hostpath_pv/../etc":      false,
-		"/tmp/data":                    false,
-		"/tmp/hostpath_pvx/a":          false,
-		"/var/lib/kubelet/hostpath_pv": false,
-	} {
-		if err := hostPathDeletable(hostPathBase, path); (err == nil) != ok {
-			t.Errorf("%s: %v, want deletable=%v", path, err, ok)
-		}
-	}
-}
-
-// A static hostPath PV with the Delete policy outside the provisioner's directory is never
-// deleted: the PV is Failed with an event and the directory stays.
-func TestStaticHostPathNotDeleted(t *testing.T) {
-	dir := t.TempDir()
-	pv := makePV("s", "1Gi", pvPolicy(v1.PersistentVolumeReclaimDelete), pvRef("gone", "uid-gone"), pvPhase(v1.VolumeReleased))
-	pv.Spec.HostPath.Path = dir
-	api := newAPIServer(pv)
-	f := hostPathFixture(t, api, true)
-	f.settle()
-	if got := api.pv(t, "s"); got.Status.Phase != v1.VolumeFailed {
-		t.Errorf("phase %s, want Failed", got.Status.Phase)
-	}
-	if ev := strings.Join(f.events(), "\n"); !strings.Contains(ev, "Warning VolumeFailedDelete host_path deleter only supports") {
-		t.Errorf("events %q", ev)
-	}
-	if _, err := os.Stat(dir); err != nil {
-		t.Errorf("directory deleted: %v", err)
-	}
-	if v := testutil.ToFloat64(f.c.metrics.opErrors.WithLabelValues(hostPathPluginName, opDelete)); v < 1 {
-		t.Errorf("delete errors %v", v)
-	}
-}
-
-func TestWaitForPodScheduled(t *testing.T) {
-	pod := func(name, node string, phase v1.PodPhase) *v1.Pod {
-		return &v1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: name},
-			Spec: v1.PodSpec{NodeName: node, Volumes: []v1.Volume{{Name: "v", VolumeSource: v1.VolumeSource{
-				PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}}}}},
-			Status: v1.PodStatus{Phase: phase},
-		}
-	}
-	for name, tc := range map[string]struct {
-		pods []*v1.Pod
-		want string
-	}{
-		"no pod":   {nil, "Normal WaitForFirstConsumer waiting for first consumer to be created before binding"},
-		"one pod":  {[]*v1.Pod{pod("web-0", "", v1.PodPending), pod("done", "", v1.PodSucceeded), pod("placed", "n1", v1.PodPending)}, "Normal WaitForPodScheduled waiting for pod web-0 to be scheduled"},
-		"two pods": {[]*v1.Pod{pod("a", "", v1.PodPending), pod("b", "", v1.PodPending)}, "Normal WaitForPodScheduled waiting for pods "},
-	} {
-		t.Run(name, func(t *testing.T) {
-			api := newAPIServer(makeClass("wffc", "example.com/p", storagev1.VolumeBindingWaitForFirstConsumer, false), makeClaim("c", "1Gi", claimClassOpt("wffc")))
-			for _, p := range tc.pods {
-				if _, err := api.CoreV1().Pods(testNS).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			f := newFixture(t, api)
-			f.settle()
-			if ev := strings.Join(f.events(), "\n"); !strings.Contains(ev, tc.want) {
-				t.Errorf("events %q, want %q", ev, tc.want)
-			}
-		})
-	}
-}
-
-// Ephemeral volumes' claims are found too (upstream's index).
-func TestPodClaimKeys(t *testing.T) {
-	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: "p"}, Spec: v1.PodSpec{Volumes: []v1.Volume{
-		{Name: "a", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}},
-		{Name: "scratch", VolumeSource: v1.VolumeSource{Ephemeral: &v1.EphemeralVolumeSource{}}},
-		{Name: "cm", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{}}},
-	}}}
-	keys, _ := podClaimKeys(pod)
-	if !slices.Equal(keys, []string{"n/data", "n/p-scratch"}) {
-		t.Errorf("keys %v", keys)
 	}
 }
 
@@ -284,5 +66,108 @@ func TestExternalProvisionLatency(t *testing.T) {
 		if labels["plugin_name"] != "example.com/p" || labels["operation_name"] != "provision" || mf.GetMetric()[0].GetHistogram().GetSampleCount() != 1 {
 			t.Errorf("series %v", mf.GetMetric()[0])
 		}
+	}
+}
+
+func TestProvisioningAndWaitForFirstConsumer(t *testing.T) {
+	t.Run("external provisioner", func(t *testing.T) {
+		api := newAPIServer(makeClass("ext", "example.com/p", storagev1.VolumeBindingImmediate, false), makeClaim("c", "1Gi", claimClassOpt("ext")))
+		f := newFixture(t, api)
+		f.settle()
+		c := api.claim(t, "c")
+		if c.Annotations[storagehelpers.AnnStorageProvisioner] != "example.com/p" || c.Annotations[storagehelpers.AnnBetaStorageProvisioner] != "example.com/p" {
+			t.Errorf("annotations %v", c.Annotations)
+		}
+		if ev := strings.Join(f.events(), "\n"); !strings.Contains(ev, "Normal ExternalProvisioning Waiting for a volume to be created either by the external provisioner 'example.com/p'") {
+			t.Errorf("events %q", ev)
+		}
+		// The provisioner creates a PV pre-bound to the claim.
+		pv := makePV("pvc-1", "1Gi", pvClass("ext"), pvRef("c", c.UID), pvPhase(v1.VolumePending), pvAnn(storagehelpers.AnnDynamicallyProvisioned, "example.com/p"))
+		if _, err := api.CoreV1().PersistentVolumes().Create(context.Background(), pv, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		f.settle()
+		assertBound(t, api, "c", "pvc-1", false)
+	})
+	t.Run("in-tree provisioner", func(t *testing.T) {
+		api := newAPIServer(makeClass("old", "kubernetes.io/no-provisioner", storagev1.VolumeBindingImmediate, false), makeClaim("c", "1Gi", claimClassOpt("old")))
+		f := newFixture(t, api)
+		f.settle()
+		if ev := strings.Join(f.events(), "\n"); !strings.Contains(ev, "Warning ProvisioningFailed") {
+			t.Errorf("events %q", ev)
+		}
+	})
+	t.Run("wait for first consumer", func(t *testing.T) {
+		api := newAPIServer(makeClass("wffc", "example.com/p", storagev1.VolumeBindingWaitForFirstConsumer, false),
+			makeClaim("c", "1Gi", claimClassOpt("wffc")), makePV("a", "1Gi", pvClass("wffc")))
+		f := newFixture(t, api)
+		f.settle()
+		c := api.claim(t, "c")
+		if c.Spec.VolumeName != "" || c.Annotations[storagehelpers.AnnStorageProvisioner] != "" {
+			t.Fatalf("did not wait: %+v", c)
+		}
+		if ev := strings.Join(f.events(), "\n"); !strings.Contains(ev, "Normal WaitForFirstConsumer waiting for first consumer to be created before binding") {
+			t.Errorf("events %q", ev)
+		}
+		// The scheduler picks a node.
+		c = c.DeepCopy()
+		metav1.SetMetaDataAnnotation(&c.ObjectMeta, storagehelpers.AnnSelectedNode, "node-1")
+		if _, err := api.CoreV1().PersistentVolumeClaims(testNS).Update(context.Background(), c, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		f.settle()
+		if got := api.claim(t, "c").Annotations[storagehelpers.AnnStorageProvisioner]; got != "example.com/p" {
+			t.Errorf("storage-provisioner %q after selected-node", got)
+		}
+		if pv := api.pv(t, "a"); pv.Spec.ClaimRef != nil {
+			t.Error("the binder chose a PV for a WaitForFirstConsumer claim; that is the scheduler's job")
+		}
+	})
+}
+
+func TestDefaultClassAppliedRetroactively(t *testing.T) {
+	api := newAPIServer(makeClaim("c", "1Gi", claimNoClass()), makeClaim("empty", "1Gi"))
+	f := newFixture(t, api)
+	f.settle()
+	if ev := strings.Join(f.events(), "\n"); !strings.Contains(ev, "FailedBinding no persistent volumes available for this claim and no storage class is set") {
+		t.Errorf("events %q", ev)
+	}
+	if _, err := api.StorageV1().StorageClasses().Create(context.Background(), makeClass("std", "example.com/p", storagev1.VolumeBindingImmediate, true), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.settle()
+	if c := api.claim(t, "c"); c.Spec.StorageClassName == nil || *c.Spec.StorageClassName != "std" {
+		t.Errorf("class %v, want std", c.Spec.StorageClassName)
+	}
+	if c := api.claim(t, "empty"); *c.Spec.StorageClassName != "" {
+		t.Error("a claim that chose no class (\"\") got the default")
+	}
+	if got := testutil.ToFloat64(f.c.metrics.retroactive); got != 1 {
+		t.Errorf("retroactive_storageclass_total %v", got)
+	}
+}
+
+// TestBindsDoNotQueueProvisioningClaims: a claim handed to its provisioner (or waiting for its
+// first consumer) is brought back by the provisioner's PV or the scheduler, not by other
+// claims' binds, which would only repeat its event; a claim of a class with no provisioner
+// keeps waiting for a static PV.
+func TestBindsDoNotQueueProvisioningClaims(t *testing.T) {
+	api := newAPIServer(
+		makeClass("ext", "example.com/p", storagev1.VolumeBindingImmediate, false),
+		makeClass("wffc", "example.com/p", storagev1.VolumeBindingWaitForFirstConsumer, false),
+		makeClaim("dyn", "1Gi", claimClassOpt("ext")),
+		makeClaim("late", "1Gi", claimClassOpt("wffc")),
+		makeClaim("manual", "1Gi", claimClassOpt("manual")))
+	f := newFixture(t, api)
+	for _, n := range []string{"dyn", "late", "manual"} {
+		if err := f.syncClaim(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := f.c.waiting.takeOldest(nil); got != testNS+"/manual" {
+		t.Errorf("waiting: %q, want only the claim of the class without a provisioner", got)
+	}
+	if got := f.c.waiting.takeOldest(nil); got != "" {
+		t.Errorf("also waiting: %q", got)
 	}
 }

@@ -47,7 +47,7 @@ func (c *Controller) syncVolume(ctx context.Context, pv *v1.PersistentVolume) er
 			return err
 		}
 		if ref == nil {
-			c.wakeFor(updated)
+			c.queueWaitingClaimFor(updated)
 		} else {
 			c.claimQueue.Add(refKey(ref))
 		}
@@ -242,6 +242,6 @@ func (c *Controller) unbind(ctx context.Context, pv *v1.PersistentVolume) error 
 	if err != nil {
 		return err
 	}
-	c.wakeFor(written)
+	c.queueWaitingClaimFor(written)
 	return nil
 }
