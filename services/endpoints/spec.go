@@ -44,7 +44,7 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 	if err != nil {
 		return err // validated at parse time already
 	}
-	factory := informers.NewSharedInformerFactoryWithOptions(rt.Client, rt.ResyncPeriod(), informers.WithTransform(projection.Transform))
+	factory := informers.NewSharedInformerFactoryWithOptions(rt.Client, rt.ResyncPeriod(), informers.WithTransform(projection.New().Transform))
 	// One EndpointSlice informer for both slice controllers, holding the slices of whichever
 	// of them run; each lists only its own by label.
 	var managedBy []string

@@ -30,7 +30,7 @@ func TestProjectedPodsGiveTheSameEndpoints(t *testing.T) {
 
 	projected := make([]*v1.Pod, len(full))
 	for i, p := range full {
-		out, err := projection.Transform(p.DeepCopy())
+		out, err := projection.New().Transform(p.DeepCopy())
 		if err != nil {
 			t.Fatal(err)
 		}

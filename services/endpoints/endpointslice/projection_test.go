@@ -84,7 +84,7 @@ func TestProjectedObjectsGiveTheSameSlices(t *testing.T) {
 	project := func(objs ...runtime.Object) []runtime.Object {
 		out := make([]runtime.Object, len(objs))
 		for i, o := range objs {
-			p, err := projection.Transform(o.DeepCopyObject())
+			p, err := projection.New().Transform(o.DeepCopyObject())
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -83,7 +83,7 @@ func TestPodChangeOfProjectedPods(t *testing.T) {
 	full = append(full, deleting)
 	projected := make([]*v1.Pod, len(full))
 	for i, p := range full {
-		out, err := projection.Transform(p.DeepCopy())
+		out, err := projection.New().Transform(p.DeepCopy())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,8 +11,8 @@ import (
 // go test -run TestCacheBytesPerObject -v. deploy/tests/scale/README.md tabulates them.
 func TestCacheBytesPerObject(t *testing.T) {
 	benchkit.ReportCacheBytes(t, "endpoints",
-		benchkit.Cached{Kind: "Pod", Transform: Transform},
-		benchkit.Cached{Kind: "Node", Transform: Transform},
-		benchkit.Cached{Kind: "Service", Transform: Transform},
+		benchkit.Cached{Kind: "Pod", Transform: New().Transform},
+		benchkit.Cached{Kind: "Node", Transform: New().Transform},
+		benchkit.Cached{Kind: "Service", Transform: New().Transform},
 	)
 }

@@ -15,14 +15,15 @@ import (
 // it, values are shared less, never wrongly.
 const internLimit = 4096
 
-var (
-	podLabels = informer.NewInterner[map[string]string](internLimit)
-	podPorts  = informer.NewInterner[projectedPorts](internLimit)
-)
+// interners share equal label sets and port layouts between the Pods of one projection.
+type interners struct {
+	labels *informer.Interner[map[string]string]
+	ports  *informer.Interner[projectedPorts]
+}
 
 // internLabels returns a map equal to labels, shared with every other projected Pod whose
 // labels are the same (the Pods of one ReplicaSet). nil and empty stay as they are.
-func internLabels(labels map[string]string) map[string]string {
+func (p *Projection) internLabels(labels map[string]string) map[string]string {
 	if len(labels) == 0 {
 		return labels
 	}
@@ -42,7 +43,7 @@ func internLabels(labels map[string]string) map[string]string {
 		b.WriteString(labels[k])
 		b.WriteByte(0)
 	}
-	return podLabels.Get(b.String(), labels)
+	return p.interned.labels.Get(b.String(), labels)
 }
 
 // projectedPorts are a Pod's container ports as the projection keeps them: see
@@ -59,7 +60,7 @@ type projectedPorts struct {
 // same port. Containers' names, images and everything else, other init containers, and a
 // port's host port and host IP are never read. The result is shared by every Pod with the
 // same ports.
-func projectContainers(pod *v1.Pod) (containers, initContainers []v1.Container) {
+func (pr *Projection) projectContainers(pod *v1.Pod) (containers, initContainers []v1.Container) {
 	var app, sidecar []v1.ContainerPort
 	var b strings.Builder
 	for i := range pod.Spec.Containers {
@@ -83,7 +84,7 @@ func projectContainers(pod *v1.Pod) (containers, initContainers []v1.Container) 
 		always := v1.ContainerRestartPolicyAlways
 		p.initContainers = []v1.Container{{Ports: sidecar, RestartPolicy: &always}}
 	}
-	p = podPorts.Get(b.String(), p)
+	p = pr.interned.ports.Get(b.String(), p)
 	return p.containers, p.initContainers
 }
 

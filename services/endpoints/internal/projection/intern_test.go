@@ -12,8 +12,9 @@ import (
 )
 
 func TestProjectionSharesLabelsOnlyWhenEqual(t *testing.T) {
+	pr := New() // one projection: what it interns is shared within it
 	pod := func(labels map[string]string) *v1.Pod {
-		return projectPod(&v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", Labels: labels}})
+		return pr.projectPod(&v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", Labels: labels}})
 	}
 	a := pod(map[string]string{"app": "web", "pod-template-hash": "abc"})
 	b := pod(map[string]string{"pod-template-hash": "abc", "app": "web"})
@@ -40,6 +41,7 @@ func TestProjectionSharesLabelsOnlyWhenEqual(t *testing.T) {
 // the layout: a name repeated across containers (the first wins), protocols, sidecars, init
 // containers that are not sidecars, containers without ports.
 func TestProjectedPortsFindTheSamePort(t *testing.T) {
+	pr := New() // one projection: what it interns is shared within it
 	always, never := v1.ContainerRestartPolicyAlways, v1.ContainerRestartPolicy("Never")
 	full := &v1.Pod{Spec: v1.PodSpec{
 		InitContainers: []v1.Container{
@@ -56,7 +58,7 @@ func TestProjectedPortsFindTheSamePort(t *testing.T) {
 				{Name: "http", ContainerPort: 9090, Protocol: v1.ProtocolTCP}, {Name: "dns", ContainerPort: 5353, Protocol: v1.ProtocolTCP}, {ContainerPort: 7}}},
 		},
 	}}
-	projected := projectPod(full)
+	projected := pr.projectPod(full)
 	for _, name := range []string{"http", "dns", "admin", "init", "once", "missing", ""} {
 		for _, proto := range []v1.Protocol{v1.ProtocolTCP, v1.ProtocolUDP} {
 			sp := &v1.ServicePort{Protocol: proto, TargetPort: intstr.FromString(name)}
@@ -67,11 +69,11 @@ func TestProjectedPortsFindTheSamePort(t *testing.T) {
 			}
 		}
 	}
-	again := projectPod(full.DeepCopy())
+	again := pr.projectPod(full.DeepCopy())
 	if &again.Spec.Containers[0] != &projected.Spec.Containers[0] || &again.Spec.InitContainers[0] != &projected.Spec.InitContainers[0] {
 		t.Fatal("equal ports are not shared")
 	}
-	if p := projectPod(&v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{{Name: "app"}}}}); p.Spec.Containers != nil || p.Spec.InitContainers != nil {
+	if p := pr.projectPod(&v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{{Name: "app"}}}}); p.Spec.Containers != nil || p.Spec.InitContainers != nil {
 		t.Fatal("a Pod without ports keeps containers")
 	}
 }

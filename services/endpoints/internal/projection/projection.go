@@ -1,4 +1,4 @@
-// Package projection is the binary's informer transform (Transform): what each cached object
+// Package projection is the binary's informer transform (Projection.Transform): what each cached object
 // keeps of what the API server sends. The three controllers share one informer per type, so
 // they share one projection: Pods keep what the Endpoints and EndpointSlice controllers read
 // of them, Nodes what the EndpointSlice controller's topology reads, and every other object
@@ -13,14 +13,28 @@ import (
 	"github.com/kcm-split/kcm-split/shared/informer"
 )
 
+// Projection is one term's projection: its Pods share equal label sets and port layouts.
+// A term builds its own (New), so nothing of a past term's caches outlives it.
+type Projection struct {
+	interned interners
+}
+
+// New returns an empty projection.
+func New() *Projection {
+	return &Projection{interned: interners{
+		labels: informer.NewInterner[map[string]string](internLimit),
+		ports:  informer.NewInterner[projectedPorts](internLimit),
+	}}
+}
+
 // Transform trims objects before they enter the informers' caches. Pods are by far the
 // largest population, and real Pod specs (env, volumes, probes, annotations such as
 // last-applied-configuration) are mostly bytes this controller never reads; keeping only the
 // fields below cuts a Pod to a few hundred bytes. Every other object only loses managedFields.
-func Transform(obj any) (any, error) {
+func (p *Projection) Transform(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *v1.Pod:
-		return projectPod(o), nil
+		return p.projectPod(o), nil
 	case *v1.Node:
 		return projectNode(o), nil
 	}
@@ -67,14 +81,14 @@ func projectNode(node *v1.Node) *v1.Node {
 // and the Ready condition's lastTransitionTime for the trigger time), its Reconciler included
 // (name, namespace and UID for targetRef, nodeName, hostname and subdomain, IPs, readiness,
 // deletion for the serving and terminating conditions); none needed adding.
-func projectPod(pod *v1.Pod) *v1.Pod {
-	containers, initContainers := projectContainers(pod)
+func (p *Projection) projectPod(pod *v1.Pod) *v1.Pod {
+	containers, initContainers := p.projectContainers(pod)
 	podIP := pod.Status.PodIP
 	if len(pod.Status.PodIPs) > 0 && pod.Status.PodIPs[0].IP == podIP {
 		podIP = pod.Status.PodIPs[0].IP // one string for both, as the API server makes them equal
 	}
 	meta := informer.KeptMeta(&pod.ObjectMeta)
-	meta.Labels = internLabels(pod.Labels)
+	meta.Labels = p.internLabels(pod.Labels)
 	return &v1.Pod{
 		TypeMeta:   pod.TypeMeta,
 		ObjectMeta: meta,

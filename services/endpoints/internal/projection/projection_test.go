@@ -9,7 +9,7 @@ import (
 
 func TestTransformDropsManagedFieldsOfOtherObjects(t *testing.T) {
 	svc := &v1.Service{ObjectMeta: metav1.ObjectMeta{Name: "s", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}}}
-	out, err := Transform(svc)
+	out, err := New().Transform(svc)
 	if err != nil {
 		t.Fatal(err)
 	}
