@@ -3,13 +3,12 @@ package nodelifecycle
 import (
 	"context"
 	"fmt"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 )
 
-// handleDisruption updates zone states and rates from this pass's counts. When every zone
+// handleDisruption updates zone states and rates from this round's counts. When every zone
 // is fully disrupted the problem is most likely between the control plane and the Nodes,
 // not the Nodes: all NoExecute taints this controller placed are removed and tainting stops
 // everywhere until some Node is Ready again, at which point every Node gets a fresh grace
@@ -149,71 +148,5 @@ func (c *Controller) updatePauseMetrics() {
 		if reason != "" {
 			c.metrics.paused.WithLabelValues(k, reason).Set(1)
 		}
-	}
-}
-
-// runTainter applies queued NoExecute taints as each zone's rate allows. It sleeps while
-// no zone has work it may do.
-func (c *Controller) runTainter(ctx context.Context) {
-	for {
-		busy := false
-		c.mu.Lock()
-		zones := make(map[string]*zoneTainter, len(c.zones))
-		for k, z := range c.zones {
-			zones[k] = z.tainter
-		}
-		c.mu.Unlock()
-		for k, t := range zones {
-			for {
-				name, ok := t.next(c.now())
-				if !ok {
-					break
-				}
-				c.applyNoExecute(ctx, k, t, name)
-			}
-			if t.pending() > 0 && t.Rate() > 0 {
-				busy = true
-			}
-		}
-		var tick <-chan time.Time
-		if busy {
-			tick = time.After(taintRetryPeriod)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick:
-		case <-c.tainterKick:
-		}
-	}
-}
-
-// applyNoExecute gives one Node the NoExecute taint matching its Ready status now.
-func (c *Controller) applyNoExecute(ctx context.Context, zoneKey string, t *zoneTainter, name string) {
-	logger := klog.FromContext(ctx).WithValues("node", name, "zone", zoneName(zoneKey))
-	node, err := c.nodes.Get(name)
-	if err != nil {
-		return // deleted meanwhile
-	}
-	written, err := c.setTaints(ctx, node, func(n *v1.Node) ([]v1.Taint, bool) {
-		var want, other v1.Taint
-		switch readyStatus(n) {
-		case v1.ConditionFalse:
-			want, other = notReadyTaint, unreachableTaint
-		case v1.ConditionUnknown:
-			want, other = unreachableTaint, notReadyTaint
-		default:
-			return nil, false // Ready again, or never reported: nothing to do
-		}
-		return swapTaints(n.Spec.Taints, &want, []v1.Taint{other}, c.now())
-	})
-	if err != nil {
-		logger.Error(err, "Adding a NoExecute taint; will retry")
-		t.retry(name, c.now())
-		return
-	}
-	if written != nil {
-		c.metrics.evictions.WithLabelValues(zoneKey).Inc()
-		logger.Info("Node tainted NoExecute", "taints", len(written.Spec.Taints))
 	}
 }

@@ -21,7 +21,7 @@ import (
 )
 
 // fixture is a controller over a fake clientset with a fake clock; the test feeds the
-// informer caches by hand and calls pass, syncs and the tainter directly.
+// informer caches by hand and calls checkAllNodes, syncs and the tainter directly.
 type fixture struct {
 	t        *testing.T
 	client   *fake.Clientset
@@ -45,17 +45,12 @@ func newFixture(t *testing.T, opts Options, objs ...runtime.Object) *fixture {
 		leases: factory.Coordination().V1().Leases().Informer().GetIndexer(),
 	}
 	f.c = New(factory.Core().V1().Nodes(), factory.Coordination().V1().Leases(), factory.Core().V1().Pods(),
-		client, f.recorder, f.recorder, opts, prometheus.NewRegistry())
+		client, f.recorder, opts, prometheus.NewRegistry())
 	f.c.now = f.clock.now
 	f.pods = f.c.podsByNode
 	t.Cleanup(func() {
 		f.c.nodeQueue.ShutDown()
 		f.c.podQueue.ShutDown()
-		if f.c.evictor != nil {
-			f.c.evictor.nodeQueue.ShutDown()
-			f.c.evictor.podQueue.ShutDown()
-			f.c.evictor.evictQueue.ShutDown()
-		}
 	})
 	f.cache(objs...)
 	return f
@@ -137,4 +132,10 @@ func readyNode(name, zone string) *v1.Node {
 			{Type: v1.NodeNetworkUnavailable, Status: v1.ConditionFalse},
 		}},
 	}
+}
+
+func fastOptions() Options {
+	o := DefaultOptions()
+	o.MonitorPeriod, o.MonitorGracePeriod, o.StartupGracePeriod = time.Second, 10*time.Second, 20*time.Second
+	return o
 }

@@ -1,8 +1,6 @@
 package nodelifecycle
 
 import (
-	"maps"
-	"slices"
 	"sync"
 	"time"
 
@@ -13,11 +11,11 @@ import (
 
 // health is what the controller knows of one Node's signs of life.
 type health struct {
-	// probe is the local time of the last sign of life: a new Ready heartbeat or Lease
+	// lastSignOfLife is the local time of the last sign of life: a new Ready heartbeat or Lease
 	// renewal, as this process observed it. Local time, never the timestamps inside the
 	// objects, so clock skew between the kubelet and this process cannot shorten or stretch
 	// the grace period.
-	probe time.Time
+	lastSignOfLife time.Time
 	// nodeSeen is false while only the Node's Lease has been observed.
 	nodeSeen bool
 	// hasReady: the Node has a Ready condition (it has reported at least once).
@@ -67,19 +65,19 @@ func (t *healthTracker) observeNode(node *v1.Node) bool {
 	case !h.nodeSeen && ready == nil:
 		// Never reported: the startup grace period runs from the Node's creation, unless a
 		// Lease renewal was seen already.
-		if created := node.CreationTimestamp.Time; created.After(h.probe) {
-			h.probe = created
+		if created := node.CreationTimestamp.Time; created.After(h.lastSignOfLife) {
+			h.lastSignOfLife = created
 		}
 	case !h.nodeSeen:
 		// A Node seen for the first time (most often: this process just started leading)
 		// gets a full grace period from now; the heartbeat in its status may be from
 		// another clock.
-		h.probe, alive = now, true
+		h.lastSignOfLife, alive = now, true
 	case (ready != nil) != h.hasReady:
 		// The Ready condition appeared (first report) or vanished (someone removed it).
-		h.probe, alive = now, true
+		h.lastSignOfLife, alive = now, true
 	case ready != nil && !ready.LastHeartbeatTime.Equal(&h.heartbeat):
-		h.probe, alive = now, true
+		h.lastSignOfLife, alive = now, true
 	}
 	h.nodeSeen = true
 	h.hasReady = ready != nil
@@ -107,7 +105,7 @@ func (t *healthTracker) observeLease(lease *coordv1.Lease) bool {
 		return false
 	}
 	h.renew = renew
-	h.probe = t.now()
+	h.lastSignOfLife = t.now()
 	return true
 }
 
@@ -136,20 +134,14 @@ func (t *healthTracker) restartGrace() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, h := range t.nodes {
-		h.probe = now
+		h.lastSignOfLife = now
 	}
 }
 
 // deadline is when h's grace period ends.
 func (o Options) deadline(h health) time.Time {
 	if !h.hasReady {
-		return h.probe.Add(o.StartupGracePeriod)
+		return h.lastSignOfLife.Add(o.StartupGracePeriod)
 	}
-	return h.probe.Add(o.MonitorGracePeriod)
+	return h.lastSignOfLife.Add(o.MonitorGracePeriod)
 }
-
-func sortedKeys[V any](m map[string]V) []string {
-	return slices.Sorted(maps.Keys(m))
-}
-
-func metavOf(t time.Time) metav1.Time { return metav1.NewTime(t) }

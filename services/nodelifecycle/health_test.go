@@ -62,8 +62,8 @@ func TestHealthTracker(t *testing.T) {
 	clock.step(time.Hour)
 	tr.restartGrace()
 	h, _ = tr.get("n")
-	if !h.probe.Equal(clock.t) {
-		t.Errorf("probe after restartGrace = %s, want now", h.probe)
+	if !h.lastSignOfLife.Equal(clock.t) {
+		t.Errorf("lastSignOfLife after restartGrace = %s, want now", h.lastSignOfLife)
 	}
 	tr.forget("n")
 	if _, ok := tr.get("n"); ok {

@@ -12,20 +12,17 @@ const (
 	PausePartialDisruption = "PartialDisruption"
 )
 
-// controllerMetrics are upstream's node_collector_* and taint_eviction_controller_* metrics,
-// plus kcm-split's view of why NoExecute tainting is paused. Zone labels are bounded by the
+// controllerMetrics are upstream's node_collector_* metrics, plus kcm-split's view of why NoExecute tainting is paused. Zone labels are bounded by the
 // number of failure domains; nothing is labelled per Node or Pod.
 type controllerMetrics struct {
-	zoneHealth     *prometheus.GaugeVec
-	zoneSize       *prometheus.GaugeVec
-	unhealthy      *prometheus.GaugeVec
-	evictions      *prometheus.CounterVec
-	nodeHealthDur  prometheus.Histogram
-	allHealthDur   prometheus.Histogram
-	podDeletions   prometheus.Counter
-	podDeletionDur prometheus.Histogram
-	zoneRate       *prometheus.GaugeVec
-	paused         *prometheus.GaugeVec
+	zoneHealth    *prometheus.GaugeVec
+	zoneSize      *prometheus.GaugeVec
+	unhealthy     *prometheus.GaugeVec
+	evictions     *prometheus.CounterVec
+	nodeHealthDur prometheus.Histogram
+	allHealthDur  prometheus.Histogram
+	zoneRate      *prometheus.GaugeVec
+	paused        *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *controllerMetrics {
@@ -56,15 +53,6 @@ func newMetrics(reg prometheus.Registerer) *controllerMetrics {
 			Name:    "node_collector_update_all_nodes_health_duration_seconds",
 			Help:    "Time to update the health of all nodes.",
 			Buckets: prometheus.ExponentialBuckets(0.01, 4, 8),
-		}),
-		podDeletions: f.NewCounter(prometheus.CounterOpts{
-			Name: "taint_eviction_controller_pod_deletions_total",
-			Help: "Pods deleted because they do not tolerate a NoExecute taint of their node.",
-		}),
-		podDeletionDur: f.NewHistogram(prometheus.HistogramOpts{
-			Name:    "taint_eviction_controller_pod_deletion_duration_seconds",
-			Help:    "Time from when a Pod's eviction was due until its deletion was accepted.",
-			Buckets: []float64{0.005, 0.025, 0.1, 0.5, 1, 2.5, 10, 30, 60, 120, 180, 240},
 		}),
 		zoneRate: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "kcm_split_nodelifecycle_zone_eviction_rate",

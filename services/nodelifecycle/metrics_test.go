@@ -20,8 +20,6 @@ func TestMetricsNamesAndLint(t *testing.T) {
 	m.evictions.WithLabelValues("r:z").Add(0)
 	m.nodeHealthDur.Observe(0.01)
 	m.allHealthDur.Observe(0.1)
-	m.podDeletions.Add(0)
-	m.podDeletionDur.Observe(1)
 	m.zoneRate.WithLabelValues("r:z").Set(0.1)
 	m.paused.WithLabelValues("r:z", PauseAllZonesDown).Set(1)
 	problems, err := testutil.GatherAndLint(reg)
@@ -42,8 +40,7 @@ func TestMetricsNamesAndLint(t *testing.T) {
 	want := "kcm_split_nodelifecycle_evictions_paused kcm_split_nodelifecycle_zone_eviction_rate " +
 		"node_collector_evictions_total node_collector_unhealthy_nodes_in_zone " +
 		"node_collector_update_all_nodes_health_duration_seconds node_collector_update_node_health_duration_seconds " +
-		"node_collector_zone_health node_collector_zone_size " +
-		"taint_eviction_controller_pod_deletion_duration_seconds taint_eviction_controller_pod_deletions_total"
+		"node_collector_zone_health node_collector_zone_size"
 	if got := strings.Join(names, " "); got != want {
 		t.Errorf("metrics:\n got %s\nwant %s", got, want)
 	}

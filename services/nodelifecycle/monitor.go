@@ -6,38 +6,25 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 )
 
-// Reasons and messages of the conditions a silent Node gets, upstream's.
-const (
-	reasonStatusUnknown      = "NodeStatusUnknown"
-	messageStatusUnknown     = "Kubelet stopped posting node status."
-	reasonStatusNeverUpdated = "NodeStatusNeverUpdated"
-	messageNeverUpdated      = "Kubelet never posted node status."
-)
-
-// unknownConditionTypes turn Unknown when a Node falls silent. NetworkUnavailable is left
-// alone: the network plugin or cloud provider owns it, not the kubelet.
-var unknownConditionTypes = []v1.NodeConditionType{v1.NodeReady, v1.NodeMemoryPressure, v1.NodeDiskPressure, v1.NodePIDPressure}
-
-// runMonitor runs passes over every Node: every --node-monitor-period, at the next Node
+// runMonitor checks every Node in rounds: every --node-monitor-period, at the next Node
 // deadline (so a silent Node is detected right when its grace period ends, not up to a
-// period later), and soon after a Node's Ready condition changes. Passes never overlap and
-// are at least minPassSpacing apart.
+// period later), and soon after a Node's Ready condition changes. Rounds never overlap and
+// are at least minRoundSpacing apart.
 func (c *Controller) runMonitor(ctx context.Context) {
 	for {
 		start := c.now()
-		next := c.pass(ctx)
+		next := c.checkAllNodes(ctx)
 		wake := start.Add(c.opts.MonitorPeriod)
 		if !next.IsZero() && next.Add(deadlineSlack).Before(wake) {
 			wake = next.Add(deadlineSlack)
 		}
-		earliest := start.Add(minPassSpacing)
+		earliest := start.Add(minRoundSpacing)
 		if wake.Before(earliest) {
 			wake = earliest
 		}
@@ -47,7 +34,7 @@ func (c *Controller) runMonitor(ctx context.Context) {
 			timer.Stop()
 			return
 		case <-timer.C:
-		case <-c.kick:
+		case <-c.checkRequested:
 			timer.Stop()
 			if d := earliest.Sub(c.now()); d > 0 {
 				select {
@@ -60,7 +47,7 @@ func (c *Controller) runMonitor(ctx context.Context) {
 	}
 }
 
-// nodeResult is what one Node contributes to a pass.
+// nodeResult is what one Node contributes to a round of checks.
 type nodeResult struct {
 	ok       bool
 	zone     string
@@ -72,9 +59,9 @@ type nodeResult struct {
 	wantTaint bool
 }
 
-// pass checks every Node once and returns the earliest deadline of a Node still counted as
-// alive (zero if none).
-func (c *Controller) pass(ctx context.Context) time.Time {
+// checkAllNodes is one round: it checks every Node once and returns the earliest deadline
+// of a Node still counted as alive (zero if none).
+func (c *Controller) checkAllNodes(ctx context.Context) time.Time {
 	start := time.Now()
 	defer func() { c.metrics.allHealthDur.Observe(time.Since(start).Seconds()) }()
 	logger := klog.FromContext(ctx)
@@ -92,7 +79,7 @@ func (c *Controller) pass(ctx context.Context) time.Time {
 	})
 
 	if ctx.Err() != nil {
-		// Stopping: the pass is incomplete, and zone states computed from part of the
+		// Stopping: the round is incomplete, and zone states computed from part of the
 		// Nodes could look like a disruption that is not there.
 		return time.Time{}
 	}
@@ -122,7 +109,7 @@ func (c *Controller) pass(ctx context.Context) time.Time {
 	c.handleDisruption(ctx, counts, nodes)
 
 	// NoExecute taints are queued only now, once the zone states (and so the rates) account
-	// for this pass: a Node never gets tainted at the rate of a zone state that its own
+	// for this round: a Node never gets tainted at the rate of a zone state that its own
 	// failure is about to change.
 	for i := range results {
 		r := &results[i]
@@ -149,13 +136,13 @@ func (c *Controller) pass(ctx context.Context) time.Time {
 		z.tainter.add(nodes[i].Name, c.now())
 	}
 	// Always: the rates may have changed too.
-	c.pokeTainter()
+	c.wakeTainter()
 	return next
 }
 
 type zoneCount struct{ ready, notReady int }
 
-// track notices Nodes added and removed since the last pass and creates zones.
+// track notices Nodes added and removed since the last round and creates zones.
 func (c *Controller) track(ctx context.Context, nodes []*v1.Node) {
 	seen := make(map[string]bool, len(nodes))
 	for _, n := range nodes {
@@ -243,143 +230,11 @@ func (c *Controller) checkNode(ctx context.Context, node *v1.Node) nodeResult {
 			c.recorder.Eventf(&v1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID},
 				v1.EventTypeNormal, ReasonNodeNotReady, "Node %s status is now: %s", node.Name, ReasonNodeNotReady)
 		}
-		// Every pass, not only on the transition: a Pod that a previous leader did not get
+		// Every round, not only on the transition: a Pod that a previous leader did not get
 		// to, or whose write failed, is marked now. Pods already not Ready cost no write.
 		if err := c.markPodsNotReady(ctx, node.Name); err != nil {
-			logger.Error(err, "Marking pods not ready; will retry next pass")
+			logger.Error(err, "Marking pods not ready; will retry next round")
 		}
 	}
 	return r
-}
-
-// updateHealth marks node Unknown if its grace period has ended. It returns the Ready
-// status the Node had, its Ready condition now, the deadline if it is still within grace,
-// and the Node as written (nil if not written).
-func (c *Controller) updateHealth(ctx context.Context, node *v1.Node) (observed v1.ConditionStatus, current *v1.NodeCondition, deadline time.Time, written *v1.Node, err error) {
-	c.health.observeNode(node)
-	if lease, err := c.leases.Leases(v1.NamespaceNodeLease).Get(node.Name); err == nil {
-		c.health.observeLease(lease)
-	}
-	written, err = c.editNode(ctx, node, "status", func(n *v1.Node) map[string]any {
-		// After a conflict n is fresh from the API: it may carry a new heartbeat.
-		c.health.observeNode(n)
-		h, _ := c.health.get(n.Name)
-		now := c.now()
-		current = readyCondition(&n.Status)
-		observed = ""
-		if current != nil {
-			observed = current.Status
-		}
-		deadline = c.opts.deadline(h)
-		if !now.After(deadline) {
-			return nil
-		}
-		deadline = time.Time{}
-		conds, changed := unknownConditions(n, now)
-		if !changed {
-			return nil
-		}
-		return map[string]any{"status": map[string]any{"conditions": conds}}
-	})
-	if err != nil {
-		return "", nil, time.Time{}, nil, err
-	}
-	if written != nil {
-		current = readyCondition(&written.Status)
-	}
-	if current != nil && current.Status == v1.ConditionUnknown {
-		deadline = time.Time{}
-	}
-	return observed, current, deadline, written, nil
-}
-
-// unknownConditions returns node's conditions with those a kubelet owns set to Unknown, and
-// whether the Ready condition changed (the only change worth a write, as upstream).
-func unknownConditions(node *v1.Node, now time.Time) ([]v1.NodeCondition, bool) {
-	conds := make([]v1.NodeCondition, len(node.Status.Conditions))
-	copy(conds, node.Status.Conditions)
-	readyChanged := false
-	at := metavOf(now)
-	for _, t := range unknownConditionTypes {
-		i := -1
-		for j := range conds {
-			if conds[j].Type == t {
-				i = j
-				break
-			}
-		}
-		switch {
-		case i < 0:
-			conds = append(conds, v1.NodeCondition{
-				Type: t, Status: v1.ConditionUnknown,
-				Reason: reasonStatusNeverUpdated, Message: messageNeverUpdated,
-				LastHeartbeatTime: node.CreationTimestamp, LastTransitionTime: at,
-			})
-		case conds[i].Status != v1.ConditionUnknown:
-			conds[i].Status = v1.ConditionUnknown
-			conds[i].Reason = reasonStatusUnknown
-			conds[i].Message = messageStatusUnknown
-			conds[i].LastTransitionTime = at
-		default:
-			continue
-		}
-		if t == v1.NodeReady {
-			readyChanged = true
-		}
-	}
-	return conds, readyChanged
-}
-
-// noExecute acts on a Node's NoExecute taint for its Ready status: swaps not-ready and
-// unreachable at once when the status flips, removes both when Ready. It reports whether
-// the Node needs a new taint through its zone's rate limiter.
-func (c *Controller) noExecute(ctx context.Context, node *v1.Node, status v1.ConditionStatus) bool {
-	logger := klog.FromContext(ctx).WithValues("node", node.Name)
-	var want, other v1.Taint
-	switch status {
-	case v1.ConditionFalse:
-		want, other = notReadyTaint, unreachableTaint
-	case v1.ConditionUnknown:
-		want, other = unreachableTaint, notReadyTaint
-	default:
-		if err := c.markReachable(ctx, node); err != nil {
-			logger.Error(err, "Removing NoExecute taints from a Ready node; will retry next pass")
-		}
-		return false
-	}
-	switch {
-	case hasTaint(node.Spec.Taints, want):
-		if z := c.zone(zoneKey(node)); z != nil {
-			z.tainter.remove(node.Name)
-		}
-		return false
-	case hasTaint(node.Spec.Taints, other):
-		// Tainted already: the eviction decision was made, only its reason changed.
-		_, err := c.setTaints(ctx, node, func(n *v1.Node) ([]v1.Taint, bool) {
-			return swapTaints(n.Spec.Taints, &want, []v1.Taint{other}, c.now())
-		})
-		if err != nil {
-			logger.Error(err, "Swapping NoExecute taints; will retry next pass")
-		}
-		return false
-	}
-	return true
-}
-
-// markReachable removes this controller's NoExecute taints from node and drops it from its
-// zone's queue.
-func (c *Controller) markReachable(ctx context.Context, node *v1.Node) error {
-	if z := c.zone(zoneKey(node)); z != nil {
-		z.tainter.remove(node.Name)
-	}
-	if !hasTaint(node.Spec.Taints, unreachableTaint) && !hasTaint(node.Spec.Taints, notReadyTaint) {
-		return nil
-	}
-	_, err := c.setTaints(ctx, node, func(n *v1.Node) ([]v1.Taint, bool) {
-		return swapTaints(n.Spec.Taints, nil, []v1.Taint{unreachableTaint, notReadyTaint}, c.now())
-	})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
 }

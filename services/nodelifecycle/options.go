@@ -23,16 +23,8 @@ const (
 	NodeQueueName = "node_lifecycle_controller"
 	// PodQueueName is upstream's name of the queue of Pods newly bound to a Node.
 	PodQueueName = "node_lifecycle_controller_pods"
-	// EvictionNodeQueueName and EvictionPodQueueName are the taint-eviction controller's
-	// queues, upstream's names.
-	EvictionNodeQueueName = "noexec_taint_node"
-	EvictionPodQueueName  = "noexec_taint_pod"
-	// EvictionQueueName holds Pods whose eviction is due, or will be at a known time.
-	EvictionQueueName = "noexec_taint_eviction"
 	// ComponentName is the source component of the Events about Nodes, upstream's.
 	ComponentName = "node-controller"
-	// EvictionComponentName is the source component of eviction Events, upstream's.
-	EvictionComponentName = "taint-eviction-controller"
 	// DefaultPort serves metrics and health unless --metrics-bind-address says otherwise.
 	DefaultPort = 10282
 )
@@ -84,7 +76,8 @@ type Options struct {
 	// UnhealthyZoneThreshold is the fraction of not-Ready Nodes (more than 2) at which a
 	// zone counts as partially disrupted.
 	UnhealthyZoneThreshold float64
-	// TaintEviction turns on the deletion of Pods that do not tolerate a NoExecute taint.
+	// TaintEviction runs the taint-eviction controller beside this one: the deletion of
+	// Pods that do not tolerate a NoExecute taint.
 	TaintEviction bool
 	// IPAM is node Pod range allocation (upstream's node-ipam-controller), off by default.
 	IPAM ipam.Options

@@ -86,12 +86,3 @@ func TestIPAMFlagsReachTheOptions(t *testing.T) {
 		t.Errorf("other options %+v, want the defaults %+v", rest, DefaultOptions())
 	}
 }
-
-func TestSpec(t *testing.T) { apptest.CheckSpec(t, Spec, ControllerID, DefaultPort) }
-
-// The binary's budget is the three upstream controllers' together (see DefaultQPS).
-func TestOwnBudget(t *testing.T) {
-	if s := Spec(); s.DefaultQPS != 3*20 || s.DefaultBurst != 3*30 {
-		t.Errorf("Spec budget = %v/%d, want 60/90: node-lifecycle, taint-eviction and node-ipam at upstream's 20/30 each", s.DefaultQPS, s.DefaultBurst)
-	}
-}

@@ -7,10 +7,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
-
-	"github.com/kcm-split/kcm-split/services/nodelifecycle/ipam"
 	"k8s.io/component-base/featuregate"
 
+	"github.com/kcm-split/kcm-split/services/nodelifecycle/ipam"
+	"github.com/kcm-split/kcm-split/services/nodelifecycle/tainteviction"
 	"github.com/kcm-split/kcm-split/shared/app"
 	"github.com/kcm-split/kcm-split/shared/features"
 )
@@ -49,11 +49,18 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 		podFactory.Core().V1().Pods(),
 		client,
 		rt.EventRecorder(ctx, ComponentName),
-		rt.EventRecorder(ctx, EvictionComponentName),
 		opts,
 		rt.Registry,
 	)
 	controllers := []app.Controller{{Name: ControllerID, HasSynced: c.HasSynced, Run: c.Run}}
+	if opts.TaintEviction {
+		// Upstream's separate controller, on the same Node and Pod informers: it deletes the
+		// Pods that do not tolerate their Node's NoExecute taints, whoever put them there
+		// (mostly the controller above).
+		evictor := tainteviction.New(factory.Core().V1().Nodes(), podFactory.Core().V1().Pods(), client,
+			rt.EventRecorder(ctx, tainteviction.ControllerName), rt.Registry, ControllerID)
+		controllers = append(controllers, app.Controller{Name: tainteviction.ControllerName, HasSynced: evictor.HasSynced, Run: evictor.Run})
+	}
 	if !opts.IPAM.Allocate {
 		return rt.RunControllers(ctx, controllers, factory, leaseFactory, podFactory)
 	}

@@ -1,11 +1,12 @@
 package nodelifecycle
 
 import (
-	"math"
+	"maps"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/klog/v2"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // The NoExecute taints this controller puts on Nodes that are not Ready, through the zones'
@@ -90,7 +91,7 @@ func withNoScheduleTaints(node *v1.Node) ([]v1.Taint, bool) {
 		out = append(out, t)
 	}
 	// Added in a fixed order, so that equal inputs give equal patches.
-	for _, k := range sortedKeys(want) {
+	for _, k := range slices.Sorted(maps.Keys(want)) {
 		out = append(out, v1.Taint{Key: k, Effect: v1.TaintEffectNoSchedule})
 		changed = true
 	}
@@ -116,7 +117,7 @@ func swapTaints(taints []v1.Taint, add *v1.Taint, remove []v1.Taint, now time.Ti
 	if add != nil && !present {
 		t := *add
 		if t.Effect == v1.TaintEffectNoExecute {
-			at := metavOf(now)
+			at := metav1.NewTime(now)
 			t.TimeAdded = &at
 		}
 		out = append(out, t)
@@ -136,50 +137,3 @@ func matchesAny(t v1.Taint, set []v1.Taint) bool {
 
 // hasTaint reports whether taints holds one with t's key and effect.
 func hasTaint(taints []v1.Taint, t v1.Taint) bool { return matchesAny(t, taints) }
-
-// noExecuteTaints returns the NoExecute taints of node.
-func noExecuteTaints(node *v1.Node) []v1.Taint {
-	var out []v1.Taint
-	for _, t := range node.Spec.Taints {
-		if t.Effect == v1.TaintEffectNoExecute {
-			out = append(out, t)
-		}
-	}
-	return out
-}
-
-// tolerationDeadline decides the fate of a Pod with tolerations on a Node with the NoExecute
-// taints given: evict at once (tolerated false), never (forever true), or after the
-// returned duration. Each taint is matched by the first toleration that tolerates it, and
-// the smallest tolerationSeconds among those matched wins; zero or negative seconds mean at
-// once, as upstream.
-func tolerationDeadline(taints []v1.Taint, tolerations []v1.Toleration) (tolerated, forever bool, after time.Duration) {
-	if len(taints) == 0 {
-		return true, true, 0
-	}
-	minSeconds := int64(math.MaxInt64)
-	for i := range taints {
-		var match *v1.Toleration
-		for j := range tolerations {
-			// Comparison operators are an alpha feature, off by default in v1.36.
-			if tolerations[j].ToleratesTaint(klog.Background(), &taints[i], false) {
-				match = &tolerations[j]
-				break
-			}
-		}
-		if match == nil {
-			return false, false, 0
-		}
-		if match.TolerationSeconds != nil && *match.TolerationSeconds < minSeconds {
-			minSeconds = *match.TolerationSeconds
-		}
-	}
-	switch {
-	case minSeconds == math.MaxInt64:
-		return true, true, 0
-	case minSeconds <= 0:
-		return true, false, 0
-	default:
-		return true, false, time.Duration(minSeconds) * time.Second
-	}
-}

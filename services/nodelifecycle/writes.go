@@ -55,32 +55,6 @@ func (c *Controller) editNode(ctx context.Context, node *v1.Node, subresource st
 	}
 }
 
-// setNodeLabelsAndTaints brings node's condition NoSchedule taints and beta os/arch labels
-// in line in one write: a Node fresh from registration usually needs both (the apiserver's
-// admission gives it a not-ready NoSchedule taint, and nothing gives it the beta labels), and
-// one patch instead of two halves what a controller starting over a whole cluster spends of
-// its client budget. It reports what changed.
-func (c *Controller) setNodeLabelsAndTaints(ctx context.Context, node *v1.Node) (written *v1.Node, taints, labels bool, err error) {
-	written, err = c.editNode(ctx, node, "", func(n *v1.Node) map[string]any {
-		body := map[string]any{}
-		newTaints, changed := withNoScheduleTaints(n)
-		taints = changed
-		if changed {
-			body["spec"] = map[string]any{"taints": taintsValue(newTaints)}
-		}
-		beta := betaLabelsToSet(n)
-		labels = len(beta) > 0
-		if labels {
-			body["metadata"] = map[string]any{"labels": beta}
-		}
-		if len(body) == 0 {
-			return nil
-		}
-		return body
-	})
-	return written, taints, labels, err
-}
-
 // setTaints writes node's spec.taints as edit computes them from the current ones.
 func (c *Controller) setTaints(ctx context.Context, node *v1.Node, edit func(*v1.Node) ([]v1.Taint, bool)) (*v1.Node, error) {
 	return c.editNode(ctx, node, "", func(n *v1.Node) map[string]any {
@@ -98,13 +72,4 @@ func taintsValue(taints []v1.Taint) any {
 		return nil
 	}
 	return taints
-}
-
-// podStatusPatch is a strategic merge patch of a Pod's status conditions (merged by type),
-// pinned to the Pod's UID so that a Pod recreated under the same name is never touched.
-func podStatusPatch(uid types.UID, conds ...v1.PodCondition) ([]byte, error) {
-	return json.Marshal(map[string]any{
-		"metadata": map[string]any{"uid": uid},
-		"status":   map[string]any{"conditions": conds},
-	})
 }

@@ -66,3 +66,13 @@ func TestCacheTransformKeepsWhatIsRead(t *testing.T) {
 		t.Errorf("other objects lose only managedFields: %+v", got)
 	}
 }
+
+// TestCacheBytesPerObject reports (never asserts) the heap bytes one cached object of each type
+// this controller watches costs as the apiserver lists it, and after the informer transform:
+// go test -run TestCacheBytesPerObject -v. deploy/tests/scale/README.md tabulates them.
+func TestCacheBytesPerObject(t *testing.T) {
+	benchkit.ReportCacheBytes(t, "nodelifecycle",
+		benchkit.Cached{Kind: "Pod", Transform: cacheTransform},
+		benchkit.Cached{Kind: "Node", Transform: cacheTransform},
+	)
+}

@@ -1,5 +1,5 @@
-// The sync functions of the controller's work queues other than the monitor's: the NoSchedule
-// taints a Node's conditions call for, and Pods marked not Ready on a Node nobody hears from.
+// Pods marked not Ready on a Node nobody hears from: by the monitor for every Pod of such a
+// Node, and by the Pod queue for a Pod bound to one later.
 
 package nodelifecycle
 
@@ -12,27 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
-)
 
-// syncNoSchedule brings the condition NoSchedule taints of the named Node in line with its
-// conditions and spec.unschedulable, and its beta os/arch labels with the stable ones.
-func (c *Controller) syncNoSchedule(ctx context.Context, name string) error {
-	node, err := c.nodes.Get(name)
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	written, taints, labels, err := c.setNodeLabelsAndTaints(ctx, node)
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err == nil && written != nil {
-		klog.FromContext(ctx).V(2).Info("Updated node", "node", name, "conditionTaints", taints, "betaLabels", labels)
-	}
-	return err
-}
+	"github.com/kcm-split/kcm-split/services/nodelifecycle/internal/nodepods"
+)
 
 // syncPod marks a Pod just bound to a Node that is not Ready as not Ready itself: the
 // monitor only looks at Pods when their Node changes state.
@@ -67,16 +49,12 @@ func (c *Controller) syncPod(ctx context.Context, key string) error {
 // markPodsNotReady sets the Ready condition of every Pod on the named Node to False, so that
 // Endpoints stop sending traffic to a Node nobody hears from.
 func (c *Controller) markPodsNotReady(ctx context.Context, nodeName string) error {
-	objs, err := c.podsByNode.ByIndex(nodeNameIndex, nodeName)
+	pods, err := nodepods.OnNode(c.podsByNode, nodeName)
 	if err != nil {
 		return err
 	}
 	var errs []error
-	for _, o := range objs {
-		pod, ok := o.(*v1.Pod)
-		if !ok || pod.Spec.NodeName != nodeName {
-			continue
-		}
+	for _, pod := range pods {
 		if err := c.markPodNotReady(ctx, pod); err != nil {
 			errs = append(errs, err)
 		}
@@ -99,7 +77,7 @@ func (c *Controller) markPodNotReady(ctx context.Context, pod *v1.Pod) error {
 	if ready == nil || ready.Status == v1.ConditionFalse {
 		return nil
 	}
-	patch, err := podStatusPatch(pod.UID, v1.PodCondition{
+	patch, err := nodepods.StatusPatch(pod.UID, v1.PodCondition{
 		Type: v1.PodReady, Status: v1.ConditionFalse, LastTransitionTime: metav1.NewTime(c.now()),
 		Reason: ready.Reason, Message: ready.Message,
 	})

@@ -1,4 +1,4 @@
-package nodelifecycle
+package tainteviction
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kcm-split/kcm-split/shared/testenv/fixtures"
 	"github.com/kcm-split/kcm-split/shared/worker"
 )
 
@@ -27,32 +28,31 @@ func tolerating(name string, seconds *int64) *v1.Pod {
 func TestEvictionAfterToleration(t *testing.T) {
 	ctx := context.Background()
 	ten := int64(10)
-	node := readyNode("n", "z")
-	node.Spec.Taints = []v1.Taint{unreachableTaint}
+	node := taintedNode()
 	pod := tolerating("ten", &ten)
-	f := newFixture(t, fastOptions(), node, pod)
-	e := f.c.evictor
-	e.decide(ctx, pod, noExecuteTaints(node))
+	f := newFixture(t, node, pod)
+	c := f.c
+	c.decide(ctx, pod, noExecuteTaints(node))
 
-	f.clock.step(9 * time.Second)
+	f.step(9 * time.Second)
 	var rq *worker.Requeue
-	if err := e.evict(ctx, "ns/ten"); !errors.As(err, &rq) || rq.After != time.Second {
+	if err := c.evict(ctx, "ns/ten"); !errors.As(err, &rq) || rq.After != time.Second {
 		t.Fatalf("evict before the deadline = %v, want a requeue after 1s", err)
 	}
 	// A node update (taints unchanged) does not move the deadline.
-	e.decide(ctx, pod, noExecuteTaints(node))
-	f.clock.step(time.Second)
-	if err := e.evict(ctx, "ns/ten"); err != nil {
+	c.decide(ctx, pod, noExecuteTaints(node))
+	f.step(time.Second)
+	if err := c.evict(ctx, "ns/ten"); err != nil {
 		t.Fatal(err)
 	}
 	if w := f.writes(); len(w) != 2 || w[0] != "patch pods/status ten" || w[1] != "delete pods ten" {
 		t.Errorf("writes = %v, want the DisruptionTarget patch and the delete", w)
 	}
-	if !hasEvent(f.events(), "TaintManagerEviction Marking for deletion Pod ns/ten") {
+	if !hasEvent(fixtures.Events(f.recorder), "TaintManagerEviction Marking for deletion Pod ns/ten") {
 		t.Error("no eviction event")
 	}
 	// Done: nothing scheduled any more.
-	if err := e.evict(ctx, "ns/ten"); err != nil || len(f.writes()) != 2 {
+	if err := c.evict(ctx, "ns/ten"); err != nil || len(f.writes()) != 2 {
 		t.Errorf("a second evict wrote again: %v %v", err, f.writes())
 	}
 }
@@ -62,28 +62,27 @@ func TestEvictionAfterToleration(t *testing.T) {
 func TestEvictionCancelledAndSkipped(t *testing.T) {
 	ctx := context.Background()
 	ten := int64(10)
-	node := readyNode("n", "z")
-	node.Spec.Taints = []v1.Taint{unreachableTaint}
+	node := taintedNode()
 	pod := tolerating("ten", &ten)
 	forever := tolerating("forever", nil)
 	forever.Spec.Tolerations = []v1.Toleration{{Key: v1.TaintNodeUnreachable, Operator: v1.TolerationOpExists, Effect: v1.TaintEffectNoExecute}}
 	deleting := tolerating("deleting", nil)
 	deleting.DeletionTimestamp = &metav1.Time{Time: t0}
-	f := newFixture(t, fastOptions(), node, pod, forever, deleting)
-	e := f.c.evictor
+	f := newFixture(t, node, pod, forever, deleting)
+	c := f.c
 	for _, p := range []*v1.Pod{pod, forever, deleting} {
-		e.decide(ctx, p, noExecuteTaints(node))
+		c.decide(ctx, p, noExecuteTaints(node))
 	}
-	if len(e.scheduled) != 1 {
-		t.Fatalf("scheduled = %v, want only ten", e.scheduled)
+	if len(c.scheduled) != 1 {
+		t.Fatalf("scheduled = %v, want only ten", c.scheduled)
 	}
-	e.decide(ctx, pod, nil) // taint gone
-	if !hasEvent(f.events(), "TaintManagerEviction Cancelling deletion of Pod ns/ten") {
+	c.decide(ctx, pod, nil) // taint gone
+	if !hasEvent(fixtures.Events(f.recorder), "TaintManagerEviction Cancelling deletion of Pod ns/ten") {
 		t.Error("no cancellation event")
 	}
-	f.clock.step(time.Minute)
+	f.step(time.Minute)
 	for _, k := range []string{"ns/ten", "ns/forever", "ns/deleting"} {
-		if err := e.evict(ctx, k); err != nil {
+		if err := c.evict(ctx, k); err != nil {
 			t.Fatal(err)
 		}
 	}
