@@ -307,4 +307,22 @@ func TestSplitBrain(t *testing.T) {
 	if counts[len(counts)-1] > maxWritesPerService {
 		t.Errorf("a Service got %d writes, want at most %d", counts[len(counts)-1], maxWritesPerService)
 	}
+
+	// Leave nothing behind for the tests after this one: every later controller would
+	// otherwise restore and serve these hundreds of Services (namespaces are never finalized
+	// here), and whatever pool a later test creates could be drained by them. The two
+	// controllers still run, so they remove their finalizers and release the claims.
+	for _, name := range live {
+		f.delete(name)
+	}
+	err = wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := f.c.CoreV1().Services(f.ns).List(ctx, metav1.ListOptions{})
+		return err == nil && len(list.Items) == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("the split-brain Services were not all cleaned up: %v", err)
+	}
+	if err := f.pools.Delete(context.Background(), f.ns+"-main"); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
 }
