@@ -62,6 +62,20 @@ func (f *fixture) writesTo(names []string) int {
 	return n
 }
 
+// waitUnverified waits until the controller reports want addresses kept that no pool vouches
+// for. A pool change queues every Service at once, before any of them is synced: a change of
+// the count says that the controller has seen the pool change and queued them all, so that a
+// Service created afterwards is synced after them (one worker, the default).
+func (f *fixture) waitUnverified(step string, want float64) {
+	f.t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
+		return f.ctrl.Metric("kcm_split_servicelb_unverified_addresses") == want, nil
+	})
+	if err != nil {
+		f.t.Fatalf("%s: unverified addresses %v, want %v", step, f.ctrl.Metric("kcm_split_servicelb_unverified_addresses"), want)
+	}
+}
+
 // TestPoolAPIFaults is the "Pool API faults" drill: Services holding addresses keep them,
 // with no status write, while the controller starts without the CRD, the CRD comes back, a
 // pool is deleted, a pool turns invalid, and the CRD is deleted under the running controller.
@@ -107,9 +121,13 @@ func TestPoolAPIFaults(t *testing.T) {
 	for _, n := range names {
 		f.waitEvent(n, servicelb.ReasonAddressUnverified)
 	}
-	if v := f.ctrl.Metric("kcm_split_servicelb_unverified_addresses"); v < float64(len(names)) {
-		t.Errorf("unverified addresses gauge %v, want >= %d", v, len(names))
+	// Services of other tests whose pools are gone keep theirs unverified too: others.
+	v := f.ctrl.Metric("kcm_split_servicelb_unverified_addresses")
+	if v < float64(len(names)) {
+		t.Fatalf("unverified addresses gauge %v, want >= %d", v, len(names))
 	}
+	others := v - float64(len(names))
+	holders := len(names) // Services of this test holding an address
 	check("started without the CRD")
 
 	// 2. The CRD comes back with the pool: picked up without a restart; the held
@@ -121,17 +139,28 @@ func TestPoolAPIFaults(t *testing.T) {
 	f.pool("main", ranges)
 	got := ingressIPs(f.waitAddress("sentinel1"))
 	t.Logf("pool API picked up %s after the CRD was installed", time.Since(start).Round(time.Millisecond))
+	holders++
 	for n, ips := range before {
 		if slices.Equal(got, ips) {
 			t.Fatalf("sentinel1 got %v, which %s holds", got, n)
 		}
 	}
+	// Every held address verified again: the Services were synced since the pool came back,
+	// in a batch sentinel1 may have been served before; a Service created now is synced
+	// after them, writes included.
+	f.waitUnverified("CRD installed again", others)
+	f.service("marker2")
+	f.waitEvent("marker2", servicelb.ReasonEnsuring)
+	holders++
 	check("CRD installed again")
 
 	// 3. The pool is deleted.
 	if err := f.pools.Delete(context.Background(), f.ns+"-main"); err != nil {
 		t.Fatal(err)
 	}
+	// Seen by the controller before sentinel2 exists: else sentinel2 could be served from
+	// the pool its cache still has.
+	f.waitUnverified("pool deleted", others+float64(holders))
 	f.service("sentinel2")
 	f.waitEvent("sentinel2", servicelb.ReasonAllocationFailed)
 	check("pool deleted")
@@ -139,6 +168,10 @@ func TestPoolAPIFaults(t *testing.T) {
 	// 4. The pool comes back, then an edit makes it invalid.
 	p := f.pool("main", ranges)
 	f.waitAddress("sentinel2")
+	holders++
+	// All verified again before the edit, so that the count changing below means the
+	// controller has seen the edit.
+	f.waitUnverified("pool back", others)
 	p, err := f.pools.Get(context.Background(), p.Name)
 	if err != nil {
 		t.Fatal(err)
@@ -147,6 +180,7 @@ func TestPoolAPIFaults(t *testing.T) {
 	if _, err := f.pools.Update(context.Background(), p); err != nil {
 		t.Fatal(err)
 	}
+	f.waitUnverified("pool invalid", others+float64(holders))
 	f.service("sentinel3")
 	f.waitEvent("sentinel3", servicelb.ReasonAllocationFailed)
 	check("pool invalid")

@@ -206,6 +206,16 @@ func (f *fixture) waitEvent(name, reason string) string {
 	return msg
 }
 
+// settle waits until the controller has finished every Service sync queued before now: with
+// one worker (the default --concurrent-service-syncs) the queue is served in order, so a
+// Service created now is synced after them, and records Ensuring once they are done. Their
+// Events were recorded before it, and so are listed before it is.
+func (f *fixture) settle(marker string) {
+	f.t.Helper()
+	f.service(marker)
+	f.waitEvent(marker, servicelb.ReasonEnsuring)
+}
+
 func (f *fixture) hasEvent(name, reason string) bool {
 	evs, err := f.c.CoreV1().Events(f.ns).List(context.Background(), metav1.ListOptions{})
 	if err != nil {
@@ -449,6 +459,8 @@ func TestPoolEditMovesStaleAddress(t *testing.T) {
 	})
 	_ = s
 	f.waitEvent(moved, servicelb.ReasonAddressReassigned)
+	// The edit queued both Services at once, the other maybe after the moved one.
+	f.settle("marker")
 	for n, ips := range before {
 		if n == moved {
 			continue
@@ -541,6 +553,8 @@ func TestOtherClassLeftAlone(t *testing.T) {
 	f.service("theirs", class("example.com/other"))
 	f.service("sentinel")
 	f.waitAddress("sentinel")
+	// Events leave in the order recorded: sentinel's last one listed, any on theirs is too.
+	f.waitEvent("sentinel", servicelb.ReasonEnsured)
 	s, err := f.c.CoreV1().Services(f.ns).Get(context.Background(), "theirs", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -553,8 +567,9 @@ func TestOtherClassLeftAlone(t *testing.T) {
 func TestClassFlag(t *testing.T) {
 	f := setup(t, "--"+servicelb.FlagLoadBalancerClass+"=lb.kcm-split.io/pools")
 	f.pool("main", []string{f.v4(1) + "-" + f.v4(5)})
-	f.service("mine", class("lb.kcm-split.io/pools"))
+	// default first: served in order by one worker, mine's address says default's turn is over.
 	f.service("default")
+	f.service("mine", class("lb.kcm-split.io/pools"))
 	f.waitAddress("mine")
 	s, _ := f.c.CoreV1().Services(f.ns).Get(context.Background(), "default", metav1.GetOptions{})
 	if len(s.Finalizers) != 0 || len(s.Status.LoadBalancer.Ingress) != 0 {
