@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/kcm-split/kcm-split/shared/testenv"
 )
@@ -183,11 +184,20 @@ func fights() []fight {
 			name: "nodelifecycle", bin: bin("nodelifecycle-controller", "nodelifecycle"),
 			prepare: func(ctx context.Context, c kubernetes.Interface, ns string) (string, string) {
 				node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: ns + "-node"}}
-				out, err := c.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
-				if err == nil {
-					out.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse,
-						LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(), Reason: "Drill"}}
-					_, _ = c.CoreV1().Nodes().UpdateStatus(ctx, out, metav1.UpdateOptions{})
+				if _, err := c.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err == nil {
+					// The controller may write the new Node (its admission taint) first: a
+					// status write on the created version would then conflict and the Node
+					// would never turn NotReady, so retry on the latest version.
+					_ = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+						out, err := c.CoreV1().Nodes().Get(ctx, ns+"-node", metav1.GetOptions{})
+						if err != nil {
+							return err
+						}
+						out.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse,
+							LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(), Reason: "Drill"}}
+						_, err = c.CoreV1().Nodes().UpdateStatus(ctx, out, metav1.UpdateOptions{})
+						return err
+					})
 				}
 				return "nodes", ns + "-node"
 			},
