@@ -449,6 +449,8 @@ func addSat(x, y int64) int64 {
 	return x + y
 }
 
+// ---- Overwrite backoff: a decision of its own (it takes mu) ----
+
 // Overwrite backoff: when the status this controller wrote is changed by someone else, it
 // is put back at once, then after overwriteBase, doubling, and after overwriteMaxAttempts
 // writes only every overwriteSlow. An episode ends after overwriteQuiet without an
@@ -471,6 +473,7 @@ type overwriteEpisode struct {
 // Service's current ingress) is not what this controller last wrote although it still wants
 // the same: someone else changed it. It returns how long to wait (0: write now), whether a
 // new episode began, and whether this is a write against an overwrite (to be counted).
+// Reading the episode and moving it on are one step under mu.
 func (s *allocations) overwriteBackoff(key string, status, desired []v1.LoadBalancerIngress, now time.Time) (wait time.Duration, newEpisode, rewrite bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -195,6 +195,8 @@ func (s *allocations) assign(logger klog.Logger, key string, svc *v1.Service, ad
 	return plan
 }
 
+// The helpers below expect mu held (assign's).
+
 // keepOrRelease says whether svc may keep a. An empty why keeps it, verified. A why with
 // release=false keeps it although it cannot be verified now (the pools are unknown, or the
 // pool it came from was deleted or is invalid): clearing it on such a guess would take a
