@@ -116,7 +116,13 @@ func (s *allocations) allocationChanged(e *effects) {
 
 // seal takes the gauge snapshot e asks for, as the last step of a decision.
 func (s *allocations) seal(e *effects) effects {
-	if e.gauges.level != gaugesNone {
+	switch e.gauges.level {
+	case gaugesPending:
+		// Only the count: summing the pools' usage costs a pass over every address.
+		s.seq++
+		e.gauges.seq = s.seq
+		e.gauges.pending = len(s.pending)
+	case gaugesAll:
 		s.seq++
 		e.gauges.seq = s.seq
 		e.gauges.totals = s.totals()
