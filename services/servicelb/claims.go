@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -73,15 +72,8 @@ func (c *Controller) onClaimDelete(obj any) {
 	if parent := claimParent(ip); parent != "" {
 		c.queue.Add(parent)
 	}
-	c.state.mu.Lock()
-	defer c.state.mu.Unlock()
-	if a, err := netip.ParseAddr(ip.Name); err == nil && c.state.alloc.ReleaseAddr(takenKey(a), a) {
-		c.state.forgetAddr(a)
-		c.allocationChangedLocked()
-	}
-	if len(c.state.pending) > 0 {
-		c.retryWaitingLocked()
-	}
+	a, err := netip.ParseAddr(ip.Name)
+	c.apply(c.state.claimDeleted(a, err == nil))
 }
 
 // takenPrefix marks the allocator holder of an address found claimed by a Service this
@@ -236,10 +228,7 @@ func (c *Controller) sweepClaims(ctx context.Context) {
 			logger.Info("Deleted orphan address claim", "address", a, "service", parent, "reason", why)
 			c.recorder.Eventf(claim, v1.EventTypeNormal, ReasonClaimReleased, "Deleted the claim of %s for Service %s: %s", a, parent, why)
 			if o == ipclaim.AlreadyGone || why == whyServiceGone {
-				c.state.mu.Lock()
-				c.state.alloc.ReleaseAddr(parent, a)
-				c.state.forgetAddr(a)
-				c.state.mu.Unlock()
+				c.state.orphanDeleted(parent, a)
 			}
 			return nil
 		})
@@ -258,15 +247,7 @@ func (c *Controller) orphanReason(ctx context.Context, claim *networkingv1.IPAdd
 		return "", false, nil
 	}
 	parent := claimParent(claim)
-	c.state.mu.Lock()
-	var others []string
-	for _, h := range c.state.alloc.Holders(a) {
-		if h != parent && !strings.HasPrefix(h, takenPrefix) {
-			others = append(others, h)
-		}
-	}
-	c.state.mu.Unlock()
-	if len(others) > 0 || parent == "" {
+	if c.state.heldByOthers(parent, a) || parent == "" {
 		return "", false, nil // a sharing Service still shows it, or not a claim of ours to judge
 	}
 	ns, name, _ := cache.SplitMetaNamespaceKey(parent)
@@ -283,22 +264,10 @@ func (c *Controller) orphanReason(ctx context.Context, claim *networkingv1.IPAdd
 		// cleanup that the finalizer is this controller's to remove; it deletes the
 		// claim itself.
 		return "its Service no longer wants a load balancer of this controller", true, nil
-	case handles(svc, c.opts.LoadBalancerClass) && !containsAddr(statusAddrs(svc), a) && c.holdsOther(parent, a):
+	case handles(svc, c.opts.LoadBalancerClass) && !containsAddr(statusAddrs(svc), a) && c.state.holdsOther(parent, a):
 		return "its Service holds another address of that family", true, nil
 	}
 	return "", false, nil
-}
-
-// holdsOther reports whether key holds an address of a's family other than a.
-func (c *Controller) holdsOther(key string, a netip.Addr) bool {
-	c.state.mu.Lock()
-	defer c.state.mu.Unlock()
-	for _, h := range c.state.alloc.Assigned(key) {
-		if h != a && addrpool.FamilyOf(h) == addrpool.FamilyOf(a) {
-			return true
-		}
-	}
-	return false
 }
 
 func containsAddr(as []netip.Addr, a netip.Addr) bool {

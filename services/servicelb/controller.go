@@ -94,6 +94,11 @@ type Controller struct {
 	// state is who holds which address and the bookkeeping around it; its own lock makes
 	// allocation decisions one at a time, whatever the number of workers.
 	state *allocations
+	// gaugeMu orders the gauge updates of decisions published after the state's lock:
+	// gaugesShown and pendingShown are the seq of the numbers shown (see gauges).
+	gaugeMu      sync.Mutex
+	gaugesShown  uint64
+	pendingShown uint64
 	// nodeSet is the last eligible node set, sorted; nil before the first node sync.
 	nodeSet atomic.Pointer[[]string]
 	now     func() time.Time
@@ -281,61 +286,38 @@ func (c *Controller) restore(ctx context.Context) {
 		}
 		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
 	})
-	c.state.mu.Lock()
-	defer c.state.mu.Unlock()
-	n := 0
+	var svcs []restoredService
 	for _, svc := range all {
-		if !handles(svc, c.opts.LoadBalancerClass) {
-			continue
-		}
-		key := svc.Namespace + "/" + svc.Name
-		props := propsOf(svc)
-		for _, a := range statusAddrs(svc) {
-			if err := c.state.alloc.Claim(key, a, props); err != nil {
-				logger.Info("Address in Service status cannot be kept; the Service will get another", "service", key, "address", a, "err", err)
-				continue
-			}
-			n++
+		if handles(svc, c.opts.LoadBalancerClass) {
+			svcs = append(svcs, restoredService{key: svc.Namespace + "/" + svc.Name, props: propsOf(svc), addrs: statusAddrs(svc)})
 		}
 	}
-	fromClaims := 0
+	var fromClaims []restoredClaim
 	for _, claim := range claims {
 		a, err := netip.ParseAddr(claim.Name)
 		if err != nil {
 			continue
 		}
-		if pool := claim.Annotations[AnnotationClaimPool]; pool != "" {
-			c.state.origin[a] = pool
+		rc := restoredClaim{
+			addr:   a,
+			pool:   claim.Annotations[AnnotationClaimPool],
+			parent: claimParent(claim),
+			props:  addrpool.Props{SharingKey: claim.Annotations[AnnotationAllowSharedIP]},
 		}
-		parent := claimParent(claim)
-		if parent == "" || len(c.state.alloc.Holders(a)) > 0 {
-			continue
-		}
-		props := addrpool.Props{SharingKey: claim.Annotations[AnnotationAllowSharedIP]}
-		ns, name, _ := cache.SplitMetaNamespaceKey(parent)
-		if svc, err := c.services.Services(ns).Get(name); err == nil {
-			if !handles(svc, c.opts.LoadBalancerClass) {
-				continue // the sweep deletes it
-			}
-			props = propsOf(svc)
-		}
-		if c.state.alloc.Claim(parent, a, props) == nil {
-			fromClaims++
-			c.queue.Add(parent)
-		}
-	}
-	for _, key := range c.state.alloc.Keys() {
-		for _, a := range c.state.alloc.Assigned(key) {
-			if _, ok := c.state.origin[a]; !ok {
-				if p := c.state.validPoolContaining(a); p != "" {
-					c.state.origin[a] = p
-				}
+		if rc.parent != "" {
+			ns, name, _ := cache.SplitMetaNamespaceKey(rc.parent)
+			if svc, err := c.services.Services(ns).Get(name); err == nil {
+				rc.skip = !handles(svc, c.opts.LoadBalancerClass)
+				rc.props = propsOf(svc)
 			}
 		}
+		fromClaims = append(fromClaims, rc)
 	}
-	c.state.restored = true
-	logger.Info("Restored address assignments", "fromStatus", n, "fromClaims", fromClaims)
-	c.updateGaugesLocked()
+	r := c.state.restore(svcs, fromClaims, func(key string, a netip.Addr, err error) {
+		logger.Info("Address in Service status cannot be kept; the Service will get another", "service", key, "address", a, "err", err)
+	})
+	logger.Info("Restored address assignments", "fromStatus", r.fromStatus, "fromClaims", r.fromClaims)
+	c.apply(r.effects)
 }
 
 // ---- Services ----
@@ -386,9 +368,7 @@ func (c *Controller) syncService(ctx context.Context, key string) error {
 // deleted only once a live read confirms that the Service is gone (or is a new one of the
 // same name): a cache miss alone never frees an address for other processes.
 func (c *Controller) releaseGone(ctx context.Context, key string) error {
-	c.state.mu.Lock()
-	held := c.state.alloc.Assigned(key)
-	c.state.mu.Unlock()
+	held := c.state.assigned(key)
 	if len(held) == 0 {
 		c.release(ctx, key)
 		return nil
@@ -425,12 +405,9 @@ func cleanupReason(svc *v1.Service, class string) string {
 // away), then the finalizer removed, and only then are the addresses handed out again and
 // their claims deleted, so two Services never show one address.
 func (c *Controller) cleanup(ctx context.Context, key string, svc *v1.Service) error {
-	c.state.mu.Lock()
-	heldAddrs := c.state.alloc.Assigned(key)
+	heldAddrs, e := c.state.beginCleanup(key)
+	c.apply(e)
 	held := len(heldAddrs) > 0
-	c.stopWaitingLocked(key)
-	delete(c.state.badInput, key)
-	c.state.mu.Unlock()
 	why := cleanupReason(svc, c.opts.LoadBalancerClass)
 	// Our finalizer on a Service of another class belongs to that class's controller. A
 	// Service whose type changed while no controller ran has lost its class too (the
@@ -461,13 +438,7 @@ func (c *Controller) cleanup(ctx context.Context, key string, svc *v1.Service) e
 		return fmt.Errorf("removing load balancer cleanup finalizer: %w", err)
 	}
 	freed := c.release(ctx, key)
-	c.state.mu.Lock()
-	for _, a := range claimed {
-		if len(c.state.alloc.Holders(a)) == 0 { // a Service sharing it keeps the claim
-			freed = append(freed, a)
-		}
-	}
-	c.state.mu.Unlock()
+	freed = append(freed, c.state.unheld(claimed)...) // a Service sharing one keeps its claim
 	c.deleteClaims(ctx, key, freed)
 	c.metrics.lbSync.Inc()
 	if held {
@@ -488,25 +459,11 @@ func joinAddrs(as []netip.Addr) string {
 // release forgets key's addresses and, when that freed any, retries the Services waiting.
 // It returns the addresses nobody holds any more.
 func (c *Controller) release(ctx context.Context, key string) []netip.Addr {
-	c.state.mu.Lock()
-	defer c.state.mu.Unlock()
-	if c.state.forgetService(key) {
-		c.metrics.pending.Set(float64(len(c.state.pending)))
+	held, freed, e := c.state.release(key)
+	if len(held) > 0 {
+		klog.FromContext(ctx).V(2).Info("Released addresses", "service", key, "addresses", held)
 	}
-	held := c.state.alloc.Assigned(key)
-	if len(held) == 0 {
-		c.updateGaugesLocked()
-		return nil
-	}
-	freed := c.state.alloc.Release(key)
-	for _, a := range freed {
-		c.state.forgetAddr(a)
-	}
-	klog.FromContext(ctx).V(2).Info("Released addresses", "service", key, "addresses", held)
-	c.allocationChangedLocked()
-	// Even an address that stays shared by others may now suit a waiting Service (a port
-	// conflict gone), so every release retries them.
-	c.retryWaitingLocked()
+	c.apply(e)
 	return freed
 }
 
@@ -603,9 +560,7 @@ func (c *Controller) ensure(ctx context.Context, key string, svc *v1.Service) er
 			c.rollback(key, svc)
 			return fmt.Errorf("updating load balancer status: %w", err)
 		}
-		c.state.mu.Lock()
-		c.state.lastWritten[key] = slices.Clone(plan.ingress)
-		c.state.mu.Unlock()
+		c.state.wrote(key, plan.ingress)
 		logger.V(2).Info("Updated load balancer status", "addresses", plan.describe())
 		c.metrics.lbSync.Inc()
 	}
@@ -624,9 +579,7 @@ func (c *Controller) ensure(ctx context.Context, key string, svc *v1.Service) er
 // claimed for svc: another process (a split brain) assigned them. Taking them over ends the
 // disagreement instead of overwriting each other.
 func (c *Controller) adoptable(ctx context.Context, key string, svc *v1.Service) ([]netip.Addr, error) {
-	c.state.mu.Lock()
-	held := c.state.alloc.Assigned(key)
-	c.state.mu.Unlock()
+	held := c.state.assigned(key)
 	var out []netip.Addr
 	for _, a := range statusAddrs(svc) {
 		if containsAddr(held, a) {
@@ -659,22 +612,16 @@ func (c *Controller) claimAll(ctx context.Context, key string, svc *v1.Service, 
 		if err != nil {
 			continue
 		}
-		c.state.mu.Lock()
-		pool := c.state.origin[a]
-		c.state.mu.Unlock()
-		err = c.ensureClaim(ctx, svc, a, pool, containsAddr(shown, a))
+		err = c.ensureClaim(ctx, svc, a, c.state.poolOf(a), containsAddr(shown, a))
 		var taken *claimTakenError
 		if errors.As(err, &taken) {
-			c.state.mu.Lock()
-			c.state.alloc.ReleaseAddr(key, a)
 			// Reserved here until its claim is deleted, so the next choice is another
 			// address; the owner's sync takes it over if it shows it.
-			_ = c.state.alloc.Claim(takenKey(a), a, addrpool.Props{SharingKey: taken.key})
+			e := c.state.takenElsewhere(key, a, taken.key)
 			if ns, _, err := cache.SplitMetaNamespaceKey(taken.owner); err == nil && ns != "" {
-				c.queue.Add(taken.owner)
+				e.requeue = append(e.requeue, taken.owner)
 			}
-			c.allocationChangedLocked()
-			c.state.mu.Unlock()
+			c.apply(e)
 		}
 		if err != nil {
 			return err
@@ -689,13 +636,5 @@ func (c *Controller) claimAll(ctx context.Context, key string, svc *v1.Service, 
 // The next sync takes the address again (the claim is the Service's) or takes over what the
 // other process showed; a claim left unused is deleted by the sweep.
 func (c *Controller) rollback(key string, svc *v1.Service) {
-	shown := statusAddrs(svc)
-	c.state.mu.Lock()
-	defer c.state.mu.Unlock()
-	for _, a := range c.state.alloc.Assigned(key) {
-		if !containsAddr(shown, a) && c.state.alloc.ReleaseAddr(key, a) {
-			c.state.forgetAddr(a)
-		}
-	}
-	c.allocationChangedLocked()
+	c.apply(c.state.rollback(key, statusAddrs(svc)))
 }

@@ -69,9 +69,7 @@ func (c *Controller) onNamespaceUpdate(oldObj, newObj any) {
 	if !okOld || !okCur || maps.Equal(old.Labels, cur.Labels) {
 		return
 	}
-	c.state.mu.Lock()
-	defer c.state.mu.Unlock()
-	c.retryWaitingLocked()
+	c.apply(c.state.waitingRetry())
 }
 
 // onPoolUpdate refreshes the pools when a spec changed; status writes (ours), metadata edits

@@ -41,12 +41,8 @@ func (c *Controller) refreshPools() {
 			pools = append(pools, pi.pool)
 		}
 	}
-	c.state.mu.Lock()
-	c.state.pools = infos
-	c.state.alloc.SetPools(pools)
-	restored := c.state.restored
-	c.allocationChangedLocked()
-	c.state.mu.Unlock()
+	restored, e := c.state.setPools(infos, pools)
+	c.apply(e)
 	if !restored {
 		return // Run queues nothing before the restore; the informers' adds queue all.
 	}
@@ -71,10 +67,7 @@ func (c *Controller) syncPoolStatus(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	c.state.mu.Lock()
-	pi := c.state.pools[name]
-	stats := c.state.alloc.Stats(name)
-	c.state.mu.Unlock()
+	pi, stats := c.state.poolStatus(name)
 	if pi == nil {
 		return nil
 	}

@@ -1,7 +1,12 @@
 // Allocation state: which address belongs to which Service, and the bookkeeping the
 // decisions need (pools as last parsed, Services waiting, reasons already reported, the
 // status last written). It holds no client and sends nothing; the Controller turns what
-// its methods return into queue adds, Events and metrics.
+// its methods return into queue adds, Events and metrics, after the lock is released.
+//
+// Its lock is its own: every method the Controller calls takes it for exactly one decision
+// (read the state, decide, change it) and returns what follows from it, so the Controller
+// never holds it and never sees the maps. The decision of which addresses a Service holds
+// is in state_assign.go.
 
 package servicelb
 
@@ -9,6 +14,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,7 +27,9 @@ import (
 // mu makes every decision over it one at a time; the API writes that follow a decision are
 // not made under it.
 type allocations struct {
-	mu    sync.Mutex
+	mu sync.Mutex
+	// seq numbers the gauge snapshots (see gauges).
+	seq   uint64
 	alloc *addrpool.Allocator
 	pools map[string]*poolInfo
 	// pending are the Services waiting for an address.
@@ -56,7 +64,315 @@ func newAllocations() *allocations {
 	}
 }
 
-// The methods below expect mu held.
+// ---- What the Controller does after a decision ----
+
+// effects is what the Controller must do after a decision, outside the lock: sync the
+// Services and refresh the pool statuses named, and show the gauges.
+type effects struct {
+	requeue []string // Services to sync again
+	pools   []string // pools whose status to refresh
+	gauges  gauges
+}
+
+// gaugeLevel says which gauges a decision changed.
+type gaugeLevel int
+
+const (
+	gaugesNone    gaugeLevel = iota
+	gaugesPending            // only the number of waiting Services
+	gaugesAll
+)
+
+// gauges are the state's numbers right after one decision. seq orders them: decisions are
+// published after the lock is released, so two may be published out of order, and the older
+// must not overwrite the newer.
+type gauges struct {
+	seq   uint64
+	level gaugeLevel
+	totals
+}
+
+// The helpers below expect mu held; they record in e what a change implies.
+
+// retryWaiting asks for every Service waiting for an address to be synced again: one has
+// just freed up, or pools changed.
+func (s *allocations) retryWaiting(e *effects) {
+	e.requeue = append(e.requeue, s.waiting()...)
+	e.gauges.level = max(e.gauges.level, gaugesPending)
+}
+
+// stopWaitingFor takes key off the waiting list.
+func (s *allocations) stopWaitingFor(key string, e *effects) {
+	if s.stopWaiting(key) {
+		e.gauges.level = max(e.gauges.level, gaugesPending)
+	}
+}
+
+// allocationChanged asks for every pool's status to be refreshed and the gauges shown.
+func (s *allocations) allocationChanged(e *effects) {
+	e.pools = s.poolNames()
+	e.gauges.level = gaugesAll
+}
+
+// seal takes the gauge snapshot e asks for, as the last step of a decision.
+func (s *allocations) seal(e *effects) effects {
+	switch e.gauges.level {
+	case gaugesPending:
+		// Only the count: summing the pools' usage costs a pass over every address.
+		s.seq++
+		e.gauges.seq = s.seq
+		e.gauges.pending = len(s.pending)
+	case gaugesAll:
+		s.seq++
+		e.gauges.seq = s.seq
+		e.gauges.totals = s.totals()
+	}
+	return *e
+}
+
+// ---- Decisions: each takes mu once ----
+
+// restoredService is a Service whose status addresses restore takes as held.
+type restoredService struct {
+	key   string
+	props addrpool.Props
+	addrs []netip.Addr
+}
+
+// restoredClaim is one address claim as restore needs it; props are its Service's when the
+// cache has it, and skip says that Service no longer wants an address from us.
+type restoredClaim struct {
+	addr   netip.Addr
+	pool   string // the pool it came from, if recorded
+	parent string // the Service it names, or ""
+	props  addrpool.Props
+	skip   bool
+}
+
+// restoreResult counts what restore took and from where.
+type restoreResult struct {
+	fromStatus, fromClaims int
+	effects
+}
+
+// restore rebuilds who holds which address: first the Services' status (svcs in the order
+// that wins a conflict), then the claims of addresses nobody shows yet, which stay reserved
+// for the Service they name (queued so it shows them). notKept is told of a status address
+// that cannot be kept.
+func (s *allocations) restore(svcs []restoredService, claims []restoredClaim, notKept func(key string, a netip.Addr, err error)) restoreResult {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var r restoreResult
+	for _, svc := range svcs {
+		for _, a := range svc.addrs {
+			if err := s.alloc.Claim(svc.key, a, svc.props); err != nil {
+				notKept(svc.key, a, err)
+				continue
+			}
+			r.fromStatus++
+		}
+	}
+	for _, cl := range claims {
+		if cl.pool != "" {
+			s.origin[cl.addr] = cl.pool
+		}
+		if cl.parent == "" || len(s.alloc.Holders(cl.addr)) > 0 || cl.skip {
+			continue // skip: the sweep deletes it
+		}
+		if s.alloc.Claim(cl.parent, cl.addr, cl.props) == nil {
+			r.fromClaims++
+			r.requeue = append(r.requeue, cl.parent)
+		}
+	}
+	for _, key := range s.alloc.Keys() {
+		for _, a := range s.alloc.Assigned(key) {
+			if _, ok := s.origin[a]; !ok {
+				if p := s.validPoolContaining(a); p != "" {
+					s.origin[a] = p
+				}
+			}
+		}
+	}
+	s.restored = true
+	r.gauges.level = gaugesAll
+	r.effects = s.seal(&r.effects)
+	return r
+}
+
+// setPools replaces the pools (infos, of which pools are the valid ones); restored says
+// whether the state was rebuilt yet.
+func (s *allocations) setPools(infos map[string]*poolInfo, pools []addrpool.Pool) (restored bool, e effects) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pools = infos
+	s.alloc.SetPools(pools)
+	s.allocationChanged(&e)
+	return s.restored, s.seal(&e)
+}
+
+// poolStatus returns what is known of pool name (nil: not parsed) and its usage.
+func (s *allocations) poolStatus(name string) (*poolInfo, addrpool.Stats) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pools[name], s.alloc.Stats(name)
+}
+
+// assigned returns the addresses key holds.
+func (s *allocations) assigned(key string) []netip.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.alloc.Assigned(key)
+}
+
+// poolOf returns the pool a was last seen in, or "".
+func (s *allocations) poolOf(a netip.Addr) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.origin[a]
+}
+
+// unheld returns those of addrs that nobody holds.
+func (s *allocations) unheld(addrs []netip.Addr) []netip.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []netip.Addr
+	for _, a := range addrs {
+		if len(s.alloc.Holders(a)) == 0 {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// heldByOthers reports whether a Service other than key holds a (an address found claimed
+// by another process does not count).
+func (s *allocations) heldByOthers(key string, a netip.Addr) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, h := range s.alloc.Holders(a) {
+		if h != key && !strings.HasPrefix(h, takenPrefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// holdsOther reports whether key holds an address of a's family other than a.
+func (s *allocations) holdsOther(key string, a netip.Addr) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, h := range s.alloc.Assigned(key) {
+		if h != a && addrpool.FamilyOf(h) == addrpool.FamilyOf(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// beginCleanup stops key waiting for an address and forgets its bad input; it returns the
+// addresses it holds, which stay held until release.
+func (s *allocations) beginCleanup(key string) (held []netip.Addr, e effects) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	held = s.alloc.Assigned(key)
+	s.stopWaitingFor(key, &e)
+	delete(s.badInput, key)
+	return held, s.seal(&e)
+}
+
+// release forgets key and its addresses. It returns the addresses it held and those nobody
+// holds any more; a release that freed anything retries the Services waiting.
+func (s *allocations) release(key string) (held, freed []netip.Addr, e effects) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.forgetService(key) {
+		e.gauges.level = gaugesPending
+	}
+	held = s.alloc.Assigned(key)
+	if len(held) == 0 {
+		e.gauges.level = gaugesAll
+		return nil, nil, s.seal(&e)
+	}
+	freed = s.alloc.Release(key)
+	for _, a := range freed {
+		s.forgetAddr(a)
+	}
+	s.allocationChanged(&e)
+	// Even an address that stays shared by others may now suit a waiting Service (a port
+	// conflict gone), so every release retries them.
+	s.retryWaiting(&e)
+	return held, freed, s.seal(&e)
+}
+
+// rollback gives back what key holds but its status does not show.
+func (s *allocations) rollback(key string, shown []netip.Addr) effects {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var e effects
+	for _, a := range s.alloc.Assigned(key) {
+		if !slices.Contains(shown, a) && s.alloc.ReleaseAddr(key, a) {
+			s.forgetAddr(a)
+		}
+	}
+	s.allocationChanged(&e)
+	return s.seal(&e)
+}
+
+// takenElsewhere records that a, chosen for key, is claimed by another Service (with
+// sharingKey): key gives it up, and it stays reserved until its claim is deleted, so the
+// next choice is another address.
+func (s *allocations) takenElsewhere(key string, a netip.Addr, sharingKey string) effects {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var e effects
+	s.alloc.ReleaseAddr(key, a)
+	_ = s.alloc.Claim(takenKey(a), a, addrpool.Props{SharingKey: sharingKey})
+	s.allocationChanged(&e)
+	return s.seal(&e)
+}
+
+// claimDeleted: the claim of a is gone, so an address reserved because another process
+// claimed it is free again; parsed is false when the claim's name is no address. The
+// Services waiting are retried either way.
+func (s *allocations) claimDeleted(a netip.Addr, parsed bool) effects {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var e effects
+	if parsed && s.alloc.ReleaseAddr(takenKey(a), a) {
+		s.forgetAddr(a)
+		s.allocationChanged(&e)
+	}
+	if len(s.pending) > 0 {
+		s.retryWaiting(&e)
+	}
+	return s.seal(&e)
+}
+
+// orphanDeleted forgets that key holds a, whose claim the sweep deleted.
+func (s *allocations) orphanDeleted(key string, a netip.Addr) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.alloc.ReleaseAddr(key, a)
+	s.forgetAddr(a)
+}
+
+// waitingRetry asks for the Services waiting for an address to be synced again.
+func (s *allocations) waitingRetry() effects {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var e effects
+	s.retryWaiting(&e)
+	return s.seal(&e)
+}
+
+// wrote records the ingress this controller has just written for key.
+func (s *allocations) wrote(key string, ingress []v1.LoadBalancerIngress) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lastWritten[key] = slices.Clone(ingress)
+}
+
+// ---- Helpers: the methods below expect mu held ----
 
 // forgetAddr drops what is known about an address nobody holds.
 func (s *allocations) forgetAddr(a netip.Addr) {
@@ -139,6 +455,8 @@ func addSat(x, y int64) int64 {
 	return x + y
 }
 
+// ---- Overwrite backoff: a decision of its own (it takes mu) ----
+
 // Overwrite backoff: when the status this controller wrote is changed by someone else, it
 // is put back at once, then after overwriteBase, doubling, and after overwriteMaxAttempts
 // writes only every overwriteSlow. An episode ends after overwriteQuiet without an
@@ -161,7 +479,10 @@ type overwriteEpisode struct {
 // Service's current ingress) is not what this controller last wrote although it still wants
 // the same: someone else changed it. It returns how long to wait (0: write now), whether a
 // new episode began, and whether this is a write against an overwrite (to be counted).
+// Reading the episode and moving it on are one step under mu.
 func (s *allocations) overwriteBackoff(key string, status, desired []v1.LoadBalancerIngress, now time.Time) (wait time.Duration, newEpisode, rewrite bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	last, ok := s.lastWritten[key]
 	if !ok || !ingressEqual(last, desired) || ingressEqual(status, last) {
 		return 0, false, false
