@@ -212,7 +212,6 @@ names a LeaderMigrationConfiguration lists (kube-controller-manager's own file l
 apiVersion: controllermanager.config.k8s.io/v1
 kind: LeaderMigrationConfiguration
 leaderName: {{ $lm.leaderName }}
-resourceLock: leases
 controllerLeaders:
 {{- range $alias, $c := .Values.controllers }}
 {{- if $c.enabled }}
