@@ -39,6 +39,7 @@ import (
 	"github.com/kcm-split/kcm-split/shared/leader"
 	"github.com/kcm-split/kcm-split/shared/logging"
 	"github.com/kcm-split/kcm-split/shared/metrics"
+	"github.com/kcm-split/kcm-split/shared/migration"
 	"github.com/kcm-split/kcm-split/shared/serving"
 )
 
@@ -249,6 +250,11 @@ type options struct {
 	minResync time.Duration
 	gateFlags cli.StringSlice // --feature-gates as given
 	gates     featuregate.MutableVersionedFeatureGate
+	// migrationEnabled and migrationPath are --enable-leader-migration and
+	// --leader-migration-config; migration is the configuration read, nil when disabled.
+	migrationEnabled bool
+	migrationPath    string
+	migration        *migration.Config
 	// ignored lists the older logging flags given together with the upstream flag that
 	// overrides them, to be logged once the logger exists.
 	ignored [][2]string
@@ -291,6 +297,17 @@ func (o *options) complete(spec Spec, c *cli.Context) error {
 	}
 	if o.shutdown < 0 {
 		return &FlagError{Flag: FlagShutdownGracePeriod, Err: fmt.Errorf("%s is negative", o.shutdown)}
+	}
+	if o.migrationEnabled {
+		if !o.leader.Enabled {
+			// Migrated controllers run only under both Leases; without election there is none.
+			return &FlagError{Flag: FlagEnableMigration, Err: fmt.Errorf("needs --%s", FlagLeaderElect)}
+		}
+		cfg, err := migration.Load(o.migrationPath)
+		if err != nil {
+			return &FlagError{Flag: FlagMigrationConfig, Err: err}
+		}
+		o.migration = cfg
 	}
 	gates, err := features.Parse(o.gateFlags.Value())
 	if err != nil {

@@ -12,7 +12,8 @@ import (
 
 // Controller is one controller of a binary, as the runner sees it.
 type Controller struct {
-	// Name is the controller's name in logs and errors: kube-controller-manager's name for it.
+	// Name is kube-controller-manager's name for the controller: in logs and errors, and the name
+	// a LeaderMigrationConfiguration lists it by (--leader-migration-config).
 	Name string
 	// HasSynced reports whether the controller's caches have seen every listed object.
 	HasSynced func() bool
