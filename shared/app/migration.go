@@ -176,20 +176,9 @@ func (rt *Runtime) leadTerms(ctx context.Context, run func(context.Context, *Run
 			}
 			return err
 		}
-		if sleepCtx(ctx, rt.migration.retry) != nil {
+		if migration.Sleep(ctx, rt.migration.retry) != nil {
 			rt.migration.phase.Set(migration.PhaseStandby)
 			return nil
 		}
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }

@@ -133,7 +133,7 @@ func (m *Member) Acquire(ctx context.Context, observed func(handBack bool)) erro
 		if err != nil && ctx.Err() == nil {
 			logger.V(2).Info("Could not join the migration Lease's group", "lease", m.lease(), "err", err)
 		}
-		if err := sleep(ctx, jitter(m.opts.RetryPeriod)); err != nil {
+		if err := Sleep(ctx, jitter(m.opts.RetryPeriod)); err != nil {
 			return err
 		}
 	}
@@ -144,7 +144,7 @@ func (m *Member) Acquire(ctx context.Context, observed func(handBack bool)) erro
 func (m *Member) Hold(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	for {
-		if err := sleep(ctx, jitter(m.opts.RetryPeriod)); err != nil {
+		if err := Sleep(ctx, jitter(m.opts.RetryPeriod)); err != nil {
 			return nil
 		}
 		err := m.renew(ctx)
@@ -197,7 +197,7 @@ func (m *Member) Leave(ctx context.Context) error {
 		if err == nil || ctx.Err() != nil {
 			return err
 		}
-		if sleep(ctx, backoff(attempt)) != nil {
+		if Sleep(ctx, backoff(attempt)) != nil {
 			return err
 		}
 	}
@@ -301,7 +301,7 @@ func (m *Member) modify(ctx context.Context, change func(*coordinationv1.Lease, 
 		if !(apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err)) || attempt+1 >= maxConflicts {
 			return err
 		}
-		if err := sleep(ctx, backoff(attempt)); err != nil {
+		if err := Sleep(ctx, backoff(attempt)); err != nil {
 			return err
 		}
 	}
@@ -438,7 +438,8 @@ func backoff(attempt int) time.Duration {
 	return d/2 + time.Duration(rand.Int64N(int64(d)))
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
+// Sleep waits for d, or less if ctx ends first, and then returns ctx's error.
+func Sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
