@@ -34,22 +34,22 @@ func watchForeignWriters(ctx context.Context, rt *app.Runtime, factory informers
 	triggerTimePath := []string{"metadata", "annotations", v1.EndpointsLastChangeTriggerTime}
 	var ep, slices, mirrored *foreign.Target
 	if enabled[endpoints.Name] {
-		ep = &foreign.Target{
+		ep = d.Track(&foreign.Target{
 			Controller: endpoints.Name,
 			Owns:       ownedEndpoints(factory.Core().V1().Services().Lister()),
 			Fields:     [][]string{{"subsets"}, triggerTimePath},
 			Recorder:   rt.EventRecorder(ctx, endpoints.ComponentName),
-		}
+		})
 		_, _ = factory.Core().V1().Endpoints().Informer().AddEventHandler(d.DeleteHandler())
 	}
 	sliceFields := [][]string{{"endpoints"}, {"ports"}, triggerTimePath}
 	if enabled[endpointslice.Name] {
-		slices = &foreign.Target{Controller: endpointslice.Name, Fields: sliceFields,
-			Recorder: rt.EventRecorder(ctx, endpointslice.ComponentName)}
+		slices = d.Track(&foreign.Target{Controller: endpointslice.Name, Fields: sliceFields,
+			Recorder: rt.EventRecorder(ctx, endpointslice.ComponentName)})
 	}
 	if enabled[mirroring.Name] {
-		mirrored = &foreign.Target{Controller: mirroring.Name, Fields: sliceFields,
-			Recorder: rt.EventRecorder(ctx, mirroring.ComponentName)}
+		mirrored = d.Track(&foreign.Target{Controller: mirroring.Name, Fields: sliceFields,
+			Recorder: rt.EventRecorder(ctx, mirroring.ComponentName)})
 	}
 	if slices != nil || mirrored != nil {
 		_, _ = managedSlices(factory, managedBy).Informer().AddEventHandler(d.DeleteHandler())

@@ -25,11 +25,11 @@ func foreignWriters(ctx context.Context, rt *app.Runtime) (cache.TransformFunc, 
 		Registerer: rt.Registry,
 		Logger:     klog.FromContext(ctx),
 	})
-	t := &foreign.Target{
+	t := d.Track(&foreign.Target{
 		Controller: ControllerID,
 		Fields:     [][]string{{"status", "hard"}, {"status", "used"}},
 		Recorder:   rt.EventRecorder(ctx, ComponentName),
-	}
+	})
 	transform := func(obj any) (any, error) {
 		if rq, ok := obj.(*v1.ResourceQuota); ok {
 			d.Observe(t, rq)

@@ -168,6 +168,13 @@ func orDefault[T comparable](v, def T) T {
 	return v
 }
 
+// Track returns t after starting its series of the counter at 0: a rate or increase over it
+// then sees the first episode, and a dashboard tells "none" from "not running".
+func (d *Detector) Track(t *Target) *Target {
+	d.detected.WithLabelValues(t.Controller)
+	return t
+}
+
 // Write is one foreign write found on an object.
 type Write struct {
 	Manager     string

@@ -200,11 +200,13 @@ func TestForget(t *testing.T) {
 
 func TestMetricName(t *testing.T) {
 	f := newFixture(t, Options{})
+	f.d.Track(&Target{Controller: "mirroring"})
 	f.d.Observe(f.target, endpoints("u1", entry("kube-controller-manager", metav1.ManagedFieldsOperationUpdate, "", t0, subsets)))
 	want := `
 # HELP kcm_split_foreign_writer_detected_total Episodes in which another field manager (e.g. kube-controller-manager still running this controller) wrote fields this controller owns.
 # TYPE kcm_split_foreign_writer_detected_total counter
 kcm_split_foreign_writer_detected_total{controller="endpoints"} 1
+kcm_split_foreign_writer_detected_total{controller="mirroring"} 0
 `
 	if err := testutil.GatherAndCompare(f.reg, strings.NewReader(want), "kcm_split_foreign_writer_detected_total"); err != nil {
 		t.Fatal(err)
