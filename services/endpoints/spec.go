@@ -44,7 +44,8 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 	if err != nil {
 		return err // validated at parse time already
 	}
-	factory := informers.NewSharedInformerFactoryWithOptions(rt.Client, rt.ResyncPeriod(), informers.WithTransform(projection.New().Transform))
+	proj := projection.New()
+	factory := informers.NewSharedInformerFactoryWithOptions(rt.Client, rt.ResyncPeriod(), informers.WithTransform(proj.Transform))
 	// One EndpointSlice informer for both slice controllers, holding the slices of whichever
 	// of them run; each lists only its own by label.
 	var managedBy []string
@@ -96,6 +97,7 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 		controllers = append(controllers, app.Controller{Name: mirroring.Name, HasSynced: c.HasSynced,
 			Run: func(ctx context.Context) error { return c.Run(ctx, opts.Mirroring.ConcurrentSyncs) }})
 	}
+	watchForeignWriters(ctx, rt, factory, proj, enabled, managedBy)
 	klog.FromContext(ctx).Info("Controllers enabled", "endpoints", enabled[endpoints.Name],
 		"endpointSlices", enabled[endpointslice.Name], "endpointSliceMirroring", enabled[mirroring.Name])
 	return rt.RunControllers(ctx, controllers, factory)

@@ -12,7 +12,6 @@ import (
 
 	"github.com/kcm-split/kcm-split/shared/app"
 	"github.com/kcm-split/kcm-split/shared/features"
-	"github.com/kcm-split/kcm-split/shared/informer"
 )
 
 // Spec describes the quota-controller binary to app.Main.
@@ -46,8 +45,13 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 	// Only managed fields are dropped from the quotas themselves: their status is written
 	// back from the cached copy, and the status subresource keeps whatever metadata it is
 	// sent (labels, annotations, owners, finalizers), so nothing else may be dropped. An
-	// update without managed fields leaves the stored ones alone.
-	factory := informers.NewSharedInformerFactoryWithOptions(rt.Client, 0, informers.WithTransform(informer.DropManagedFields))
+	// update without managed fields leaves the stored ones alone. They are read once, by the
+	// foreign-writer detector, before they are dropped.
+	transform, forget := foreignWriters(ctx, rt)
+	factory := informers.NewSharedInformerFactoryWithOptions(rt.Client, 0, informers.WithTransform(transform))
+	if _, err := factory.Core().V1().ResourceQuotas().Informer().AddEventHandler(forget); err != nil {
+		return fmt.Errorf("quota informer: %w", err)
+	}
 	c := New(
 		factory.Core().V1().ResourceQuotas(),
 		rt.Client,

@@ -17,7 +17,13 @@ import (
 // A term builds its own (New), so nothing of a past term's caches outlives it.
 type Projection struct {
 	interned interners
+	observe  func(obj any)
 }
+
+// Observe has fn see every object as the API server sent it, managedFields included, before
+// it is projected: the foreign-writer detector reads who wrote it there. Call it before the
+// informers start.
+func (p *Projection) Observe(fn func(obj any)) { p.observe = fn }
 
 // New returns an empty projection.
 func New() *Projection {
@@ -32,6 +38,9 @@ func New() *Projection {
 // last-applied-configuration) are mostly bytes this controller never reads; keeping only the
 // fields below cuts a Pod to a few hundred bytes. Every other object only loses managedFields.
 func (p *Projection) Transform(obj any) (any, error) {
+	if p.observe != nil {
+		p.observe(obj)
+	}
 	switch o := obj.(type) {
 	case *v1.Pod:
 		return p.projectPod(o), nil
