@@ -175,6 +175,22 @@ func (c *churner) gapIn(w window) (time.Duration, int) {
 	return worst, n
 }
 
+// slowIn returns c's changes pending during w that waited longer than d.
+func (c *churner) slowIn(w window, d time.Duration) []sample {
+	var out []sample
+	for _, s := range c.snapshot() {
+		end := s.seen
+		if end.IsZero() {
+			end = time.Now()
+		}
+		if end.Before(w.start) || s.at.After(w.end) || end.Sub(s.at) <= d {
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
 // lost is the number of c's changes whose effect never appeared.
 func (c *churner) lost() int {
 	n := 0
@@ -401,6 +417,9 @@ func pvChurner(c kubernetes.Interface) *churner {
 			if _, err := c.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
 				return time.Time{}, "", nil, err
 			}
+			// A claim synced before the binder's cache holds its volume waits for the binder's
+			// periodic resync (15 s): that is the binder's own latency, not a gap in ownership.
+			sleep(ctx, time.Second)
 			pvc := &corev1.PersistentVolumeClaim{
 				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: nsPV},
 				Spec: corev1.PersistentVolumeClaimSpec{

@@ -136,6 +136,7 @@ func TestMigrationDrill(t *testing.T) {
 		}
 		for _, b := range ours {
 			b.c.WaitLeadingAndSynced(b.bin.Lease(), testenv.LeadTimeout)
+			logf("%s leading and synced", b.bin.ID)
 		}
 		logf("kcm-split: all six leading and synced")
 		lb.resume()
@@ -405,6 +406,18 @@ func report(t *testing.T, began time.Time, logf func(string, ...any), churners [
 	}
 	for _, c := range churners {
 		logf("churn %s: %d changes, %d step errors", c.name, len(c.snapshot()), c.errors.Load())
+	}
+	// The changes behind the figures: every one that waited more than the goal.
+	for _, w := range windows {
+		for _, c := range churners {
+			for _, s := range c.slowIn(w, 2*time.Second) {
+				seen := "never"
+				if !s.seen.IsZero() {
+					seen = fmt.Sprintf("after %.2fs", s.seen.Sub(s.at).Seconds())
+				}
+				logf("slow in %q: %s: %s at %s, effect %s", w.name, c.name, s.what, s.at.Format(time.StampMilli), seen)
+			}
+		}
 	}
 
 	nOverlap, ex, kcmAfter, oursBefore := overlap(t, naive.start, naiveSwitch, naive.end)

@@ -154,7 +154,8 @@ func newKCMSet(t *testing.T, bin string) *kcmSet {
 		if err != nil {
 			t.Fatal(err)
 		}
-		dir := filepath.Join(t.TempDir(), name)
+		// Beside the apiserver's logs: kept with them by KCM_SPLIT_KEEP_TESTENV.
+		dir := filepath.Join(env.Dir, name)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
