@@ -552,30 +552,33 @@ func (f *fakeNodes) markReady(ctx context.Context, name string) error {
 	})
 }
 
-// renew runs until ctx ends.
+// renew runs until ctx ends. Each renewal holds mu from the silence check to its answer, so
+// that a Node silenced meanwhile is not renewed behind the churn's back and renewed is the
+// last renewal the controller can have seen.
 func (f *fakeNodes) renew(ctx context.Context) {
 	for ctx.Err() == nil {
 		for _, name := range nodeNames {
-			f.mu.Lock()
-			silent := f.silent[name]
-			f.mu.Unlock()
-			if silent {
-				continue
-			}
-			lease, err := f.c.CoordinationV1().Leases("kube-node-lease").Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				continue
-			}
-			lease.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
-			if _, err := f.c.CoordinationV1().Leases("kube-node-lease").Update(ctx, lease, metav1.UpdateOptions{}); err == nil {
-				f.mu.Lock()
-				if !f.silent[name] {
-					f.renewed[name] = time.Now()
-				}
-				f.mu.Unlock()
-			}
+			f.renewOne(ctx, name)
 		}
 		sleep(ctx, time.Second)
+	}
+}
+
+func (f *fakeNodes) renewOne(ctx context.Context, name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.silent[name] {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	lease, err := f.c.CoordinationV1().Leases("kube-node-lease").Get(rctx, name, metav1.GetOptions{})
+	if err != nil {
+		return
+	}
+	lease.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+	if _, err := f.c.CoordinationV1().Leases("kube-node-lease").Update(rctx, lease, metav1.UpdateOptions{}); err == nil {
+		f.renewed[name] = time.Now()
 	}
 }
 
@@ -598,7 +601,9 @@ func nodeChurner(f *fakeNodes) *churner {
 		name: "nodelifecycle",
 		step: func(ctx context.Context, i int) (time.Time, string, func(context.Context) (bool, error), error) {
 			if i%2 == 0 {
-				// Silence: the change "happens" when the grace period after the last renewal runs out.
+				// Silence: the change "happens" when the grace period after the last renewal runs
+				// out. The Node is first left healthy for a few renewals.
+				sleep(ctx, 3*time.Second)
 				f.mu.Lock()
 				f.silent[flap] = true
 				at := f.renewed[flap].Add(nodeGrace)
@@ -613,6 +618,7 @@ func nodeChurner(f *fakeNodes) *churner {
 			at := time.Now()
 			f.mu.Lock()
 			f.silent[flap] = false
+			f.renewed[flap] = at // the status heartbeat is a renewal too
 			f.mu.Unlock()
 			return at, "Node " + flap + " Ready again", func(ctx context.Context) (bool, error) {
 				ready, tainted, err := state(ctx)

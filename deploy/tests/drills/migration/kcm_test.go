@@ -94,6 +94,9 @@ func (k *kcmReplica) start(t *testing.T, kcm string, extra ...string) {
 		"--bind-address=127.0.0.1",
 		fmt.Sprintf("--secure-port=%d", k.port),
 		"--cert-dir=" + filepath.Join(k.dir, "certs"),
+		// As on any control plane: with Leader Migration on, KCM takes the migration Lease
+		// only once its service account token controller runs, which needs the key.
+		"--service-account-private-key-file=" + env.ServiceAccountKey,
 		"--v=2",
 	}, nodeTiming...)
 	args = append(args, extra...)
