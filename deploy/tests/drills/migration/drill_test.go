@@ -135,6 +135,10 @@ func TestMigrationDrill(t *testing.T) {
 			b.start(t)
 		}
 		for _, b := range ours {
+			b.waitLogged(t, "Starting")
+			logf("%s started (logged Starting)", b.bin.ID)
+		}
+		for _, b := range ours {
 			b.c.WaitLeadingAndSynced(b.bin.Lease(), testenv.LeadTimeout)
 			logf("%s leading and synced", b.bin.ID)
 		}
@@ -150,6 +154,7 @@ func TestMigrationDrill(t *testing.T) {
 			b.stop(t)
 		}
 		kcm.roll(t, logf)
+		kcm.waitLeader(t)
 	})
 
 	if os.Getenv("KCM_SPLIT_MIGRATION_NAIVE_ONLY") != "" {
@@ -206,6 +211,7 @@ func TestMigrationDrill(t *testing.T) {
 	rb := phase("rollback (R1-R3)", func() {
 		step("R1: KCM rolled back to C_kcm, controllers on", func() {
 			kcm.roll(t, logf, append(migrationFlags(cKCM), releaseGate)...)
+			kcm.waitLeader(t)
 		})
 		step("R2: hand-back annotation", func() {
 			lb.pause()

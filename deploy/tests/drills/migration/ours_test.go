@@ -67,6 +67,18 @@ func (b *binary) stop(t *testing.T) {
 	}
 }
 
+// waitLogged waits until the running process has logged a line holding text.
+func (b *binary) waitLogged(t *testing.T, text string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		out, err := os.ReadFile(b.c.Log)
+		return err == nil && strings.Contains(string(out), text), nil
+	})
+	if err != nil {
+		t.Fatalf("%s never logged %q: %v", b.bin.ID, text, err)
+	}
+}
+
 // inPhase reports whether the binary reports the leader-migration phase p.
 func (b *binary) inPhase(p string) bool {
 	return b.c.Metric(`kcm_split_leader_migration_phase{phase="`+p+`"}`) == 1
