@@ -52,7 +52,7 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 		opts,
 		rt.Registry,
 	)
-	controllers := []app.Controller{{Name: ControllerID, HasSynced: c.HasSynced, Run: c.Run}}
+	controllers := []app.Controller{{Name: kcmName, HasSynced: c.HasSynced, Run: c.Run}}
 	if opts.TaintEviction {
 		// Upstream's separate controller, on the same Node and Pod informers: it deletes the
 		// Pods that do not tolerate their Node's NoExecute taints, whoever put them there
@@ -80,3 +80,7 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 	controllers = append(controllers, app.Controller{Name: IPAMControllerName, HasSynced: allocator.HasSynced, Run: allocator.Run})
 	return rt.RunControllers(ctx, controllers, factory, leaseFactory, podFactory, claimFactory)
 }
+
+// kcmName is kube-controller-manager's name of this controller, the name a
+// LeaderMigrationConfiguration gives it (the binary's ID is kcm-split's own).
+const kcmName = "node-lifecycle-controller"

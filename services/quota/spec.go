@@ -57,5 +57,5 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 		opts,
 		rt.Registry,
 	)
-	return rt.RunControllers(ctx, []app.Controller{{Name: ControllerID, HasSynced: c.HasSynced, Run: c.Run}}, factory)
+	return rt.RunControllers(ctx, []app.Controller{{Name: ComponentName, HasSynced: c.HasSynced, Run: c.Run}}, factory)
 }

@@ -39,6 +39,7 @@ import (
 	"github.com/kcm-split/kcm-split/shared/leader"
 	"github.com/kcm-split/kcm-split/shared/logging"
 	"github.com/kcm-split/kcm-split/shared/metrics"
+	"github.com/kcm-split/kcm-split/shared/migration"
 	"github.com/kcm-split/kcm-split/shared/serving"
 )
 
@@ -113,6 +114,7 @@ type Runtime struct {
 	mu        sync.Mutex
 	events    record.EventBroadcaster
 	term      *metrics.TermRegistry
+	migration *migrationRun
 }
 
 // ResyncPeriod returns a random duration in [--min-resync-period, 2 x --min-resync-period),
@@ -249,6 +251,11 @@ type options struct {
 	minResync time.Duration
 	gateFlags cli.StringSlice // --feature-gates as given
 	gates     featuregate.MutableVersionedFeatureGate
+	// migrationEnabled and migrationPath are --enable-leader-migration and
+	// --leader-migration-config; migration is the configuration read, nil when disabled.
+	migrationEnabled bool
+	migrationPath    string
+	migration        *migration.Config
 	// ignored lists the older logging flags given together with the upstream flag that
 	// overrides them, to be logged once the logger exists.
 	ignored [][2]string
@@ -291,6 +298,17 @@ func (o *options) complete(spec Spec, c *cli.Context) error {
 	}
 	if o.shutdown < 0 {
 		return &FlagError{Flag: FlagShutdownGracePeriod, Err: fmt.Errorf("%s is negative", o.shutdown)}
+	}
+	if o.migrationEnabled {
+		if !o.leader.Enabled {
+			// Migrated controllers run only under both Leases; without election there is none.
+			return &FlagError{Flag: FlagEnableMigration, Err: fmt.Errorf("needs --%s", FlagLeaderElect)}
+		}
+		cfg, err := migration.Load(o.migrationPath)
+		if err != nil {
+			return &FlagError{Flag: FlagMigrationConfig, Err: err}
+		}
+		o.migration = cfg
 	}
 	gates, err := features.Parse(o.gateFlags.Value())
 	if err != nil {
@@ -397,6 +415,17 @@ func run(parent context.Context, spec Spec, o *options, stderr io.Writer) error 
 		return fmt.Errorf("building client: %w", err)
 	}
 	rt := &Runtime{Features: o.gates, minResync: o.minResync, Config: ctrlCfg, Client: client, Health: checks, Logger: logger, term: &metrics.TermRegistry{}}
+	phase := migration.NewPhaseGauge(reg, migration.PhaseOff)
+	if o.migration != nil {
+		member := migration.NewMember(migration.Options{
+			Namespace: o.leader.Namespace, Name: o.migration.LeaderName, Identity: elector.Identity(), Binary: spec.ID,
+			LeaseDuration: o.leader.LeaseDuration, RenewDeadline: o.leader.RenewDeadline, RetryPeriod: o.leader.RetryPeriod,
+		}, leaderClient(cfg).CoordinationV1())
+		rt.migration = &migrationRun{cfg: o.migration, member: member, phase: phase, retry: o.leader.RetryPeriod}
+		phase.Set(migration.PhaseStandby)
+		elector.FenceAlso(leader.ReasonMigrationNotMember, rt.migration.allowWrite)
+		checks.AddNamed(rt.migration.checkName, alwaysOK, health.Readyz)
+	}
 
 	checks.Add("leaderElection", elector.Check, health.Healthz, health.Livez)
 	checks.Add("apiserver", contact.Check(apiserverUnreachableAfter), health.Readyz)
@@ -423,7 +452,7 @@ func run(parent context.Context, spec Spec, o *options, stderr io.Writer) error 
 
 	logger.Info("Starting", "version", Version, "leaderElect", o.leader.Enabled, "lease", o.leader.Namespace+"/"+o.leader.Name, "identity", elector.Identity())
 	err = elector.Run(ctx, func(ctx context.Context) error {
-		return rt.runTerm(ctx, spec.Run)
+		return rt.leadTerms(ctx, spec.Run)
 	})
 	if errors.Is(err, leader.ErrLeaseLost) {
 		// The Lease was lost and the controller did not stop: exit at once. Its writes are

@@ -98,6 +98,9 @@ func TestBadFlagsExit2WithOneLine(t *testing.T) {
 		{"feature gate not a boolean", []string{"--feature-gates=PodLevelResources=yes please"}, nil, "invalid value for --feature-gates"},
 		{"feature gate from env", nil, map[string]string{"KCM_SPLIT_FEATURE_GATES": "Bogus=true"}, "invalid value for --feature-gates: unrecognized feature gates: Bogus"},
 		{"stray argument", []string{"extra"}, nil, "unexpected arguments"},
+		{"migration without election", []string{"--enable-leader-migration", "--leader-elect=false"}, nil, "invalid value for --enable-leader-migration: needs --leader-elect"},
+		{"missing migration config", []string{"--enable-leader-migration", "--leader-migration-config=" + filepath.Join(dir, "nope")}, nil, "invalid value for --leader-migration-config"},
+		{"unparseable migration config", []string{"--enable-leader-migration", "--leader-migration-config=" + garbage}, nil, "invalid value for --leader-migration-config"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for k, v := range tc.env {

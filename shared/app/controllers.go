@@ -12,7 +12,8 @@ import (
 
 // Controller is one controller of a binary, as the runner sees it.
 type Controller struct {
-	// Name is the controller's name in logs and errors: kube-controller-manager's name for it.
+	// Name is kube-controller-manager's name for the controller: in logs and errors, and the name
+	// a LeaderMigrationConfiguration lists it by (--leader-migration-config).
 	Name string
 	// HasSynced reports whether the controller's caches have seen every listed object.
 	HasSynced func() bool
@@ -25,7 +26,18 @@ type Controller struct {
 // ends. The first controller to fail stops the others (a term is all of a binary's controllers
 // or none: the Lease covers them together) and the term ends with every failure, each named
 // for its controller, joined. Informers stop once every controller has returned.
+//
+// With --enable-leader-migration, the controllers the migration configuration gives to another
+// component are left out, and a term with migrated controllers waits for, and lasts no longer
+// than, this process's membership in the migration Lease's group (see runMigrated).
 func (rt *Runtime) RunControllers(ctx context.Context, controllers []Controller, factories ...informer.Factory) error {
+	if rt.migration != nil {
+		return rt.runMigrated(ctx, controllers, factories)
+	}
+	return rt.runControllers(ctx, controllers, factories)
+}
+
+func (rt *Runtime) runControllers(ctx context.Context, controllers []Controller, factories []informer.Factory) error {
 	rt.SetSynced(func() bool {
 		for _, c := range controllers {
 			if !c.HasSynced() {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kcm-split/kcm-split/shared/features"
 	"github.com/kcm-split/kcm-split/shared/kube"
+	"github.com/kcm-split/kcm-split/shared/migration"
 	"github.com/kcm-split/kcm-split/shared/serving"
 )
 
@@ -26,6 +27,8 @@ const (
 	FlagRetryPeriod         = "leader-elect-retry-period"
 	FlagLeaseNamespace      = "leader-elect-resource-namespace"
 	FlagLeaseName           = "leader-elect-resource-name"
+	FlagEnableMigration     = "enable-leader-migration"
+	FlagMigrationConfig     = "leader-migration-config"
 	FlagMetricsBindAddress  = "metrics-bind-address"
 	FlagHealthBindAddress   = "health-probe-bind-address"
 	FlagV                   = "v"
@@ -67,6 +70,8 @@ func (o *options) flags(spec Spec) []cli.Flag {
 
 		&cli.StringFlag{Name: FlagLeaseNamespace, Category: "Leader election", Value: "kube-system", Destination: &o.leader.Namespace, Usage: "namespace of the Lease"},
 		&cli.StringFlag{Name: FlagLeaseName, Category: "Leader election", Value: spec.ID, Destination: &o.leader.Name, Usage: "name of the Lease"},
+		&cli.BoolFlag{Name: FlagEnableMigration, Category: "Leader election", Destination: &o.migrationEnabled, Usage: "take part in Leader Migration with kube-controller-manager: controllers the --" + FlagMigrationConfig + " file gives to kcm-split (or *) run only while kcm-split's binaries hold its migration Lease together, those it gives to another component never run here; needs --" + FlagLeaderElect},
+		&cli.StringFlag{Name: FlagMigrationConfig, Category: "Leader election", Destination: &o.migrationPath, Usage: "path of the LeaderMigrationConfiguration file (controllermanager.config.k8s.io, resourceLock leases) read with --" + FlagEnableMigration + "; empty means every controller of this binary goes to kcm-split under the Lease " + migration.DefaultLeaderName},
 
 		&cli.IntFlag{Name: serving.FlagSecurePort, Category: "Secure serving", Value: spec.DefaultPort, Destination: &o.secure.Port, Usage: "HTTPS port serving /metrics, /healthz, /readyz, /livez (and /debug/pprof with --" + serving.FlagProfiling + "), with authentication and authorization; 0 disables"},
 		&cli.StringFlag{Name: serving.FlagBindAddress, Category: "Secure serving", Value: "0.0.0.0", Destination: &o.secure.BindAddress, Usage: "IP address the secure port listens on (0.0.0.0 or :: for all interfaces)"},

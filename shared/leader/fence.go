@@ -13,7 +13,26 @@ const (
 	reasonNotLeading  = "not_leading"
 	reasonStale       = "renewal_stale"
 	reasonOtherHolder = "other_holder"
+	// ReasonMigrationNotMember: the Lease is fresh, but a condition added with FenceAlso (the
+	// migration Lease's membership) refused.
+	ReasonMigrationNotMember = "migration_not_member"
 )
+
+// extraFence is a further condition of AllowWrite, see FenceAlso.
+type extraFence struct {
+	reason string
+	allow  func() bool
+}
+
+// FenceAlso makes AllowWrite also require allow() once the Lease checks pass; a refusal counts
+// under reason and does not end the term of this Lease: allow's owner ends what it guards.
+// Call it before Run.
+func (e *Elector) FenceAlso(reason string, allow func() bool) {
+	e.mu.Lock()
+	e.extra = &extraFence{reason: reason, allow: allow}
+	e.mu.Unlock()
+	e.fenced.WithLabelValues(reason)
+}
 
 // FencedError is returned for a mutating request that was refused before it left the
 // process, because this process may no longer hold its Lease. It is not retried by client-go;
@@ -56,7 +75,12 @@ func (e *Elector) AllowWrite() error {
 	case time.Since(e.renewedAt) >= e.cfg.RenewDeadline:
 		reason = reasonStale
 	}
+	extra := e.extra
 	e.mu.Unlock()
+	if reason == "" && extra != nil && !extra.allow() {
+		e.fenced.WithLabelValues(extra.reason).Inc()
+		return &FencedError{Lease: e.cfg.Namespace + "/" + e.cfg.Name, Reason: extra.reason}
+	}
 	if reason == "" {
 		return nil
 	}

@@ -115,6 +115,8 @@ type Elector struct {
 	stepReason string
 	// confirmed: the watch has shown this process as holder since its term began.
 	confirmed bool
+	// extra is a further condition on writes (FenceAlso), nil for none.
+	extra *extraFence
 }
 
 // leaseRecord is what identifies one renewal of the Lease: every renewal writes a new
@@ -149,7 +151,7 @@ func New(cfg Config, client kubernetes.Interface, reg prometheus.Registerer) (*E
 	}, []string{"name"})
 	fenced := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kcm_split_leader_fenced_writes_total",
-		Help: "Mutating requests refused before they left the process because its Lease may have been taken, by reason (not_leading, renewal_stale, other_holder).",
+		Help: "Mutating requests refused before they left the process because its Lease may have been taken, by reason (not_leading, renewal_stale, other_holder; migration_not_member: not a fresh member of the Leader Migration Lease's group).",
 	}, []string{"name", "reason"})
 	terms := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kcm_split_leader_terms_total",
