@@ -222,3 +222,34 @@ func (s *kcmSet) roll(t *testing.T, logf func(string, ...any), extra ...string) 
 		logf("rolled %s (leading before: %v) to %s", k.name, was, strings.Join(extra, " "))
 	}
 }
+
+// settledOnMigration waits until the replica leading the main Lease has started the migrated
+// controllers under the migration Lease, then watches both replicas for a few seconds: it
+// returns "" if both are still running, else what went wrong with the last lines of the log of
+// the replica that exited.
+func (s *kcmSet) settledOnMigration(t *testing.T) string {
+	t.Helper()
+	const started = "leader migration: starting migrated controllers."
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		for _, k := range s.replicas {
+			if k.p.Exited() {
+				return true, nil
+			}
+			if b, err := os.ReadFile(k.p.Log); err == nil && bytes.Contains(b, []byte(started)) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return "no kube-controller-manager replica started the migrated controllers within a minute of holding the migration Lease"
+	}
+	time.Sleep(5 * time.Second) // long enough for the controllers to be built and run
+	for _, k := range s.replicas {
+		if k.p.Exited() {
+			return fmt.Sprintf("kube-controller-manager replica %s exited with %d once it held the migration Lease; last lines of its log (%s):\n%s",
+				k.name, k.p.ExitCode(), k.p.Log, k.p.Tail(8))
+		}
+	}
+	return ""
+}

@@ -122,12 +122,13 @@ func isOurs(ev testenv.AuditEvent) bool {
 	return false
 }
 
-// writeMigrationConfig writes a LeaderMigrationConfiguration giving every migrated controller
+// writeMigrationConfig writes a LeaderMigrationConfiguration (v1: Leases only, no resourceLock
+// field; strict decoding refuses one) giving every migrated controller
 // to component, and returns its path.
 func writeMigrationConfig(t *testing.T, component string) string {
 	t.Helper()
 	var b strings.Builder
-	fmt.Fprintf(&b, "apiVersion: controllermanager.config.k8s.io/v1\nkind: LeaderMigrationConfiguration\nleaderName: %s\nresourceLock: leases\ncontrollerLeaders:\n", migrationLease)
+	fmt.Fprintf(&b, "apiVersion: controllermanager.config.k8s.io/v1\nkind: LeaderMigrationConfiguration\nleaderName: %s\ncontrollerLeaders:\n", migrationLease)
 	for _, c := range migrated {
 		fmt.Fprintf(&b, "- name: %s\n  component: %s\n", c, component)
 	}
