@@ -99,8 +99,9 @@ lint: ## gofmt, go vet and staticcheck on every module; each service also builds
 .PHONY: migration-drill
 migration-drill: tools ## The switch from kube-controller-manager to kcm-split and back, as a drill (not in test: minutes); log in .test-logs/migration-drill.log
 	@mkdir -p .test-logs
-	@cd deploy/tests/drills && KCM_SPLIT_MIGRATION_DRILL=1 go test -count=1 -v -run '^TestMigrationDrill$$' -timeout 30m ./migration/ 2>&1 | tee $(ROOT)/.test-logs/migration-drill.log
-	@grep '^migration: ' .test-logs/migration-drill.log | tail -1
+	@rc=0; (cd deploy/tests/drills && KCM_SPLIT_MIGRATION_DRILL=1 go test -count=1 -v -run '^TestMigrationDrill$$' -timeout 30m ./migration/) 2>&1 \
+		| tee $(ROOT)/.test-logs/migration-drill.log || rc=$$?; \
+		grep '^migration: ' $(ROOT)/.test-logs/migration-drill.log | tail -1; exit $$rc
 
 .PHONY: scale
 SIZE ?= S
