@@ -99,21 +99,7 @@ func (f *fixture) stored(name string) *v1.Node {
 }
 
 // writes returns the write actions so far as "verb resource[/subresource] name".
-func (f *fixture) writes() []string {
-	var out []string
-	for _, a := range fixtures.Writes(f.client.Actions()) {
-		name := ""
-		if n, ok := a.(interface{ GetName() string }); ok {
-			name = n.GetName()
-		}
-		res := a.GetResource().Resource
-		if a.GetSubresource() != "" {
-			res += "/" + a.GetSubresource()
-		}
-		out = append(out, a.GetVerb()+" "+res+" "+name)
-	}
-	return out
-}
+func (f *fixture) writes() []string { return fixtures.WriteLines(f.client.Actions()) }
 
 // events drains the recorded events.
 func (f *fixture) events() []string { return fixtures.Events(f.recorder) }

@@ -5,6 +5,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -255,7 +256,10 @@ type options struct {
 	// --leader-migration-config; migration is the configuration read, nil when disabled.
 	migrationEnabled bool
 	migrationPath    string
-	migration        *migration.Config
+	// migrationNamespace is --leader-migration-resource-namespace: where the migration Lease
+	// is; empty means the binary's own Lease's namespace.
+	migrationNamespace string
+	migration          *migration.Config
 	// ignored lists the older logging flags given together with the upstream flag that
 	// overrides them, to be logged once the logger exists.
 	ignored [][2]string
@@ -418,7 +422,7 @@ func run(parent context.Context, spec Spec, o *options, stderr io.Writer) error 
 	phase := migration.NewPhaseGauge(reg, migration.PhaseOff)
 	if o.migration != nil {
 		member := migration.NewMember(migration.Options{
-			Namespace: o.leader.Namespace, Name: o.migration.LeaderName, Identity: elector.Identity(), Binary: spec.ID,
+			Namespace: cmp.Or(o.migrationNamespace, o.leader.Namespace), Name: o.migration.LeaderName, Identity: elector.Identity(), Binary: spec.ID,
 			LeaseDuration: o.leader.LeaseDuration, RenewDeadline: o.leader.RenewDeadline, RetryPeriod: o.leader.RetryPeriod,
 		}, leaderClient(cfg).CoordinationV1())
 		rt.migration = &migrationRun{cfg: o.migration, member: member, phase: phase, retry: o.leader.RetryPeriod}

@@ -29,6 +29,7 @@ const (
 	FlagLeaseName           = "leader-elect-resource-name"
 	FlagEnableMigration     = "enable-leader-migration"
 	FlagMigrationConfig     = "leader-migration-config"
+	FlagMigrationNamespace  = "leader-migration-resource-namespace"
 	FlagMetricsBindAddress  = "metrics-bind-address"
 	FlagHealthBindAddress   = "health-probe-bind-address"
 	FlagV                   = "v"
@@ -72,6 +73,7 @@ func (o *options) flags(spec Spec) []cli.Flag {
 		&cli.StringFlag{Name: FlagLeaseName, Category: "Leader election", Value: spec.ID, Destination: &o.leader.Name, Usage: "name of the Lease"},
 		&cli.BoolFlag{Name: FlagEnableMigration, Category: "Leader election", Destination: &o.migrationEnabled, Usage: "take part in Leader Migration with kube-controller-manager: controllers the --" + FlagMigrationConfig + " file gives to kcm-split (or *) run only while kcm-split's binaries hold its migration Lease together, those it gives to another component never run here; needs --" + FlagLeaderElect},
 		&cli.StringFlag{Name: FlagMigrationConfig, Category: "Leader election", Destination: &o.migrationPath, Usage: "path of the LeaderMigrationConfiguration file (controllermanager.config.k8s.io, resourceLock leases) read with --" + FlagEnableMigration + "; empty means every controller of this binary goes to kcm-split under the Lease " + migration.DefaultLeaderName},
+		&cli.StringFlag{Name: FlagMigrationNamespace, Category: "Leader election", Destination: &o.migrationNamespace, Usage: "namespace of the migration Lease: kube-controller-manager's --" + FlagLeaseNamespace + "; empty means this binary's --" + FlagLeaseNamespace + " (upstream's choice: one namespace for both Leases)"},
 
 		&cli.IntFlag{Name: serving.FlagSecurePort, Category: "Secure serving", Value: spec.DefaultPort, Destination: &o.secure.Port, Usage: "HTTPS port serving /metrics, /healthz, /readyz, /livez (and /debug/pprof with --" + serving.FlagProfiling + "), with authentication and authorization; 0 disables"},
 		&cli.StringFlag{Name: serving.FlagBindAddress, Category: "Secure serving", Value: "0.0.0.0", Destination: &o.secure.BindAddress, Usage: "IP address the secure port listens on (0.0.0.0 or :: for all interfaces)"},

@@ -58,7 +58,7 @@ func (m *migrationRun) allowWrite() bool {
 	return false
 }
 
-// check is the always-passing /readyz check whose name shows the phase.
+// checkName names the always-passing /readyz check after the phase.
 func (m *migrationRun) checkName() string { return "leaderMigration-" + string(m.phase.Get()) }
 
 func alwaysOK(*http.Request) error { return nil }
@@ -106,6 +106,10 @@ func (rt *Runtime) runMigrated(ctx context.Context, controllers []Controller, fa
 	m.term.Store(termMigrated)
 	rt.SetSynced(ready) // waiting for the group is not a reason to be unready
 	logger.Info("Leader migration: waiting to join the migration Lease's group", "lease", m.cfg.LeaderName, "migrated", migrated, "unowned", unowned)
+	m.phase.Set(migration.PhaseWaiting)
+	if m.member.HandingBack() {
+		m.phase.Set(migration.PhaseHandingBack)
+	}
 	err := m.member.Acquire(ctx, func(handBack bool) {
 		if handBack {
 			m.phase.Set(migration.PhaseHandingBack)
@@ -162,6 +166,9 @@ func (rt *Runtime) runMigrated(ctx context.Context, controllers []Controller, fa
 // waits for the group again.
 func (rt *Runtime) leadTerms(ctx context.Context, run func(context.Context, *Runtime) error) error {
 	for {
+		if rt.migration != nil {
+			rt.migration.term.Store(termUnknown) // nothing is written until RunControllers says what runs
+		}
 		err := rt.runTerm(ctx, run)
 		if !errors.Is(err, errMembershipOver) {
 			if rt.migration != nil {

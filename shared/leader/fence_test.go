@@ -165,3 +165,35 @@ func TestTakeoverAtExpiry(t *testing.T) {
 		t.Fatalf("cut-off leader's AllowWrite = %v, want a FencedError", err)
 	}
 }
+
+// TestFenceAlso: a further condition refuses writes under its own reason once the Lease checks
+// pass, without ending the Lease's term; the Lease's own reasons come first.
+func TestFenceAlso(t *testing.T) {
+	e, err := New(lossConfig(), nil, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var member atomic.Bool
+	e.FenceAlso(ReasonMigrationNotMember, member.Load)
+	if err := e.AllowWrite(); !IsFenced(err) || !strings.Contains(err.Error(), reasonNotLeading) {
+		t.Fatalf("standing by: %v, want fenced for %s", err, reasonNotLeading)
+	}
+	ended := make(chan struct{})
+	e.beginTerm(func() { close(ended) })
+	e.renewed(time.Now())
+	if err := e.AllowWrite(); !IsFenced(err) || !strings.Contains(err.Error(), ReasonMigrationNotMember) {
+		t.Fatalf("leading, not a member: %v, want fenced for %s", err, ReasonMigrationNotMember)
+	}
+	select {
+	case <-ended:
+		t.Fatal("the further condition ended the Lease's term")
+	default:
+	}
+	member.Store(true)
+	if err := e.AllowWrite(); err != nil {
+		t.Fatalf("leading, a member: %v", err)
+	}
+	if got := testutil.ToFloat64(e.fenced.WithLabelValues(ReasonMigrationNotMember)); got != 1 {
+		t.Fatalf("fenced{%s} = %v, want 1", ReasonMigrationNotMember, got)
+	}
+}

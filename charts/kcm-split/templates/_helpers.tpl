@@ -93,6 +93,11 @@ takes the last value of a repeated flag, so extraArgs override everything.
 - --log-format={{ $d.logFormat }}
 - --shutdown-grace-period={{ $d.shutdownGracePeriod }}
 {{ include "kcm-split.serving.args" . }}
+{{- if .root.Values.leaderMigration.enabled }}
+- --enable-leader-migration
+- --leader-migration-config=/etc/kcm-split/leader-migration/config.yaml
+- --leader-migration-resource-namespace={{ .root.Values.leaderMigration.namespace }}
+{{- end }}
 {{- range $k := keys .c.flags | sortAlpha }}
 - {{ printf "--%s=%s" $k (include "kcm-split.flagValue" (index $.c.flags $k)) | quote }}
 {{- end }}
@@ -181,4 +186,43 @@ must not print as 1e+06. */}}
 {{- else -}}
 {{- . -}}
 {{- end -}}
+{{- end -}}
+
+{{/*
+Leader Migration. kube-controller-manager's names for the controllers each binary replaces: the
+names a LeaderMigrationConfiguration lists (kube-controller-manager's own file lists the same).
+*/}}
+{{- define "kcm-split.leaderMigration.kcmNames" -}}
+{{- $m := dict
+  "endpoints" (list "endpoints-controller" "endpointslice-controller" "endpointslice-mirroring-controller")
+  "namespace" (list "namespace-controller")
+  "nodelifecycle" (list "node-lifecycle-controller" "taint-eviction-controller" "node-ipam-controller")
+  "pvbinder" (list "persistentvolume-binder-controller")
+  "quota" (list "resourcequota-controller")
+  "servicelb" (list "service-lb-controller") -}}
+{{- if not (hasKey $m .alias) -}}
+{{- fail (printf "leaderMigration: the chart does not know kube-controller-manager's names for controllers.%s" .alias) -}}
+{{- end -}}
+{{- index $m .alias | toJson -}}
+{{- end -}}
+
+{{/* The LeaderMigrationConfiguration every enabled binary reads: each of its controllers owned by leaderMigration.owner. */}}
+{{- define "kcm-split.leaderMigration.config" -}}
+{{- $lm := .Values.leaderMigration -}}
+apiVersion: controllermanager.config.k8s.io/v1
+kind: LeaderMigrationConfiguration
+leaderName: {{ $lm.leaderName }}
+controllerLeaders:
+{{- range $alias, $c := .Values.controllers }}
+{{- if $c.enabled }}
+{{- range include "kcm-split.leaderMigration.kcmNames" (dict "alias" $alias) | fromJsonArray }}
+  - name: {{ . }}
+    component: {{ $lm.owner }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{- define "kcm-split.leaderMigration.configMapName" -}}
+{{- printf "%s-leader-migration" (include "kcm-split.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}

@@ -28,12 +28,22 @@ binary reloads them: no checksum annotation or restart is needed.
   secret:
     secretName: {{ . }}
 {{- end }}
+{{- if .root.Values.leaderMigration.enabled }}
+- name: leader-migration
+  configMap:
+    name: {{ include "kcm-split.leaderMigration.configMapName" .root }}
+{{- end }}
 {{- end -}}
 
 {{- define "kcm-split.serving.volumeMounts" -}}
 {{- if .root.Values.serving.tlsSecretName }}
 - name: serving-tls
   mountPath: /etc/kcm-split/tls
+  readOnly: true
+{{- end }}
+{{- if .root.Values.leaderMigration.enabled }}
+- name: leader-migration
+  mountPath: /etc/kcm-split/leader-migration
   readOnly: true
 {{- end }}
 {{- end -}}

@@ -63,6 +63,17 @@ out=$("$helm" template kcm-split "$chart" -n kcm-system "${a[@]}" --set serving.
   [ "$(lines "subPath" <<<"$out")" = 0 ] ||
   { echo "helm-lint: serving.tlsSecretName: not every Deployment mounts the Secret whole and passes its files" >&2; exit 1; }
 echo "helm-lint: serving Secret: ok"
+# Leader Migration: off by default; on, every binary reads one configuration that names
+# kube-controller-manager's controllers with the chosen owner, and may hold the migration Lease
+# in kube-controller-manager's namespace.
+[ "$(lines "leader-migration" <<<"$out")" = 0 ] || { echo "helm-lint: leader migration rendered by default" >&2; exit 1; }
+out=$("$helm" template kcm-split "$chart" -n kcm-system "${a[@]}" --set leaderMigration.enabled=true --set leaderMigration.owner=kcm-split)
+[ "$(lines "- --enable-leader-migration" <<<"$out")" = ${#aliases[@]} ] &&
+  [ "$(lines "mountPath: /etc/kcm-split/leader-migration" <<<"$out")" = ${#aliases[@]} ] &&
+  [ "$(lines "kind: LeaderMigrationConfiguration" <<<"$out")" = 1 ] && [ "$(lines "component: kcm-split" <<<"$out")" = 10 ] &&
+  [ "$(lines "resourceNames: [\"kcm-split-migration\"]" <<<"$out")" = ${#aliases[@]} ] ||
+  { echo "helm-lint: leaderMigration.enabled: not every binary gets the flags, the configuration (10 controllers owned by kcm-split) and the Lease's Role" >&2; exit 1; }
+echo "helm-lint: leader migration: ok"
 
 # The schema: typos and wrong types fail, naming the key.
 bad() { # --set value, expected message part
@@ -79,4 +90,5 @@ bad "defaults.logFormat=xml" "/defaults/logFormat"
 bad "defaults.topologySpread=always" "/defaults/topologySpread"
 bad "defaults.controlPlane=yes" "/defaults/controlPlane"
 bad "defaults.priorityClassName=Not_A_Class" "/defaults/priorityClassName"
+bad "leaderMigration.owner=kcm" "/leaderMigration/owner"
 echo "helm-lint: schema rejects typos and wrong types: ok"

@@ -60,21 +60,7 @@ func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
 func (f *fixture) step(d time.Duration) { f.clock = f.clock.Add(d) }
 
 // writes returns the write actions so far as "verb resource[/subresource] name".
-func (f *fixture) writes() []string {
-	var out []string
-	for _, a := range fixtures.Writes(f.client.Actions()) {
-		name := ""
-		if n, ok := a.(interface{ GetName() string }); ok {
-			name = n.GetName()
-		}
-		res := a.GetResource().Resource
-		if a.GetSubresource() != "" {
-			res += "/" + a.GetSubresource()
-		}
-		out = append(out, a.GetVerb()+" "+res+" "+name)
-	}
-	return out
-}
+func (f *fixture) writes() []string { return fixtures.WriteLines(f.client.Actions()) }
 
 func hasEvent(evs []string, substr string) bool {
 	return slices.ContainsFunc(evs, func(e string) bool { return strings.Contains(e, substr) })
