@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
@@ -114,30 +113,29 @@ func TestMigrationDrill(t *testing.T) {
 		}
 	}
 	var windows []window
-	// blocker, when set, says why the runbook could not go on: the drill then gives KCM the
-	// controllers back (so that nothing is lost), fails, and still reports the baseline.
-	var blocker string
 	phase := func(name string, body func()) window {
 		w := window{name: name, start: time.Now()}
 		logf("== %s", name)
 		body()
-		if blocker != "" {
-			logf("== %s blocked: %s", name, blocker)
-			w.end = time.Now()
-			windows = append(windows, w)
-			return w
-		}
 		caughtUp(name)
 		w.end = time.Now()
 		windows = append(windows, w)
 		logf("== %s done in %s", name, w.end.Sub(w.start).Round(time.Millisecond))
 		return w
 	}
+	// finish runs the Leader Migration probe once every figure is taken and every end state
+	// checked, then prints the last line (the Makefile prints it last).
+	finish := func(last string) {
+		verdict, detail := kcm.probeLeaderMigration(t, logf)
+		logf("probe: kube-controller-manager with --enable-leader-migration, alone on its migration Lease: %s (%s)", verdict, detail)
+		fmt.Printf("leader_migration_kcm=%s\n", verdict)
+		fmt.Println(last)
+	}
 
 	phase("steady (KCM owns every controller)", func() { time.Sleep(15 * time.Second) })
 
-	// Scenario A, the naive switch (the README today): KCM rolled with the controllers off,
-	// then kcm-split started.
+	// Scenario A, the naive switch (the README before issue 31): KCM rolled with the
+	// controllers off, then kcm-split started.
 	naive := phase("naive switch", func() {
 		kcm.roll(t, logf, controllersOff())
 		for _, b := range ours {
@@ -162,16 +160,18 @@ func TestMigrationDrill(t *testing.T) {
 		for _, b := range ours {
 			b.stop(t)
 		}
-		kcm.roll(t, logf)
+		kcm.roll(t, logf, releaseGate)
 		kcm.waitLeader(t)
 	})
 
 	if os.Getenv("KCM_SPLIT_MIGRATION_NAIVE_ONLY") != "" {
-		report(t, began, logf, churners, windows, naive, naiveSwitch, nil)
+		finish(report(t, began, logf, churners, windows, naive, naiveSwitch, nil))
 		return
 	}
 
-	// Scenario B, the switch per the runbook (steps 0-3), then the rollback (R1-R3).
+	// Scenario B, the ordered switch of the runbook (charts/kcm-split/README.md, "Moving from
+	// kube-controller-manager"), then its rollback. KCM never gets a migration flag: v1.36.3
+	// exits when it takes a migration Lease (the probe at the end says whether it still does).
 	cKCM := writeMigrationConfig(t, "kube-controller-manager")
 	cSplit := writeMigrationConfig(t, "kcm-split")
 	migrationFlags := func(cfg string) []string {
@@ -185,7 +185,15 @@ func TestMigrationDrill(t *testing.T) {
 		w.end = time.Now()
 		steps = append(steps, w)
 	}
-	sw := phase("switch (runbook steps 0-3)", func() {
+	// kcmStopped is B's switch point: the moment the last KCM process that ran the migrated
+	// controllers (the replica leading before step 1, rolled last) had exited. It is taken
+	// rather than KCM's last write in the audit log because it is the provable one: after the
+	// exit that process cannot write, whereas its last write seen only says it did not happen
+	// to write later, not that it could not. Every request it sent was received before the
+	// exit, so KCM's in-flight writes fall before it, and our binaries, standing by, write
+	// nothing until step 2, after it.
+	var kcmStopped time.Time
+	sw := phase("switch (runbook steps 0-2)", func() {
 		step("0: kcm-split with C_kcm (standby)", func() {
 			for _, b := range ours {
 				b.start(t, migrationFlags(cKCM)...)
@@ -194,79 +202,54 @@ func TestMigrationDrill(t *testing.T) {
 				b.waitPhase(t, "standby", time.Minute)
 			}
 		})
-		step("1: KCM rolled to C_kcm (+ release gate)", func() {
-			kcm.roll(t, logf, append(migrationFlags(cKCM), releaseGate)...)
-			// Check: the migration Lease exists, held by the main leader, and that leader runs
-			// the migrated controllers and stays up doing so (its final state, not the instant
-			// it took the Lease).
-			waitLease(t, "the migration Lease held by KCM's leader", func(main, mig testenv.LeaseRecord) bool {
-				return mig.Holder != "" && mig.Holder == main.Holder
-			})
-			blocker = kcm.settledOnMigration(t)
+		step("1: KCM rolled to the controllers off (leader last)", func() {
+			kcmStopped = kcm.roll(t, logf, controllersOff(), releaseGate)
+			if kcmStopped.IsZero() {
+				t.Fatal("step 1: no KCM replica led before the roll")
+			}
+			kcm.waitLeader(t)
 		})
-		if blocker != "" {
-			return
-		}
-		step("2: kcm-split rolled to C_split (waiting)", func() {
+		step("2: kcm-split restarted with C_split (active)", func() {
 			for _, b := range ours {
 				b.stop(t)
 				b.start(t, migrationFlags(cSplit)...)
-				b.waitPhase(t, "waiting", time.Minute)
-			}
-		})
-		step("3: KCM rolled to the controllers off, no migration", func() {
-			kcm.roll(t, logf, controllersOff(), releaseGate)
-			for _, b := range ours {
 				b.waitPhase(t, "active", 2*time.Minute)
+				logf("%s active", b.bin.ID)
 			}
 			waitLease(t, "the migration Lease held by kcm-split", func(_, mig testenv.LeaseRecord) bool { return mig.Holder == "kcm-split" })
 			lb.resume()
 		})
 	})
-	if blocker != "" {
-		t.Errorf("the runbook cannot go on: %s", blocker)
-		blocker = "" // the restore is awaited like any phase
-		phase("restore (KCM owns every controller again, no migration)", func() {
-			for _, b := range ours {
-				b.stop(t)
-			}
-			kcm.roll(t, logf)
-			kcm.waitLeader(t)
-		})
-		windows = append(windows, steps...)
-		report(t, began, logf, churners, windows, naive, naiveSwitch, nil)
-		return
-	}
-	rb := phase("rollback (R1-R3)", func() {
-		step("R1: KCM rolled back to C_kcm, controllers on", func() {
-			kcm.roll(t, logf, append(migrationFlags(cKCM), releaseGate)...)
-			kcm.waitLeader(t)
-		})
-		step("R2: hand-back annotation", func() {
+	// oursLeft is the rollback's switch point: the moment our last binary left phase active,
+	// i.e. its process had exited (Stop returned) before its restart with C_kcm. A standby
+	// writes nothing, so after it no kcm-split controller can write; KCM gets the controllers
+	// back only in R2, after it.
+	var oursLeft time.Time
+	rb := phase("rollback (R1-R2)", func() {
+		step("R1: kcm-split restarted with C_kcm (standby)", func() {
+			// KCM runs no service-lb controller: its churn stops while ours still runs it,
+			// the change in flight awaited.
 			lb.pause()
-			patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"true"}}}`, handBack)
-			if _, err := client.CoordinationV1().Leases("kube-system").Patch(ctx, migrationLease, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			waitLease(t, "the migration Lease back with KCM's leader", func(main, mig testenv.LeaseRecord) bool {
-				return mig.Holder != "" && mig.Holder == main.Holder
-			})
-			if b := kcm.settledOnMigration(t); b != "" {
-				t.Errorf("R2: %s", b)
-			}
-		})
-		step("R3: kcm-split removed", func() {
 			for _, b := range ours {
 				b.stop(t)
+				oursLeft = time.Now()
+				b.start(t, migrationFlags(cKCM)...)
+				b.waitPhase(t, "standby", time.Minute)
+				logf("%s standby", b.bin.ID)
 			}
+		})
+		step("R2: KCM rolled back to every controller on (leader last)", func() {
+			kcm.roll(t, logf, releaseGate)
+			kcm.waitLeader(t)
 		})
 	})
-	sp := switchPoints{naive: naiveSwitch,
-		b:        leaseHandover(t, sw.start, rb.start, isOurs, "kube-controller-manager -> kcm-split"),
-		rollback: leaseHandover(t, rb.start, time.Now(), isKCM, "kcm-split -> kube-controller-manager"),
-	}
+	sp := switchPoints{naive: naiveSwitch, b: kcmStopped, rollback: oursLeft}
 	windows = append(windows, steps...)
-	report(t, began, logf, churners, windows, naive, naiveSwitch, &bResult{sw: sw, rb: rb, sp: sp})
+	last := report(t, began, logf, churners, windows, naive, naiveSwitch, &bResult{sw: sw, rb: rb, sp: sp})
+	for _, b := range ours {
+		b.stop(t)
+	}
+	finish(last)
 }
 
 // waitLease waits until the main and migration Leases satisfy ok.
@@ -278,40 +261,6 @@ func waitLease(t *testing.T, what string, ok func(main, mig testenv.LeaseRecord)
 	if err != nil {
 		t.Fatalf("never saw %s: main %+v, migration %+v", what, env.LeaseHolder(t, "kube-system", kcmLease), env.LeaseHolder(t, "kube-system", migrationLease))
 	}
-}
-
-func isKCM(ev testenv.AuditEvent) bool {
-	return strings.HasPrefix(ev.UserAgent, "kube-controller-manager/")
-}
-
-// leaseHandover finds a switch point: the moment the migration Lease changed hands to the
-// side newSide tells, within [from, to). It is the time the apiserver received the first
-// successful write to the Lease by the new side after the last successful write by the old
-// one (the old side's release, or its last renewal): from then on the new side holds it. A
-// not-yet-rolled replica that won the Lease back in between would move the point later.
-func leaseHandover(t *testing.T, from, to time.Time, newSide func(testenv.AuditEvent) bool, what string) time.Time {
-	t.Helper()
-	evs, err := env.Writes(testenv.AuditEvent.Succeeded, testenv.ReceivedAfter(from), func(ev testenv.AuditEvent) bool {
-		return ev.ObjectRef.Resource == "leases" && ev.ObjectRef.Namespace == "kube-system" && ev.ObjectRef.Name == migrationLease &&
-			ev.RequestReceivedTimestamp.Before(to)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sortByReceived(evs)
-	lastOld := -1
-	for i, ev := range evs {
-		if !newSide(ev) {
-			lastOld = i
-		}
-	}
-	for _, ev := range evs[lastOld+1:] {
-		if newSide(ev) {
-			return ev.RequestReceivedTimestamp
-		}
-	}
-	t.Fatalf("the migration Lease never changed hands %s between %s and %s (%d writes)", what, from.Format(time.StampMilli), to.Format(time.StampMilli), len(evs))
-	return time.Time{}
 }
 
 func sortByReceived(evs []testenv.AuditEvent) {
@@ -392,8 +341,8 @@ func overlap(t *testing.T, from, at, to time.Time) (n int, examples []string, kc
 	return n, examples, kcmAfter, oursBefore
 }
 
-// report prints the figures, asserts the invariants and prints the last line.
-func report(t *testing.T, began time.Time, logf func(string, ...any), churners []*churner, windows []window, naive window, naiveSwitch time.Time, b *bResult) {
+// report prints the figures, asserts the invariants and returns the last line.
+func report(t *testing.T, began time.Time, logf func(string, ...any), churners []*churner, windows []window, naive window, naiveSwitch time.Time, b *bResult) string {
 	t.Helper()
 	// The churn stops; each loop's last change is awaited (bounded), then every end state is
 	// checked.
@@ -425,9 +374,14 @@ func report(t *testing.T, began time.Time, logf func(string, ...any), churners [
 		fmt.Fprintf(&hdr, " %16s", c.name)
 	}
 	logf("%s", hdr.String())
+	// The maximum over the controllers KCM hands over: servicelb's figures are its own steady
+	// state (KCM never ran it).
 	gapMax := func(w window) float64 {
 		worst := 0.0
 		for _, c := range churners {
+			if c.name == "servicelb" {
+				continue
+			}
 			g, _ := c.gapIn(w)
 			worst = max(worst, g.Seconds())
 		}
@@ -464,25 +418,24 @@ func report(t *testing.T, began time.Time, logf func(string, ...any), churners [
 	if b == nil {
 		logf("scenario B not run to its end (see above)")
 		logf("run duration %s", time.Since(began).Round(time.Second))
-		fmt.Printf("migration: overlap=- gap_max_s=- lost=%d rollback_overlap=- rollback_gap_max_s=- naive_gap_max_s=%.1f\n", lost, gapMax(naive))
-		return
+		return fmt.Sprintf("migration: overlap=- gap_max_s=- lost=%d rollback_overlap=- rollback_gap_max_s=- naive_gap_max_s=%.1f", lost, gapMax(naive))
 	}
 	ov, ex, kcmAfter, oursBefore := overlap(t, b.sw.start, b.sp.b, b.rb.start)
-	logf("switch: switch point %s (migration Lease to kcm-split); objects written by both sides: %d %v; KCM writes received after it: %d; kcm-split writes before it: %d",
+	logf("switch: switch point %s (last KCM process running the migrated controllers exited); objects written by both sides: %d %v; KCM writes received after it: %d; kcm-split writes before it: %d",
 		b.sp.b.Format(time.StampMilli), ov, ex, kcmAfter, oursBefore)
 	if ov != 0 {
 		t.Errorf("switch: %d objects written by both KCM and kcm-split on one side of the switch point: %v", ov, ex)
 	}
 	// Rollback: the roles swap (KCM is the new side).
 	rov, rex, oursAfter, kcmBefore := overlapRollback(t, b.rb.start, b.sp.rollback, time.Now())
-	logf("rollback: switch point %s (migration Lease back to KCM); objects written by both sides: %d %v; kcm-split writes received after it: %d; KCM writes before it: %d",
+	logf("rollback: switch point %s (last kcm-split binary left active); objects written by both sides: %d %v; kcm-split writes received after it: %d; KCM writes before it: %d",
 		b.sp.rollback.Format(time.StampMilli), rov, rex, oursAfter, kcmBefore)
 	if rov != 0 {
 		t.Errorf("rollback: %d objects written by both KCM and kcm-split on one side of the switch point: %v", rov, rex)
 	}
 	logf("run duration %s", time.Since(began).Round(time.Second))
 	// The last line, exactly (stdout, without the test log's prefix; the Makefile prints it last).
-	fmt.Printf("migration: overlap=%d gap_max_s=%.1f lost=%d rollback_overlap=%d rollback_gap_max_s=%.1f naive_gap_max_s=%.1f\n",
+	return fmt.Sprintf("migration: overlap=%d gap_max_s=%.1f lost=%d rollback_overlap=%d rollback_gap_max_s=%.1f naive_gap_max_s=%.1f",
 		ov, gapMax(b.sw), lost, rov, gapMax(b.rb), gapMax(naive))
 }
 

@@ -18,9 +18,6 @@ import (
 // migrationLease is the migration Lease's name in both configurations (the design's default).
 const migrationLease = "kcm-split-migration"
 
-// handBack is the annotation on the migration Lease that makes kcm-split leave it (R2).
-const handBack = "migration.kcm-split.io/hand-back"
-
 // ourLease are the leader-election flags of our binaries: takeovers in seconds.
 var ourLease = []string{
 	"--leader-elect-lease-duration=4s",
