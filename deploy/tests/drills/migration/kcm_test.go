@@ -271,8 +271,12 @@ func (s *kcmSet) probeLeaderMigration(t *testing.T, logf func(string, ...any)) (
 	for time.Now().Before(deadline) {
 		b, _ := os.ReadFile(p.Log)
 		if p.Exited() {
-			if bytes.Contains(b, []byte("is already registered")) {
-				return "crashes", fmt.Sprintf("exited with %d; last lines of %s:\n%s", p.ExitCode(), p.Log, p.Tail(4))
+			if i := bytes.Index(b, []byte("is already registered")); i >= 0 {
+				line := b[bytes.LastIndexByte(b[:i], '\n')+1:]
+				if j := bytes.IndexByte(line, '\n'); j >= 0 {
+					line = line[:j]
+				}
+				return "crashes", fmt.Sprintf("exited with %d; %s: %s", p.ExitCode(), p.Log, line)
 			}
 			return "unknown", fmt.Sprintf("exited with %d for another reason:\n%s", p.ExitCode(), p.Tail(8))
 		}
