@@ -96,6 +96,13 @@ lint: ## gofmt, go vet and staticcheck on every module; each service also builds
 	@TOOLS_ONLY=actionlint bash deploy/tools/build.sh $(BIN) >/dev/null
 	@echo "== actionlint .github/workflows" && $(BIN)/actionlint
 
+.PHONY: migration-drill
+migration-drill: tools ## The switch from kube-controller-manager to kcm-split and back, as a drill (not in test: minutes); log in .test-logs/migration-drill.log
+	@mkdir -p .test-logs
+	@rc=0; (cd deploy/tests/drills && KCM_SPLIT_MIGRATION_DRILL=1 go test -count=1 -v -run '^TestMigrationDrill$$' -timeout 30m ./migration/) 2>&1 \
+		| tee $(ROOT)/.test-logs/migration-drill.log || rc=$$?; \
+		grep '^migration: ' $(ROOT)/.test-logs/migration-drill.log | tail -1; exit $$rc
+
 .PHONY: scale
 SIZE ?= S
 scale: tools ## Scale run (not part of test): each controller vs upstream KCM at SIZE=S|M|L (XS: a quick check); results in deploy/tests/scale/results-<SIZE>.md
