@@ -58,7 +58,7 @@ images-push: ## Build the controllers' images and push them to ghcr.io/kcm-split
 		-revision "$(REVISION)" -epoch $(SOURCE_DATE_EPOCH) -only $(IMAGE_BINARIES) -push $(IMAGES_FLAGS)
 
 .PHONY: test
-test: tools lint helm-lint test-e2e test-go chart-e2e ## Run lint and every test (unit, integration on a real apiserver, make-up smoke, then the chart on a real node), all modules
+test: tools lint helm-lint test-e2e test-go migration-drill chart-e2e ## Run lint and every test (unit, integration on a real apiserver, make-up smoke, the switch from KCM, then the chart on a real node), all modules
 
 .PHONY: test-go
 test-go: ## Run go test -race in every module (needs bin/etcd and bin/kube-apiserver); logs in .test-logs/
@@ -97,7 +97,7 @@ lint: ## gofmt, go vet and staticcheck on every module; each service also builds
 	@echo "== actionlint .github/workflows" && $(BIN)/actionlint
 
 .PHONY: migration-drill
-migration-drill: tools ## The switch from kube-controller-manager to kcm-split and back, as a drill (not in test: minutes); log in .test-logs/migration-drill.log
+migration-drill: tools ## The switch from kube-controller-manager to kcm-split and back, as a drill (about 4 minutes; part of test); log in .test-logs/migration-drill.log
 	@mkdir -p .test-logs
 	@rc=0; (cd deploy/tests/drills && KCM_SPLIT_MIGRATION_DRILL=1 go test -count=1 -v -run '^TestMigrationDrill$$' -timeout 30m ./migration/) 2>&1 \
 		| tee $(ROOT)/.test-logs/migration-drill.log || rc=$$?; \
