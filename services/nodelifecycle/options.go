@@ -13,7 +13,8 @@ import (
 // Names this controller is known by. They are the single source of truth for the binary,
 // the Lease, the queues' metrics labels, the Helm chart key and what other components see.
 const (
-	// ControllerID is upstream's controller name, the binary name and the default Lease name.
+	// ControllerID is the binary name and the default Lease name (upstream's controller is
+	// node-lifecycle-controller, the name the runner and a LeaderMigrationConfiguration use).
 	ControllerID = "nodelifecycle-controller"
 	// IPAMControllerName is upstream's name of the node IPAM controller this binary also runs
 	// (with --allocate-node-cidrs), as the runner names it in errors.
