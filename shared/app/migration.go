@@ -118,8 +118,16 @@ func (rt *Runtime) runMigrated(ctx context.Context, controllers []Controller, fa
 		}
 	})
 	if err != nil {
-		return nil // ctx ended while waiting
+		// ctx ended while waiting; a join whose write was in flight may have landed: leave
+		// (nothing is written if this process is not listed).
+		_ = m.member.Leave(context.WithoutCancel(ctx))
+		return nil
 	}
+	// The membership is renewed until the controllers have returned, not only until ctx
+	// ends: after SIGTERM (or the own Lease lost) they drain, and their writes must still
+	// pass the fence for as long as the own Lease's grace lets them.
+	holdCtx, stopHold := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopHold()
 	memberCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	m.mu.Lock()
@@ -127,7 +135,7 @@ func (rt *Runtime) runMigrated(ctx context.Context, controllers []Controller, fa
 	m.mu.Unlock()
 	held := make(chan error, 1)
 	go func() {
-		held <- m.member.Hold(memberCtx)
+		held <- m.member.Hold(holdCtx)
 		cancel()
 	}()
 	m.phase.Set(migration.PhaseActive)
@@ -138,6 +146,7 @@ func (rt *Runtime) runMigrated(ctx context.Context, controllers []Controller, fa
 	// ctx (shutdown, main Lease lost) nor by a controller of its own accord.
 	byMembership := memberCtx.Err() != nil && ctx.Err() == nil
 	cancel()
+	stopHold()
 	lost := <-held
 	m.mu.Lock()
 	m.stop = nil

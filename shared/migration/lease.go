@@ -37,6 +37,9 @@ var (
 	ErrStale    = errors.New("membership not renewed within the renew deadline")
 	ErrRemoved  = errors.New("no longer listed as a member")
 	ErrTaken    = errors.New("the migration Lease is held by another component")
+	// ErrUnreadableMembers: the members annotation of the group's Lease cannot be read, so
+	// nothing is written (see modify).
+	ErrUnreadableMembers = errors.New("the members annotation (" + AnnotationMembers + ") cannot be read: not joining, renewing or releasing")
 )
 
 // maxConflicts bounds the immediate retries of one read-modify-write that lost a race with
@@ -61,6 +64,11 @@ type Options struct {
 type memberEntry struct {
 	Binary    string    `json:"binary,omitempty"`
 	RenewTime time.Time `json:"renewTime"`
+	// LeaseDurationSeconds is the member's --leader-elect-lease-duration, rounded up. Members
+	// may run with different timings (a rollout that changes them): the Lease declares the
+	// longest, and an entry counts as live for at least its own duration, so that no member's
+	// renew deadline outlasts what another component or member waits for.
+	LeaseDurationSeconds int32 `json:"leaseDurationSeconds,omitempty"`
 }
 
 // holding identifies one renewal of the Lease's holder: unchanged for the Lease's duration
@@ -232,8 +240,8 @@ func (m *Member) tryAcquire(ctx context.Context) (bool, error) {
 		default:
 			return false, nil
 		}
-		members[m.opts.Identity] = memberEntry{Binary: m.opts.Binary, RenewTime: now}
-		l.Spec.LeaseDurationSeconds = ptr(max(1, int32(m.opts.LeaseDuration/time.Second)))
+		members[m.opts.Identity] = m.entry(now)
+		l.Spec.LeaseDurationSeconds = ptr(longestDuration(members))
 		l.Spec.RenewTime = &metav1.MicroTime{Time: now}
 		joined = true
 		return true, nil
@@ -255,7 +263,8 @@ func (m *Member) renew(ctx context.Context) error {
 		}
 		now := time.Now()
 		m.prune(members)
-		members[m.opts.Identity] = memberEntry{Binary: m.opts.Binary, RenewTime: now}
+		members[m.opts.Identity] = m.entry(now)
+		l.Spec.LeaseDurationSeconds = ptr(longestDuration(members))
 		l.Spec.RenewTime = &metav1.MicroTime{Time: now}
 		return true, nil
 	})
@@ -275,7 +284,12 @@ func (m *Member) modify(ctx context.Context, change func(*coordinationv1.Lease, 
 			return err
 		}
 		m.observe(l)
-		members := membersOf(l)
+		members, readable := membersOf(l)
+		if !readable && holderOf(l) == Component {
+			// Who else is a fresh member is unknown: neither join, renew nor release. Renewals
+			// stop, so members go stale and stop writing, and the Lease then expires by itself.
+			return ErrUnreadableMembers
+		}
 		write, err := change(l, members)
 		if err != nil || !write {
 			return err
@@ -287,7 +301,8 @@ func (m *Member) modify(ctx context.Context, change func(*coordinationv1.Lease, 
 		written, err := m.write(ctx, l, create)
 		if err == nil {
 			m.observe(written)
-			_, listed := membersOf(written)[m.opts.Identity]
+			now, _ := membersOf(written)
+			_, listed := now[m.opts.Identity]
 			m.mu.Lock()
 			if listed && holderOf(written) == Component {
 				m.member = true
@@ -334,7 +349,7 @@ func (m *Member) observe(l *coordinationv1.Lease) {
 	if l.Spec.AcquireTime != nil {
 		h.acquire = l.Spec.AcquireTime.Time
 	}
-	members := membersOf(l)
+	members, _ := membersOf(l)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	_, m.handBack = l.Annotations[AnnotationHandBack]
@@ -368,7 +383,27 @@ func (m *Member) live(id string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s, ok := m.entries[id]
-	return !ok || time.Since(s.at) <= m.opts.LeaseDuration
+	return !ok || time.Since(s.at) <= max(m.opts.LeaseDuration, time.Duration(s.entry.LeaseDurationSeconds)*time.Second)
+}
+
+// entry is this member's entry, renewed at now.
+func (m *Member) entry(now time.Time) memberEntry {
+	return memberEntry{Binary: m.opts.Binary, RenewTime: now, LeaseDurationSeconds: seconds(m.opts.LeaseDuration)}
+}
+
+// seconds rounds d up to whole seconds (at least 1): a Lease must never declare less than its
+// holder waits.
+func seconds(d time.Duration) int32 {
+	return max(1, int32((d+time.Second-1)/time.Second))
+}
+
+// longestDuration is the longest lease duration the members declare: what the Lease says.
+func longestDuration(members map[string]memberEntry) int32 {
+	var d int32 = 1
+	for _, e := range members {
+		d = max(d, e.LeaseDurationSeconds)
+	}
+	return d
 }
 
 func (m *Member) anyLive(members map[string]memberEntry) bool {
@@ -392,13 +427,18 @@ func (m *Member) prune(members map[string]memberEntry) {
 
 func holderOf(l *coordinationv1.Lease) string { return ptrValue(l.Spec.HolderIdentity) }
 
-func membersOf(l *coordinationv1.Lease) map[string]memberEntry {
-	members := map[string]memberEntry{}
-	if raw, ok := l.Annotations[AnnotationMembers]; ok {
-		// A garbled list (a hand edit) counts as empty: its members' renewals rewrite it.
-		_ = json.Unmarshal([]byte(raw), &members)
+// membersOf reads the members annotation; readable is false when it cannot be read (a hand
+// edit), and the list is then empty.
+func membersOf(l *coordinationv1.Lease) (members map[string]memberEntry, readable bool) {
+	members = map[string]memberEntry{}
+	raw, ok := l.Annotations[AnnotationMembers]
+	if !ok {
+		return members, true
 	}
-	return members
+	if err := json.Unmarshal([]byte(raw), &members); err != nil {
+		return map[string]memberEntry{}, false
+	}
+	return members, true
 }
 
 func setMembers(l *coordinationv1.Lease, members map[string]memberEntry) error {

@@ -103,7 +103,10 @@ func wantMembers(t *testing.T, l *coordinationv1.Lease, holder string, ids ...st
 	if got := holderOf(l); got != holder {
 		t.Errorf("holder = %q, want %q", got, holder)
 	}
-	members := membersOf(l)
+	members, readable := membersOf(l)
+	if !readable {
+		t.Errorf("members annotation unreadable: %q", l.Annotations[AnnotationMembers])
+	}
 	if len(members) != len(ids) {
 		t.Errorf("members = %v, want %v", members, ids)
 	}
@@ -338,11 +341,69 @@ func TestRemovedEndsMembership(t *testing.T) {
 		}
 	}
 	setLease(t, c, func(l *coordinationv1.Lease) {
-		members := membersOf(l)
+		members, _ := membersOf(l)
 		delete(members, "a")
 		_ = setMembers(l, members)
 	})
 	if err := a.Hold(ctx); !errors.Is(err, ErrRemoved) {
 		t.Fatalf("Hold = %v, want ErrRemoved", err)
+	}
+}
+
+// Members may run with different timings (a rollout changing them): the Lease declares the
+// longest lease duration, and a member with a longer one counts as live for all of it, so a
+// shorter-lived member leaving does not release the Lease under it.
+func TestMixedTimingsLongestWins(t *testing.T) {
+	c := fakeClient(t, nil)
+	ctx := context.Background()
+	long := NewMember(Options{Namespace: ns, Name: name, Identity: "long", Binary: "test-controller",
+		LeaseDuration: 2500 * time.Millisecond, RenewDeadline: 2 * time.Second, RetryPeriod: 100 * time.Millisecond}, c.CoordinationV1())
+	short := newMember(c, "short")
+	for _, m := range []*Member{long, short} {
+		if ok, err := m.tryAcquire(ctx); !ok || err != nil {
+			t.Fatalf("tryAcquire = %v, %v", ok, err)
+		}
+	}
+	if got := ptrValue(getLease(t, c).Spec.LeaseDurationSeconds); got != 3 {
+		t.Fatalf("leaseDurationSeconds = %d, want 3 (2.5 s rounded up, the longest)", got)
+	}
+	if err := short.renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := ptrValue(getLease(t, c).Spec.LeaseDurationSeconds); got != 3 {
+		t.Fatalf("a renewal by the shorter member wrote leaseDurationSeconds %d, want 3", got)
+	}
+	// Past the short member's own lease duration (1 s) but within the long one's: still live.
+	time.Sleep(1500 * time.Millisecond)
+	if err := short.Leave(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantMembers(t, getLease(t, c), Component, "long")
+}
+
+// An unreadable members list (a hand edit) is unknown, not empty: nobody joins, renews or
+// releases the group's Lease on it.
+func TestUnreadableMembersWritesNothing(t *testing.T) {
+	c := fakeClient(t, nil)
+	ctx := context.Background()
+	a := newMember(c, "a")
+	if ok, err := a.tryAcquire(ctx); !ok || err != nil {
+		t.Fatalf("tryAcquire = %v, %v", ok, err)
+	}
+	setLease(t, c, func(l *coordinationv1.Lease) { l.Annotations[AnnotationMembers] = "{garbled" })
+	before := getLease(t, c).ResourceVersion
+	b := newMember(c, "b")
+	if ok, err := b.tryAcquire(ctx); ok || !errors.Is(err, ErrUnreadableMembers) {
+		t.Fatalf("join = %v, %v; want ErrUnreadableMembers", ok, err)
+	}
+	if err := a.renew(ctx); !errors.Is(err, ErrUnreadableMembers) {
+		t.Fatalf("renew = %v, want ErrUnreadableMembers", err)
+	}
+	if err := a.Leave(ctx); !errors.Is(err, ErrUnreadableMembers) {
+		t.Fatalf("Leave = %v, want ErrUnreadableMembers", err)
+	}
+	l := getLease(t, c)
+	if l.ResourceVersion != before || holderOf(l) != Component {
+		t.Fatalf("the Lease was written (holder %q, resourceVersion %s -> %s)", holderOf(l), before, l.ResourceVersion)
 	}
 }
