@@ -155,7 +155,14 @@ func (m *Member) Hold(ctx context.Context) error {
 		if err := Sleep(ctx, jitter(m.opts.RetryPeriod)); err != nil {
 			return nil
 		}
-		err := m.renew(ctx)
+		// A renewal cannot outlive the membership's freshness: a hung call would otherwise keep
+		// the controllers running (their writes already fenced) past the renew deadline.
+		m.mu.Lock()
+		deadline := m.renewedAt.Add(m.opts.RenewDeadline)
+		m.mu.Unlock()
+		renewCtx, cancel := context.WithDeadline(ctx, deadline)
+		err := m.renew(renewCtx)
+		cancel()
 		switch {
 		case ctx.Err() != nil:
 			return nil

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	k8stesting "k8s.io/client-go/testing"
 )
 
@@ -405,5 +406,57 @@ func TestUnreadableMembersWritesNothing(t *testing.T) {
 	l := getLease(t, c)
 	if l.ResourceVersion != before || holderOf(l) != Component {
 		t.Fatalf("the Lease was written (holder %q, resourceVersion %s -> %s)", holderOf(l), before, l.ResourceVersion)
+	}
+}
+
+// hangingLeases makes Lease updates block until their context ends, recording its deadline.
+type hangingLeases struct {
+	coordinationclient.LeasesGetter
+	deadlines chan time.Time
+}
+
+func (h hangingLeases) Leases(namespace string) coordinationclient.LeaseInterface {
+	return hangingLease{h.LeasesGetter.Leases(namespace), h.deadlines}
+}
+
+type hangingLease struct {
+	coordinationclient.LeaseInterface
+	deadlines chan time.Time
+}
+
+func (h hangingLease) Update(ctx context.Context, l *coordinationv1.Lease, _ metav1.UpdateOptions) (*coordinationv1.Lease, error) {
+	d, _ := ctx.Deadline()
+	h.deadlines <- d
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestHungRenewalBoundedByFreshness: a renewal whose update hangs is cut off when the
+// membership stops being fresh, so the controllers stop then, not a call timeout later.
+func TestHungRenewalBoundedByFreshness(t *testing.T) {
+	c := fakeClient(t, nil)
+	a := newMember(c, "a")
+	ctx := context.Background()
+	if err := a.Acquire(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	deadlines := make(chan time.Time, 10)
+	a.leases = hangingLeases{c.CoordinationV1(), deadlines}
+	a.mu.Lock()
+	fresh := a.renewedAt.Add(a.opts.RenewDeadline)
+	a.mu.Unlock()
+	if err := a.Hold(ctx); !errors.Is(err, ErrStale) {
+		t.Fatalf("Hold = %v, want ErrStale", err)
+	}
+	close(deadlines)
+	n := 0
+	for d := range deadlines {
+		n++
+		if d.IsZero() || d.After(fresh) {
+			t.Errorf("an update's deadline %v is after the membership's freshness %v", d, fresh)
+		}
+	}
+	if n == 0 {
+		t.Error("no renewal was attempted")
 	}
 }
