@@ -3,6 +3,7 @@ package namespace
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -43,12 +44,19 @@ var healthy = map[v1.NamespaceConditionType]struct{ reason, message string }{
 type report struct {
 	discoveryErr error
 	failedGroups []string
+	failedGVs    []schema.GroupVersion
 	parseErr     error
 	// contentErrs are failures to delete or list one resource, keyed by resource.
 	contentErrs map[schema.GroupVersionResource]error
 	// remaining counts objects left per resource; finalizers counts objects per finalizer.
 	remaining  map[schema.GroupVersionResource]int
 	finalizers map[string]int
+	// remainingNames and finalizerNames name the first few of those objects ("Kind/name").
+	remainingNames map[schema.GroupVersionResource][]string
+	finalizerNames map[string][]string
+	// excused are the unavailable group versions this sync's discovery failure is forgiven
+	// for (--allow-deletion-with-unavailable-groups); set by the controller, empty by default.
+	excused []unavailableGV
 	// wait is the longest estimate of the remaining objects.
 	wait time.Duration
 	// stopped says why the sync stopped early (StopGone, StopReplaced); empty if it did not.
@@ -59,10 +67,14 @@ func newReport(s *snapshot) *report {
 	return &report{
 		discoveryErr: s.discoveryErr,
 		failedGroups: s.failedGroups,
+		failedGVs:    s.failedGVs,
 		parseErr:     s.parseErr,
 		contentErrs:  map[schema.GroupVersionResource]error{},
 		remaining:    map[schema.GroupVersionResource]int{},
 		finalizers:   map[string]int{},
+
+		remainingNames: map[schema.GroupVersionResource][]string{},
+		finalizerNames: map[string][]string{},
 	}
 }
 
@@ -76,11 +88,37 @@ func (r *report) add(o outcome) {
 	}
 	if o.remaining > 0 {
 		r.remaining[o.gvr] += o.remaining
+		r.remainingNames[o.gvr] = firstNames(r.remainingNames[o.gvr], o.names)
 	}
 	for f, n := range o.finalizers {
 		r.finalizers[f] += n
+		r.finalizerNames[f] = firstNames(r.finalizerNames[f], o.finalizerNames[f])
 	}
 	r.wait = max(r.wait, o.wait)
+}
+
+// firstNames merges two lists of object names and keeps the first namedPerEntry in sorted
+// order, so the names a condition shows do not depend on which resource finished first.
+func firstNames(a, b []string) []string {
+	all := append(slices.Clone(a), b...)
+	sort.Strings(all)
+	all = slices.Compact(all)
+	if len(all) > namedPerEntry {
+		all = all[:namedPerEntry]
+	}
+	return all
+}
+
+// named appends the names to an upstream count message: "(Kind/a, Kind/b and 7 more)".
+func named(msg string, names []string, total int) string {
+	if len(names) == 0 {
+		return msg
+	}
+	list := strings.Join(names, ", ")
+	if more := total - len(names); more > 0 {
+		list += fmt.Sprintf(" and %d more", more)
+	}
+	return msg + " (" + list + ")"
 }
 
 // failure is what keeps the namespace from being finalized other than remaining content:
@@ -88,7 +126,7 @@ func (r *report) add(o outcome) {
 // answer may hold objects in the namespace.
 func (r *report) failure() error {
 	var parts []string
-	if r.discoveryErr != nil {
+	if r.discoveryErr != nil && !r.discoveryExcused() {
 		parts = append(parts, r.discoveryErr.Error())
 	}
 	if r.parseErr != nil {
@@ -101,6 +139,20 @@ func (r *report) failure() error {
 		return nil
 	}
 	return fmt.Errorf("%s", strings.Join(parts, "; "))
+}
+
+// discoveryExcused reports whether every group version that failed discovery is excused:
+// a discovery that failed as a whole (no list of failed group versions) never is.
+func (r *report) discoveryExcused() bool {
+	if len(r.failedGVs) == 0 || len(r.excused) == 0 {
+		return false
+	}
+	for _, gv := range r.failedGVs {
+		if !slices.ContainsFunc(r.excused, func(u unavailableGV) bool { return u.gv == gv }) {
+			return false
+		}
+	}
+	return true
 }
 
 func (r *report) contentMessage() string {
@@ -143,7 +195,7 @@ func (r *report) conditions() []v1.NamespaceCondition {
 	if len(r.remaining) > 0 {
 		var parts []string
 		for gvr, n := range r.remaining {
-			parts = append(parts, fmt.Sprintf("%s has %d resource instances", resourceName(gvr), n))
+			parts = append(parts, named(fmt.Sprintf("%s has %d resource instances", resourceName(gvr), n), r.remainingNames[gvr], n))
 		}
 		sort.Strings(parts)
 		bad(v1.NamespaceContentRemaining, ReasonSomeResourcesRemain, "Some resources are remaining: "+strings.Join(parts, ", "))
@@ -151,7 +203,7 @@ func (r *report) conditions() []v1.NamespaceCondition {
 	if len(r.finalizers) > 0 {
 		var parts []string
 		for f, n := range r.finalizers {
-			parts = append(parts, fmt.Sprintf("%s in %d resource instances", f, n))
+			parts = append(parts, named(fmt.Sprintf("%s in %d resource instances", f, n), r.finalizerNames[f], n))
 		}
 		sort.Strings(parts)
 		bad(v1.NamespaceFinalizersRemaining, ReasonSomeFinalizersRemain, "Some content in the namespace has finalizers remaining: "+strings.Join(parts, ", "))
@@ -205,12 +257,13 @@ func indexOf(conds []v1.NamespaceCondition, t v1.NamespaceConditionType) int {
 
 // writeConditions records the report on the namespace's status when it says something new,
 // and tells what blocks the deletion in an Event when that changed.
-func (c *Controller) writeConditions(ctx context.Context, ns *v1.Namespace, rep *report) (*v1.Namespace, error) {
+// It reports whether it wrote.
+func (c *Controller) writeConditions(ctx context.Context, ns *v1.Namespace, rep *report) (*v1.Namespace, bool, error) {
 	want := rep.conditions()
 	before := ns.DeepCopy()
 	next := ns.DeepCopy()
 	if !mergeConditions(&next.Status, want, metav1.NewTime(c.now())) {
-		return ns, nil
+		return ns, false, nil
 	}
 	out, err := c.update(ctx, next, func(cur *v1.Namespace) (*v1.Namespace, error) {
 		cur = cur.DeepCopy()
@@ -220,7 +273,7 @@ func (c *Controller) writeConditions(ctx context.Context, ns *v1.Namespace, rep 
 	if err == nil && out != nil {
 		c.explain(before, want)
 	}
-	return out, err
+	return out, err == nil && out != nil, err
 }
 
 // blocking are the conditions that, when True, keep a namespace from going away on their
@@ -232,6 +285,28 @@ var blocking = map[v1.NamespaceConditionType]struct {
 	v1.NamespaceDeletionGVParsingFailure: {EventGVParsingFailed, v1.EventTypeWarning, "Namespace deletion is blocked by API groups whose names do not parse"},
 	v1.NamespaceDeletionContentFailure:   {EventContentDeletionFailed, v1.EventTypeWarning, "Namespace deletion is blocked by failing APIs"},
 	v1.NamespaceFinalizersRemaining:      {EventSomeFinalizersRemain, v1.EventTypeNormal, "Namespace deletion waits for finalizers"},
+}
+
+// withoutNames drops the " (Kind/a, Kind/b and 7 more)" lists named appends (neither names,
+// kinds nor finalizers hold parentheses): a new Event is for a change of what blocks
+// (another finalizer, another count), not for the next few objects being named as the
+// first ones go.
+func withoutNames(msg string) string {
+	var b strings.Builder
+	for {
+		i := strings.Index(msg, " (")
+		if i < 0 {
+			break
+		}
+		j := strings.IndexByte(msg[i:], ')')
+		if j < 0 {
+			break
+		}
+		b.WriteString(msg[:i])
+		msg = msg[i+j+1:]
+	}
+	b.WriteString(msg)
+	return b.String()
 }
 
 // explain writes an Event for each blocking condition that became True or changed message.
@@ -246,7 +321,7 @@ func (c *Controller) explain(before *v1.Namespace, want []v1.NamespaceCondition)
 		}
 		if i := indexOf(before.Status.Conditions, w.Type); i >= 0 {
 			old := before.Status.Conditions[i]
-			if old.Status == w.Status && old.Message == w.Message {
+			if old.Status == w.Status && withoutNames(old.Message) == withoutNames(w.Message) {
 				continue
 			}
 		}

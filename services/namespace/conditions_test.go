@@ -58,6 +58,25 @@ func TestConditions(t *testing.T) {
 			},
 		},
 		{
+			name: "the first few remaining objects are named, per resource and per finalizer",
+			rep: func(r *report) {
+				r.add(outcome{gvr: podsResource, remaining: 1, names: []string{"Pod/web-0"}})
+				// Two resources holding the same finalizer: the names merge, sorted, three at most.
+				r.add(outcome{gvr: widgets, remaining: 5, names: []string{"Widget/e", "Widget/f", "Widget/g"},
+					finalizers: map[string]int{"example.com/keep": 5}, finalizerNames: map[string][]string{"example.com/keep": {"Widget/e", "Widget/f", "Widget/g"}}})
+				r.add(outcome{gvr: configMaps, remaining: 1, names: []string{"ConfigMap/a"},
+					finalizers: map[string]int{"example.com/keep": 1}, finalizerNames: map[string][]string{"example.com/keep": {"ConfigMap/a"}}})
+			},
+			want: map[v1.NamespaceConditionType]want{
+				v1.NamespaceContentRemaining: {v1.ConditionTrue, "SomeResourcesRemain", []string{
+					"configmaps. has 1 resource instances (ConfigMap/a), ",
+					"pods. has 1 resource instances (Pod/web-0)",
+					"widgets.example.com has 5 resource instances (Widget/e, Widget/f, Widget/g and 2 more)",
+				}},
+				v1.NamespaceFinalizersRemaining: {v1.ConditionTrue, "SomeFinalizersRemain", []string{"example.com/keep in 6 resource instances (ConfigMap/a, Widget/e, Widget/f and 3 more)"}},
+			},
+		},
+		{
 			name: "content and parsing failures",
 			rep: func(r *report) {
 				r.add(outcome{gvr: widgets, err: errors.New("the server is currently unable to handle the request")})
@@ -127,5 +146,19 @@ func TestMergeConditionsKeepsTransitionTimes(t *testing.T) {
 	remaining = status.Conditions[indexOf(status.Conditions, v1.NamespaceContentRemaining)]
 	if remaining.Status != v1.ConditionFalse || !remaining.LastTransitionTime.Equal(&t1) {
 		t.Fatalf("flip to False: %+v", remaining)
+	}
+}
+
+func TestEventsIgnoreWhichObjectsAreNamed(t *testing.T) {
+	a := "Some content in the namespace has finalizers remaining: example.com/keep in 6 resource instances (ConfigMap/a, Widget/e, Widget/f and 3 more), example.com/x in 1 resource instances (Pod/p)"
+	b := "Some content in the namespace has finalizers remaining: example.com/keep in 6 resource instances (Widget/f, Widget/g, Widget/h and 3 more), example.com/x in 1 resource instances (Pod/q)"
+	if withoutNames(a) != withoutNames(b) {
+		t.Fatalf("%q != %q", withoutNames(a), withoutNames(b))
+	}
+	if want := "Some content in the namespace has finalizers remaining: example.com/keep in 6 resource instances, example.com/x in 1 resource instances"; withoutNames(a) != want {
+		t.Fatalf("withoutNames = %q, want %q", withoutNames(a), want)
+	}
+	if c := strings.Replace(b, "in 6", "in 5", 1); withoutNames(a) == withoutNames(c) {
+		t.Fatal("a changed count is not a change")
 	}
 }

@@ -44,6 +44,10 @@ func (m metadataContent) Delete(ctx context.Context, gvr schema.GroupVersionReso
 // notice progress.
 const finalizerEstimate = 15 * time.Second
 
+// namedPerEntry bounds how many remaining objects a condition names per resource and per
+// finalizer: enough to find the culprit, short enough for a condition message.
+const namedPerEntry = 3
+
 // Concurrency inside one namespace. The client's rate limiter bounds the total anyway; these
 // keep a single namespace from queueing hundreds of requests at once.
 const (
@@ -68,6 +72,10 @@ type outcome struct {
 	// carry (name -> number of objects).
 	remaining  int
 	finalizers map[string]int
+	// names are the first few remaining objects ("Kind/name", at most namedPerEntry), and
+	// finalizerNames the first few per finalizer: enough for a person to find them.
+	names          []string
+	finalizerNames map[string][]string
 	// wait estimates how long the remaining objects take to go.
 	wait time.Duration
 	err  error
@@ -316,6 +324,10 @@ func (d *deleter) deletePage(ctx context.Context, ns string, r resource, token, 
 func (d *deleter) count(ctx context.Context, ns string, r resource, out *outcome) {
 	now := d.now()
 	undeleted := 0
+	kind := r.Kind
+	if kind == "" {
+		kind = r.GVR.Resource
+	}
 	token := ""
 	for {
 		page, err := d.content.List(ctx, r.GVR, ns, metav1.ListOptions{Limit: d.pageSize, Continue: token})
@@ -327,11 +339,18 @@ func (d *deleter) count(ctx context.Context, ns string, r resource, out *outcome
 		}
 		for _, item := range page.Items {
 			out.remaining++
+			name := kind + "/" + item.Name
+			if len(out.names) < namedPerEntry {
+				out.names = append(out.names, name)
+			}
 			for _, f := range item.Finalizers {
 				if out.finalizers == nil {
-					out.finalizers = map[string]int{}
+					out.finalizers, out.finalizerNames = map[string]int{}, map[string][]string{}
 				}
 				out.finalizers[f]++
+				if len(out.finalizerNames[f]) < namedPerEntry {
+					out.finalizerNames[f] = append(out.finalizerNames[f], name)
+				}
 			}
 			switch {
 			case item.DeletionTimestamp == nil:

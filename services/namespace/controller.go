@@ -46,6 +46,11 @@ const (
 	EventGVParsingFailed       = ReasonGVParsingFailed
 	EventContentDeletionFailed = ReasonContentDeletionFailed
 	EventSomeFinalizersRemain  = ReasonSomeFinalizersRemain
+	// EventFinalizedWithUnavailableAPIs: the namespace was finalized although some API group
+	// versions did not answer discovery, because they had been unavailable for longer than
+	// --allow-deletion-with-unavailable-groups and their last good discovery served nothing
+	// that can hold objects in a namespace. The message names them (kcm-split's).
+	EventFinalizedWithUnavailableAPIs = "FinalizedWithUnavailableAPIs"
 	// EventUpdateConflict: writes of the namespace's status or finalizers kept conflicting
 	// with other writers past the retry bound of one sync (kcm-split's; upstream retries
 	// without bound).
@@ -76,6 +81,31 @@ type Controller struct {
 	conflicting map[types.UID]bool
 	// conflictBackoff is conflictBackoff outside unit tests.
 	conflictBackoff wait.Backoff
+	// podChecks counts, per namespace (by UID), the syncs in a row that found Pods still
+	// terminating: the next look comes after podRecheck of it.
+	podChecks map[types.UID]int
+
+	// memory remembers each group version's last good discovery, for
+	// Options.AllowDeletionWithUnavailableGroups.
+	memory *apiMemory
+	// refresh asks for a discovery soon (an APIService changed), so that the memory
+	// holds a group's good state before it fails.
+	refresh chan struct{}
+}
+
+// recheckAfterWrite is how soon a namespace is looked at again after a sync changed its
+// status while content remains: upstream syncs a namespace this long after every update
+// of it, its own status writes included, and waits for its estimate only when nothing
+// changed. Never slower than upstream means never waiting longer than this after a change.
+const recheckAfterWrite = DeletionGracePeriod
+
+// podRecheck is how soon a namespace whose Pods are still terminating is looked at again
+// after the n-th such sync in a row: 1 s, then doubling, so Pods that stop quickly (most do,
+// well before their grace period ends) let the rest of the content go at once, and Pods that
+// take their time cost a handful of lists. The estimate (halfway to the deadline) still
+// bounds it.
+func podRecheck(n int) time.Duration {
+	return time.Second << min(n, 10)
 }
 
 // kubernetesNamespaces is the part of the typed client the controller uses.
@@ -87,7 +117,8 @@ type kubernetesNamespaces interface {
 
 // New builds the controller and registers its event handlers; it starts nothing. content
 // lists and deletes objects (the metadata client); discover returns the server's preferred
-// namespaced resources (a partial result with *discovery.ErrGroupDiscoveryFailed is fine).
+// resources, a list for every group version it reached (a partial result with
+// *discovery.ErrGroupDiscoveryFailed is fine); cluster-scoped ones are left out here.
 // Queue, reconcile and controller metrics go to reg (nil: none).
 func New(
 	namespaces coreinformers.NamespaceInformer,
@@ -122,8 +153,12 @@ func New(
 		seen:            map[types.UID]time.Time{},
 		conflicting:     map[types.UID]bool{},
 		conflictBackoff: conflictBackoff,
+		podChecks:       map[types.UID]int{},
+		memory:          newAPIMemory(),
+		refresh:         make(chan struct{}, 1),
 	}
 	c.metrics = newMetrics(reg, c.lister)
+	c.resources.observe = c.observeDiscovery
 	c.handlers.AddWithResync(namespaces.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.onChange(nil, obj) },
 		UpdateFunc: c.onChange,
@@ -149,14 +184,69 @@ func (c *Controller) HasSynced() bool { return c.handlers.HasSynced() }
 // Run waits for the cache, runs workers until ctx ends, then drains them.
 func (c *Controller) Run(ctx context.Context, workers int) error {
 	return c.handlers.RunWhenSynced(ctx, "namespace controller", func(ctx context.Context) error {
+		var wg sync.WaitGroup
+		if c.opts.AllowDeletionWithUnavailableGroups > 0 {
+			wg.Go(func() { c.refreshDiscovery(ctx) })
+		}
 		c.queue.Run(ctx, workers, c.sync)
+		wg.Wait()
 		return nil
 	}, "workers", workers)
 }
 
+// discoveryRefreshPeriod is how often discovery runs without any namespace being deleted,
+// when --allow-deletion-with-unavailable-groups is set: a group's last good discovery must
+// be known before it fails. Aggregated discovery costs two requests.
+const discoveryRefreshPeriod = time.Minute
+
+// refreshDiscovery discovers at start, every discoveryRefreshPeriod and a second after an
+// APIService changed (a burst of changes costs one discovery), until ctx ends.
+func (c *Controller) refreshDiscovery(ctx context.Context) {
+	tick := time.NewTicker(discoveryRefreshPeriod)
+	defer tick.Stop()
+	for {
+		c.resources.get(c.now())
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-c.refresh:
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+		}
+	}
+}
+
+// observeDiscovery feeds every discovery into the memory of last good discoveries and the
+// metrics.
+func (c *Controller) observeDiscovery(started time.Time, lists []*metav1.APIResourceList, s *snapshot) {
+	result := "complete"
+	switch {
+	case s.discoveryErr != nil && len(s.failedGVs) > 0:
+		result = "partial"
+	case s.discoveryErr != nil:
+		result = "failed"
+	}
+	c.metrics.discoveries.WithLabelValues(result).Inc()
+	if result == "failed" {
+		return // nothing was learned about any group version
+	}
+	if c.memory.observe(started, lists, s.failedGVs) {
+		// An API answers again: the namespaces it blocked need not wait for their backoff.
+		c.enqueueBlocked()
+	}
+	for state, n := range countByLastDiscovery(c.memory.unavailable(s.failedGVs)) {
+		c.metrics.unavailable.WithLabelValues(state).Set(float64(n))
+	}
+}
+
 // onChange enqueues a namespace that has a deletion timestamp. Updates are filtered: this
 // controller's own status writes would otherwise sync every namespace once more after each
-// sync, bypassing the wait for graceful termination. What matters is the deletion itself, a
+// sync, bypassing the wait for graceful termination; the sync that wrote sets when to look
+// again instead (recheckAfterWrite, podRecheck). What matters here is the deletion itself, a
 // change of finalizers (someone else finished), a new object under the name, and resyncs.
 func (c *Controller) onChange(oldObj, newObj any) {
 	ns, ok := newObj.(*v1.Namespace)
@@ -187,6 +277,7 @@ func (c *Controller) onDelete(obj any) {
 		c.mu.Lock()
 		delete(c.seen, ns.UID)
 		delete(c.conflicting, ns.UID)
+		delete(c.podChecks, ns.UID)
 		c.mu.Unlock()
 	}
 }
@@ -211,6 +302,15 @@ func (c *Controller) graceLeft(ns *v1.Namespace) time.Duration {
 // waits on discovery, at once: an APIService changed, so a failing API may be back or gone.
 func (c *Controller) enqueueBlockedByDiscovery() {
 	c.resources.invalidate()
+	select {
+	case c.refresh <- struct{}{}:
+	default: // one is pending already
+	}
+	c.enqueueBlocked()
+}
+
+// enqueueBlocked adds every terminating namespace whose deletion waits on discovery.
+func (c *Controller) enqueueBlocked() {
 	all, err := c.lister.List(labels.Everything())
 	if err != nil {
 		return
@@ -270,16 +370,40 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		logger.Info("Stopped deleting content: the namespace is no longer the one being deleted", "uid", ns.UID, "reason", rep.stopped)
 		return nil
 	}
-	ns, err = c.writeConditions(ctx, ns, rep)
+	var excuseWait time.Duration
+	if allowed := c.opts.AllowDeletionWithUnavailableGroups; allowed > 0 && len(rep.failedGVs) > 0 {
+		rep.excused, excuseWait = excuse(c.memory.unavailable(rep.failedGVs), allowed, c.now())
+	}
+	ns, wrote, err := c.writeConditions(ctx, ns, rep)
 	if err != nil || ns == nil {
 		return ignoreGone(err)
 	}
+	pods := rep.remaining[podsResource] > 0
+	checks := c.countPodChecks(ns.UID, pods)
+	var d time.Duration
+	if len(rep.remaining) > 0 {
+		d = requeueDelay(rep.wait, c.opts.SyncPeriod)
+		if pods {
+			d = min(d, podRecheck(checks-1))
+		}
+		if wrote {
+			d = min(d, recheckAfterWrite)
+		}
+	}
 	if err := rep.failure(); err != nil {
+		if excuseWait > 0 && rep.parseErr == nil && len(rep.contentErrs) == 0 {
+			// Only groups that held nothing in namespaces block, and not for long enough
+			// yet: look again when they have.
+			if d == 0 || excuseWait < d {
+				d = excuseWait
+			}
+			logger.V(2).Info("Blocked by unavailable APIs that held nothing in namespaces, checking again when allowed", "groupVersions", rep.failedGroups, "after", d)
+			return worker.RequeueAfter(d)
+		}
 		return err
 	}
 	if len(rep.remaining) > 0 {
-		d := requeueDelay(rep.wait, c.opts.SyncPeriod)
-		logger.V(2).Info("Content remaining, checking again later", "estimate", rep.wait, "after", d)
+		logger.V(2).Info("Content remaining, checking again later", "estimate", rep.wait, "after", d, "podsTerminating", pods)
 		return worker.RequeueAfter(d)
 	}
 
@@ -293,8 +417,30 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	}
 	took := c.now().Sub(ns.DeletionTimestamp.Time)
 	c.metrics.duration.Observe(took.Seconds())
+	if len(rep.excused) > 0 {
+		c.metrics.finalizedUnavailable.Inc()
+		logger.Info("Namespace finalized although some APIs are unavailable: they held nothing in namespaces when last discovered", "groupVersions", rep.failedGroups)
+		if c.recorder != nil {
+			c.recorder.Eventf(ns, v1.EventTypeWarning, EventFinalizedWithUnavailableAPIs,
+				"Namespace finalized although these APIs do not answer discovery: unavailable for longer than %s (--%s) and, when last discovered, serving nothing that can hold objects in a namespace: %s",
+				c.opts.AllowDeletionWithUnavailableGroups, FlagAllowDeletionWithUnavailableGroups, gvNames(rep.excused))
+		}
+	}
 	logger.Info("Namespace finalized", "sinceDeletion", took.Round(time.Millisecond))
 	return nil
+}
+
+// countPodChecks counts the syncs in a row of namespace uid that found Pods still
+// terminating, and returns the count including this one (0 when pods is false).
+func (c *Controller) countPodChecks(uid types.UID, pods bool) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !pods {
+		delete(c.podChecks, uid)
+		return 0
+	}
+	c.podChecks[uid]++
+	return c.podChecks[uid]
 }
 
 // deleteContent deletes every namespaced resource's objects in ns: Pods first and alone,

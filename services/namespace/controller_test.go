@@ -36,10 +36,10 @@ func coreDiscovery() ([]*metav1.APIResourceList, error) {
 	return []*metav1.APIResourceList{{
 		GroupVersion: "v1",
 		APIResources: []metav1.APIResource{
-			{Name: "pods", Namespaced: true, Verbs: allVerbs},
-			{Name: "pods/status", Namespaced: true, Verbs: []string{"get", "patch", "update"}},
-			{Name: "configmaps", Namespaced: true, Verbs: allVerbs},
-			{Name: "secrets", Namespaced: true, Verbs: allVerbs},
+			{Name: "pods", Namespaced: true, Kind: "Pod", Verbs: allVerbs},
+			{Name: "pods/status", Namespaced: true, Kind: "Pod", Verbs: []string{"get", "patch", "update"}},
+			{Name: "configmaps", Namespaced: true, Kind: "ConfigMap", Verbs: allVerbs},
+			{Name: "secrets", Namespaced: true, Kind: "Secret", Verbs: allVerbs},
 			{Name: "bindings", Namespaced: true, Verbs: []string{"create"}},
 		},
 	}}, nil
@@ -155,9 +155,9 @@ func TestSyncPodsFirstThenEverythingThenFinalize(t *testing.T) {
 	f.content.add(secrets, "ns", 3)
 
 	after := requeueOf(t, f.sync("ns"))
-	// Pods got 30 s to terminate: look again halfway through.
-	if after < 14*time.Second || after > 17*time.Second {
-		t.Fatalf("requeue after %s, want about 16s", after)
+	// Pods got 30 s to terminate; most stop well before: look again in a second.
+	if after != time.Second {
+		t.Fatalf("requeue after %s, want 1s", after)
 	}
 	if calls := f.content.callsOf("deletecollection configmaps"); len(calls) != 0 || len(f.content.callsOf("list configmaps")) != 0 {
 		t.Fatal("ConfigMaps were looked at while Pods remain")
@@ -166,7 +166,7 @@ func TestSyncPodsFirstThenEverythingThenFinalize(t *testing.T) {
 		t.Fatal("phase not set to Terminating")
 	}
 	c := f.condition("ns", v1.NamespaceContentRemaining)
-	if c.Status != v1.ConditionTrue || !strings.Contains(c.Message, "pods. has 2 resource instances") {
+	if c.Status != v1.ConditionTrue || !strings.Contains(c.Message, "pods. has 2 resource instances (Pod/pods-00000, Pod/pods-00001)") {
 		t.Fatalf("ContentRemaining = %+v", c)
 	}
 
@@ -199,6 +199,47 @@ func TestSyncPodsFirstThenEverythingThenFinalize(t *testing.T) {
 	}
 	if got := testutil.CollectAndCount(f.reg, "kcm_split_namespace_deletion_duration_seconds"); got != 1 {
 		t.Errorf("deletion duration histogram has %d series, want 1", got)
+	}
+}
+
+// TestSyncRechecksTerminatingPodsSoon: Pods with a long grace period are looked at again
+// after 1 s, 2 s, 4 s... (never later than the estimate), so the rest of the content goes
+// as soon as they are gone rather than when the estimate says.
+func TestSyncRechecksTerminatingPodsSoon(t *testing.T) {
+	f := newFixture(t, coreDiscovery, terminating("ns", "uid-1"))
+	f.content.graceful[podsResource] = time.Hour
+	f.content.add(podsResource, "ns", 1)
+	f.content.add(configMaps, "ns", 3)
+	var got []time.Duration
+	for range 7 {
+		got = append(got, requeueOf(t, f.sync("ns")))
+	}
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 32 * time.Second, 64 * time.Second}
+	if !slices.Equal(got, want) {
+		t.Fatalf("requeues %v, want %v", got, want)
+	}
+	if n := f.content.count(configMaps, "ns"); n != 3 {
+		t.Fatalf("%d ConfigMaps left while a Pod terminates, want 3", n)
+	}
+	// The Pod is gone: the rest goes on the next sync, and the count starts over.
+	f.content.removeFinalizers(podsResource, "ns")
+	f.content.add(configMaps, "ns", 1, "example.com/hold")
+	f.content.graceful = map[schema.GroupVersionResource]time.Duration{}
+	if after := requeueOf(t, f.sync("ns")); after != recheckAfterWrite {
+		t.Fatalf("requeue after %s once the status changed, want %s", after, recheckAfterWrite)
+	}
+	if n := f.content.count(configMaps, "ns"); n != 1 {
+		t.Fatalf("%d ConfigMaps left, want only the held one", n)
+	}
+	if len(f.c.podChecks) != 0 {
+		t.Fatalf("pod checks not reset: %v", f.c.podChecks)
+	}
+	// Nothing changed since: upstream's estimate for finalizers (15 s, looked at halfway).
+	if after := requeueOf(t, f.sync("ns")); after != 8500*time.Millisecond {
+		t.Fatalf("requeue after %s, want 8.5s", after)
+	}
+	if c := f.condition("ns", v1.NamespaceFinalizersRemaining); !strings.Contains(c.Message, "example.com/hold in 1 resource instances (ConfigMap/configmaps-00003)") {
+		t.Fatalf("FinalizersRemaining = %q", c.Message)
 	}
 }
 

@@ -25,6 +25,8 @@ const (
 type resource struct {
 	GVR   schema.GroupVersionResource
 	Verbs []string
+	// Kind names its objects in conditions ("ConfigMap/settings").
+	Kind string
 }
 
 func (r resource) supports(verb string) bool { return slices.Contains(r.Verbs, verb) }
@@ -41,6 +43,7 @@ type snapshot struct {
 	// names them, sorted.
 	discoveryErr error
 	failedGroups []string
+	failedGVs    []schema.GroupVersion
 	// parseErr reports group versions whose name does not parse.
 	parseErr error
 }
@@ -59,6 +62,9 @@ const discoveryFailedMaxAge = time.Second
 type resourceCache struct {
 	discover func() ([]*metav1.APIResourceList, error)
 	now      func() time.Time
+	// observe, if set, is told of every discovery made, under the cache's lock: the memory
+	// of each group version's last good discovery is fed from here.
+	observe func(started time.Time, lists []*metav1.APIResourceList, s *snapshot)
 
 	mu   sync.Mutex
 	cur  *snapshot
@@ -90,6 +96,9 @@ func (c *resourceCache) get(notBefore time.Time) *snapshot {
 	lists, err := c.discover()
 	c.cur = buildSnapshot(started, lists, err)
 	c.seen = c.gen
+	if c.observe != nil {
+		c.observe(started, lists, c.cur)
+	}
 	return c.cur
 }
 
@@ -100,16 +109,20 @@ func (c *resourceCache) invalidate() {
 	c.mu.Unlock()
 }
 
-// buildSnapshot keeps the resources that support delete and records what failed.
+// buildSnapshot keeps the namespaced resources that support delete and records what
+// failed. lists may hold cluster-scoped resources too: they are left out here.
 func buildSnapshot(started time.Time, lists []*metav1.APIResourceList, err error) *snapshot {
 	s := &snapshot{started: started, discoveryErr: err}
 	if err != nil {
 		var gdf *discovery.ErrGroupDiscoveryFailed
 		if errors.As(err, &gdf) {
 			for gv := range gdf.Groups {
+				s.failedGVs = append(s.failedGVs, gv)
+			}
+			slices.SortFunc(s.failedGVs, func(a, b schema.GroupVersion) int { return strings.Compare(a.String(), b.String()) })
+			for _, gv := range s.failedGVs {
 				s.failedGroups = append(s.failedGroups, gv.String())
 			}
-			sort.Strings(s.failedGroups)
 		}
 	}
 	var parseErrs []string
@@ -133,7 +146,7 @@ func buildSnapshot(started time.Time, lists []*metav1.APIResourceList, err error
 				continue
 			}
 			seen[gvr] = true
-			s.resources = append(s.resources, resource{GVR: gvr, Verbs: slices.Clone(r.Verbs)})
+			s.resources = append(s.resources, resource{GVR: gvr, Verbs: slices.Clone(r.Verbs), Kind: r.Kind})
 		}
 	}
 	if len(parseErrs) > 0 {

@@ -346,6 +346,49 @@ func TestDeletion(t *testing.T) {
 		waitGone(t, client, ns)
 	})
 
+	t.Run("the rest goes as soon as the Pods are gone, not when their grace period says", func(t *testing.T) {
+		t.Parallel()
+		ns := newNamespace(t, client, "pods-gone")
+		createConfigMaps(t, client, ns, 5)
+		const keep = "kcm-split.test/keep"
+		createKept(t, client, ns, keep)
+		// On a node, so its deletion is graceful: an hour, which the estimate-based requeue
+		// would wait for (capped at the 5 m sync period) before looking again.
+		grace := int64(3600)
+		_, err := client.CoreV1().Pods(ns).Create(context.Background(), &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "slow"},
+			Spec: corev1.PodSpec{NodeName: "kcm-split-test-node", TerminationGracePeriodSeconds: &grace,
+				Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		deleted := time.Now()
+		deleteNamespace(t, client, ns)
+		// Play the kubelet: the Pod stops as soon as it is asked to.
+		poll(t, goneTimeout, "the Pod to be deleted", func(ctx context.Context) (bool, error) {
+			p, err := client.CoreV1().Pods(ns).Get(ctx, "slow", metav1.GetOptions{})
+			return err == nil && p.DeletionTimestamp != nil, err
+		})
+		podDeleted := time.Now()
+		if err := client.CoreV1().Pods(ns).Delete(context.Background(), "slow", *metav1.NewDeleteOptions(0)); err != nil {
+			t.Fatal(err)
+		}
+		podGone := time.Now()
+		// The final state of this step: only the held ConfigMap is left, and the conditions
+		// say so, naming it. The estimate would be 30 minutes away, the sync period 5.
+		poll(t, 2*time.Minute, "only the held ConfigMap to remain", func(ctx context.Context) (bool, error) {
+			cms, err := client.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
+			return err == nil && len(cms.Items) == 1 && cms.Items[0].Name == "kept", err
+		})
+		rest := time.Now()
+		waitCondition(t, client, ns, corev1.NamespaceFinalizersRemaining, keep+" in 1 resource instances (ConfigMap/kept)")
+		t.Logf("namespace deleted -> Pod deleted %s, Pod gone -> only finalizers remain %s (namespace deleted -> only finalizers remain %s)",
+			podDeleted.Sub(deleted).Round(time.Millisecond), rest.Sub(podGone).Round(time.Millisecond), rest.Sub(deleted).Round(time.Millisecond))
+		removeFinalizers(t, client, "configmaps", ns, "kept")
+		waitGone(t, client, ns)
+	})
+
 	t.Run("a finalizer keeps the namespace and is named", func(t *testing.T) {
 		t.Parallel()
 		ns := newNamespace(t, client, "finalizer")

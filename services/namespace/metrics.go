@@ -18,6 +18,14 @@ type controllerMetrics struct {
 	// stopped counts syncs that stopped because the namespace was gone or
 	// replaced when checked before a delete, by reason (StopGone, StopReplaced).
 	stopped *prometheus.CounterVec
+	// discoveries counts discoveries by result (complete, partial, failed).
+	discoveries *prometheus.CounterVec
+	// unavailable is the number of group versions the latest discovery could not reach,
+	// by what their last good discovery said (none, holds_objects, holds_nothing).
+	unavailable *prometheus.GaugeVec
+	// finalizedUnavailable counts namespaces finalized under
+	// --allow-deletion-with-unavailable-groups while some APIs did not answer.
+	finalizedUnavailable prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, namespaces corelisters.NamespaceLister) *controllerMetrics {
@@ -44,8 +52,32 @@ func newMetrics(reg prometheus.Registerer, namespaces corelisters.NamespaceListe
 			Help:      "Deletion passes stopped before deleting more content because the namespace was gone or replaced by a new one of the same name (reason gone|replaced).",
 		}, []string{"reason"}),
 	}
+	m.discoveries = f.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "kcm_split",
+		Subsystem: MetricsSubsystem,
+		Name:      "discoveries_total",
+		Help:      "Discoveries of the served resources, by result: complete, partial (some group versions did not answer), failed.",
+	}, []string{"result"})
+	m.unavailable = f.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "kcm_split",
+		Subsystem: MetricsSubsystem,
+		Name:      "unavailable_group_versions",
+		Help:      "API group versions the latest discovery could not reach, by what their last successful discovery in this process served: none (never discovered), holds_objects (namespaced resources that can be listed or deleted), holds_nothing.",
+	}, []string{"last_discovery"})
+	m.finalizedUnavailable = f.NewCounter(prometheus.CounterOpts{
+		Namespace: "kcm_split",
+		Subsystem: MetricsSubsystem,
+		Name:      "finalized_with_unavailable_apis_total",
+		Help:      "Namespaces finalized while some API group versions did not answer discovery, allowed by --allow-deletion-with-unavailable-groups.",
+	})
 	for _, r := range []string{StopGone, StopReplaced} {
 		m.stopped.WithLabelValues(r)
+	}
+	for _, r := range []string{"complete", "partial", "failed"} {
+		m.discoveries.WithLabelValues(r)
+	}
+	for _, s := range []string{LastDiscoveryNone, LastDiscoveryHoldsObjects, LastDiscoveryHoldsNothing} {
+		m.unavailable.WithLabelValues(s)
 	}
 	f.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: "kcm_split",

@@ -28,6 +28,8 @@ const (
 const (
 	FlagConcurrentSyncs = "concurrent-namespace-syncs"
 	FlagSyncPeriod      = "namespace-sync-period"
+	// FlagAllowDeletionWithUnavailableGroups is kcm-split's (see Options).
+	FlagAllowDeletionWithUnavailableGroups = "allow-deletion-with-unavailable-groups"
 )
 
 // Tuning that is not a flag: upstream has no knob for any of these.
@@ -60,6 +62,13 @@ type Options struct {
 	GracePeriod time.Duration
 	// PageSize bounds lists and deletecollection calls.
 	PageSize int64
+	// AllowDeletionWithUnavailableGroups, when positive, lets a namespace be finalized
+	// although some API group versions fail discovery, provided each of them has failed for
+	// at least this long and its last successful discovery (in this process) served no
+	// namespaced resource that can be listed or deleted: nothing of it can be left in the
+	// namespace. A group never discovered successfully, or one that served such resources,
+	// still blocks. 0, the default, is upstream's behaviour: any discovery failure blocks.
+	AllowDeletionWithUnavailableGroups time.Duration
 }
 
 // DefaultOptions returns upstream's defaults.
@@ -77,6 +86,7 @@ func (o Options) Validate() error {
 	return app.FirstError(
 		app.AtLeast(FlagConcurrentSyncs, o.ConcurrentSyncs, 1),
 		app.Positive(FlagSyncPeriod, o.SyncPeriod),
+		app.NotNegative(FlagAllowDeletionWithUnavailableGroups, o.AllowDeletionWithUnavailableGroups),
 	)
 }
 
@@ -88,5 +98,7 @@ func (o *Options) Flags() []cli.Flag {
 			"number of namespaces deleted concurrently; more is faster but costs CPU and API calls"),
 		app.Bound(app.CategoryController, FlagSyncPeriod, &o.SyncPeriod,
 			"how often every terminating namespace is checked again without an event"),
+		app.Bound(app.CategoryController, FlagAllowDeletionWithUnavailableGroups, &o.AllowDeletionWithUnavailableGroups,
+			"finalize a namespace blocked only by API groups unavailable for longer than this whose last successful discovery served nothing that can hold objects in a namespace; 0 (upstream): any unavailable group blocks"),
 	}
 }

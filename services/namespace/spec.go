@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
@@ -54,7 +56,13 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 		factory.Core().V1().Namespaces(),
 		client,
 		metadataContent{meta},
-		client.Discovery().ServerPreferredNamespacedResources,
+		// Every group version reached, cluster-scoped resources and empty versions
+		// included: the memory of last good discoveries needs to know a version answered
+		// even when it serves nothing namespaced. The controller keeps the namespaced ones.
+		// The package function, as upstream's namespaced variant: one attempt, no retries.
+		func() ([]*metav1.APIResourceList, error) {
+			return discovery.ServerPreferredResources(client.Discovery())
+		},
 		recorder,
 		opts,
 		rt.Registry,
