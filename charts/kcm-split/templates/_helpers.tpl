@@ -99,9 +99,6 @@ takes the last value of a repeated flag, so extraArgs override everything.
 - --leader-migration-resource-namespace={{ .root.Values.leaderMigration.namespace }}
 {{- end }}
 {{- if .root.Values.takeOverFromKCM.enabled }}
-{{- if .root.Values.leaderMigration.enabled }}
-{{- fail "takeOverFromKCM and leaderMigration are two ways of switching from kube-controller-manager: enable one" }}
-{{- end }}
 {{- $to := .root.Values.takeOverFromKCM }}
 - --take-over-from-kcm
 - --kcm-namespace={{ $to.namespace }}
