@@ -35,6 +35,8 @@ type Controller struct {
 	opts     Options
 	discover DiscoverFunc
 	now      func() time.Time
+	// chargeRecheck is how long after a status update that raised usage the quota is synced again.
+	chargeRecheck time.Duration
 
 	quotas corelisters.ResourceQuotaLister
 	// handlers is the quota informer's registration; Run returns its failure, if any.
@@ -82,6 +84,7 @@ func New(
 		opts:              opts,
 		discover:          discover,
 		now:               time.Now,
+		chargeRecheck:     chargeRecheck,
 		quotas:            quotas.Lister(),
 		discoveryRequests: make(chan struct{}, 1),
 		locks:             keymutex.NewHashed(lockStripes),

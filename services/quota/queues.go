@@ -33,15 +33,39 @@ func (c *Controller) onQuotaAdd(obj any) {
 	c.primary.Add(key(rq))
 }
 
-// onQuotaUpdate reacts only to a change of spec.hard: status updates, ours and admission's,
-// are by far the most frequent and never need a sync.
+// chargeRecheck is how long after a status update that raised usage (admission charging a
+// create) the quota is synced again.
+const chargeRecheck = time.Second
+
+// onQuotaUpdate syncs a quota whose spec.hard changed. Status updates are by far the most
+// frequent and upstream's controller ignores them all; but one that raises usage is admission
+// charging a create, and a replenishment sync that read the quota just before it (the Pod's
+// deletion event can overtake the quota's update) found nothing to change and left that charge
+// in place until the next full recalculation (5 minutes). So such an update is followed by one
+// sync a second later, a single one per quota however many charges come in that second.
 func (c *Controller) onQuotaUpdate(old, cur any) {
 	o, ok1 := old.(*v1.ResourceQuota)
 	n, ok2 := cur.(*v1.ResourceQuota)
-	if !ok1 || !ok2 || apiequality.Semantic.DeepEqual(o.Spec.Hard, n.Spec.Hard) {
+	if !ok1 || !ok2 {
 		return
 	}
-	c.onQuotaAdd(n)
+	if !apiequality.Semantic.DeepEqual(o.Spec.Hard, n.Spec.Hard) {
+		c.onQuotaAdd(n)
+		return
+	}
+	if usageRaised(o.Status.Used, n.Status.Used) {
+		c.primary.AddAfter(key(n), c.chargeRecheck)
+	}
+}
+
+// usageRaised reports whether any resource is used more in cur than in old.
+func usageRaised(old, cur v1.ResourceList) bool {
+	for name, q := range cur {
+		if was, ok := old[name]; !ok || q.Cmp(was) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // onQuotaDelete forgets the warnings written about a quota that is gone.

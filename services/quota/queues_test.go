@@ -15,11 +15,23 @@ func TestQuotaHandlers(t *testing.T) {
 	if strings.Join(prio, ",") != "ns/new" || strings.Join(prim, ",") != "ns/q" {
 		t.Fatalf("initial adds: priority=%v primary=%v", prio, prim)
 	}
-	statusOnly := synced.DeepCopy()
-	statusOnly.Status.Used = rl("pods", "1")
-	f.c.onQuotaUpdate(synced, statusOnly)
+	// A status update that gives usage back (ours after a deletion) needs no sync.
+	f.c.chargeRecheck = 0
+	lowered := synced.DeepCopy()
+	lowered.Status.Used = rl("pods", "0")
+	synced.Status.Used = rl("pods", "1")
+	f.c.onQuotaUpdate(synced, lowered)
 	if prio, prim := f.drain(); len(prio)+len(prim) != 0 {
-		t.Fatalf("a status update queued %v %v", prio, prim)
+		t.Fatalf("a status update lowering usage queued %v %v", prio, prim)
+	}
+	// One that raises it (admission charging a create) is synced again, once, after
+	// chargeRecheck: a replenishment sync may have read the quota before the charge.
+	charged := lowered.DeepCopy()
+	charged.Status.Used = rl("pods", "1")
+	f.c.onQuotaUpdate(lowered, charged)
+	f.c.onQuotaUpdate(lowered, charged)
+	if prio, prim := f.drain(); len(prio) != 0 || strings.Join(prim, ",") != "ns/q" {
+		t.Fatalf("a status update raising usage queued priority=%v primary=%v, want ns/q once in primary", prio, prim)
 	}
 	edited := synced.DeepCopy()
 	edited.Spec.Hard = rl("pods", "2")

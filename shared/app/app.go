@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/urfave/cli/v2"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -116,6 +117,7 @@ type Runtime struct {
 	events    record.EventBroadcaster
 	term      *metrics.TermRegistry
 	migration *migrationRun
+	takeOver  *takeOverRun
 }
 
 // ResyncPeriod returns a random duration in [--min-resync-period, 2 x --min-resync-period),
@@ -260,6 +262,9 @@ type options struct {
 	// is; empty means the binary's own Lease's namespace.
 	migrationNamespace string
 	migration          *migration.Config
+	// takeOver is --take-over-from-kcm; takeOverOpts the --kcm-* flags it reads.
+	takeOver     bool
+	takeOverOpts TakeOverOptions
 	// ignored lists the older logging flags given together with the upstream flag that
 	// overrides them, to be logged once the logger exists.
 	ignored [][2]string
@@ -313,6 +318,25 @@ func (o *options) complete(spec Spec, c *cli.Context) error {
 			return &FlagError{Flag: FlagMigrationConfig, Err: err}
 		}
 		o.migration = cfg
+	}
+	if o.takeOver {
+		switch {
+		case !o.leader.Enabled:
+			// The proof gates writes through the fence, which exists only with election.
+			return &FlagError{Flag: FlagTakeOver, Err: fmt.Errorf("needs --%s", FlagLeaderElect)}
+		case o.migrationEnabled:
+			return &FlagError{Flag: FlagTakeOver, Err: fmt.Errorf("and --%s are two ways of switching from kube-controller-manager: choose one", FlagEnableMigration)}
+		case o.takeOverOpts.Namespace == "" || o.takeOverOpts.LeaseName == "":
+			return &FlagError{Flag: FlagTakeOver, Err: fmt.Errorf("needs --%s and --%s", FlagKCMNamespace, FlagKCMLeaseName)}
+		}
+		sel, err := labels.Parse(o.takeOverOpts.PodSelector)
+		if err != nil {
+			return &FlagError{Flag: FlagKCMPodSelector, Err: err}
+		}
+		if sel.Empty() {
+			// Every Pod of the namespace would have to prove the controllers off.
+			return &FlagError{Flag: FlagKCMPodSelector, Err: errors.New("empty: it would select every Pod of the namespace")}
+		}
 	}
 	gates, err := features.Parse(o.gateFlags.Value())
 	if err != nil {
@@ -429,6 +453,17 @@ func run(parent context.Context, spec Spec, o *options, stderr io.Writer) error 
 		phase.Set(migration.PhaseStandby)
 		elector.FenceAlso(leader.ReasonMigrationNotMember, rt.migration.allowWrite)
 		checks.AddNamed(rt.migration.checkName, alwaysOK, health.Readyz)
+	}
+
+	if o.takeOver {
+		t, err := newTakeOver(client, o.takeOverOpts, o.leader.RetryPeriod, reg)
+		if err != nil {
+			return err
+		}
+		rt.takeOver = t
+		t.watch.run(ctx)
+		elector.FenceAlso(leader.ReasonKCMMayRun, t.allowWrite)
+		checks.AddNamed(t.checkName, alwaysOK, health.Readyz)
 	}
 
 	checks.Add("leaderElection", elector.Check, health.Healthz, health.Livez)

@@ -101,6 +101,11 @@ func TestBadFlagsExit2WithOneLine(t *testing.T) {
 		{"migration without election", []string{"--enable-leader-migration", "--leader-elect=false"}, nil, "invalid value for --enable-leader-migration: needs --leader-elect"},
 		{"missing migration config", []string{"--enable-leader-migration", "--leader-migration-config=" + filepath.Join(dir, "nope")}, nil, "invalid value for --leader-migration-config"},
 		{"unparseable migration config", []string{"--enable-leader-migration", "--leader-migration-config=" + garbage}, nil, "invalid value for --leader-migration-config"},
+		{"take-over without election", []string{"--take-over-from-kcm", "--leader-elect=false"}, nil, "invalid value for --take-over-from-kcm: needs --leader-elect"},
+		{"take-over with migration", []string{"--take-over-from-kcm", "--enable-leader-migration"}, nil, "invalid value for --take-over-from-kcm: and --enable-leader-migration are two ways"},
+		{"take-over with an empty selector", []string{"--take-over-from-kcm", "--kcm-pod-selector="}, nil, "invalid value for --kcm-pod-selector: empty"},
+		{"take-over with a bad selector", []string{"--take-over-from-kcm", "--kcm-pod-selector=a b c"}, nil, "invalid value for --kcm-pod-selector"},
+		{"take-over without a namespace", []string{"--take-over-from-kcm", "--kcm-namespace="}, nil, "invalid value for --take-over-from-kcm: needs --kcm-namespace"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for k, v := range tc.env {

@@ -29,10 +29,15 @@ type Controller struct {
 //
 // With --enable-leader-migration, the controllers the migration configuration gives to another
 // component are left out, and a term with migrated controllers waits for, and lasts no longer
-// than, this process's membership in the migration Lease's group (see runMigrated).
+// than, this process's membership in the migration Lease's group (see runMigrated). With
+// --take-over-from-kcm, a term's controllers wait for, and last no longer than, proof that
+// kube-controller-manager runs none of them (see runTakeOver).
 func (rt *Runtime) RunControllers(ctx context.Context, controllers []Controller, factories ...informer.Factory) error {
-	if rt.migration != nil {
+	switch {
+	case rt.migration != nil:
 		return rt.runMigrated(ctx, controllers, factories)
+	case rt.takeOver != nil:
+		return rt.runTakeOver(ctx, controllers, factories)
 	}
 	return rt.runControllers(ctx, controllers, factories)
 }

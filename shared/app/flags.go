@@ -30,6 +30,10 @@ const (
 	FlagEnableMigration     = "enable-leader-migration"
 	FlagMigrationConfig     = "leader-migration-config"
 	FlagMigrationNamespace  = "leader-migration-resource-namespace"
+	FlagTakeOver            = "take-over-from-kcm"
+	FlagKCMNamespace        = "kcm-namespace"
+	FlagKCMPodSelector      = "kcm-pod-selector"
+	FlagKCMLeaseName        = "kcm-lease-name"
 	FlagMetricsBindAddress  = "metrics-bind-address"
 	FlagHealthBindAddress   = "health-probe-bind-address"
 	FlagV                   = "v"
@@ -74,6 +78,11 @@ func (o *options) flags(spec Spec) []cli.Flag {
 		&cli.BoolFlag{Name: FlagEnableMigration, Category: "Leader election", Destination: &o.migrationEnabled, Usage: "take part in Leader Migration with kube-controller-manager: controllers the --" + FlagMigrationConfig + " file gives to kcm-split (or *) run only while kcm-split's binaries hold its migration Lease together, those it gives to another component never run here; needs --" + FlagLeaderElect},
 		&cli.StringFlag{Name: FlagMigrationConfig, Category: "Leader election", Destination: &o.migrationPath, Usage: "path of the LeaderMigrationConfiguration file (controllermanager.config.k8s.io, resourceLock leases) read with --" + FlagEnableMigration + "; empty means every controller of this binary goes to kcm-split under the Lease " + migration.DefaultLeaderName},
 		&cli.StringFlag{Name: FlagMigrationNamespace, Category: "Leader election", Destination: &o.migrationNamespace, Usage: "namespace of the migration Lease: kube-controller-manager's --" + FlagLeaseNamespace + "; empty means this binary's --" + FlagLeaseNamespace + " (upstream's choice: one namespace for both Leases)"},
+
+		&cli.BoolFlag{Name: FlagTakeOver, Category: "Leader election", Destination: &o.takeOver, Usage: "stand by (Ready) until kube-controller-manager provably runs none of this binary's controllers: every Pod matching --" + FlagKCMPodSelector + " turns them off in its --controllers, and its Lease is free, expired, or taken by a process started in one of those Pods; stop them, writes refused at once, when that no longer holds. Needs --" + FlagLeaderElect + "; not with --" + FlagEnableMigration},
+		&cli.StringFlag{Name: FlagKCMNamespace, Category: "Leader election", Value: "kube-system", Destination: &o.takeOverOpts.Namespace, Usage: "namespace of kube-controller-manager's Pods and Lease, for --" + FlagTakeOver},
+		&cli.StringFlag{Name: FlagKCMPodSelector, Category: "Leader election", Value: "component=kube-controller-manager", Destination: &o.takeOverOpts.PodSelector, Usage: "label selector of kube-controller-manager's Pods (kubeadm's static Pods' label), for --" + FlagTakeOver},
+		&cli.StringFlag{Name: FlagKCMLeaseName, Category: "Leader election", Value: "kube-controller-manager", Destination: &o.takeOverOpts.LeaseName, Usage: "name of kube-controller-manager's Lease (its --leader-elect-resource-name), for --" + FlagTakeOver},
 
 		&cli.IntFlag{Name: serving.FlagSecurePort, Category: "Secure serving", Value: spec.DefaultPort, Destination: &o.secure.Port, Usage: "HTTPS port serving /metrics, /healthz, /readyz, /livez (and /debug/pprof with --" + serving.FlagProfiling + "), with authentication and authorization; 0 disables"},
 		&cli.StringFlag{Name: serving.FlagBindAddress, Category: "Secure serving", Value: "0.0.0.0", Destination: &o.secure.BindAddress, Usage: "IP address the secure port listens on (0.0.0.0 or :: for all interfaces)"},

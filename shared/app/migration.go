@@ -171,22 +171,31 @@ func (rt *Runtime) runMigrated(ctx context.Context, controllers []Controller, fa
 }
 
 // leadTerms runs terms of spec.Run while this process leads its own Lease: a term that ended
-// because the migration membership did is followed, after a retry period, by a next one that
-// waits for the group again.
+// because the migration membership did, or the take-over's proof lapsed, is followed, after a
+// retry period, by a next one that waits for the group, or the proof, again.
 func (rt *Runtime) leadTerms(ctx context.Context, run func(context.Context, *Runtime) error) error {
+	standby := func() {
+		if rt.migration != nil {
+			rt.migration.phase.Set(migration.PhaseStandby)
+		}
+	}
 	for {
 		if rt.migration != nil {
 			rt.migration.term.Store(termUnknown) // nothing is written until RunControllers says what runs
 		}
 		err := rt.runTerm(ctx, run)
-		if !errors.Is(err, errMembershipOver) {
-			if rt.migration != nil {
-				rt.migration.phase.Set(migration.PhaseStandby)
-			}
+		var retry time.Duration
+		switch {
+		case errors.Is(err, errMembershipOver):
+			retry = rt.migration.retry
+		case errors.Is(err, errProofLapsed):
+			retry = rt.takeOver.retry
+		default:
+			standby()
 			return err
 		}
-		if migration.Sleep(ctx, rt.migration.retry) != nil {
-			rt.migration.phase.Set(migration.PhaseStandby)
+		if migration.Sleep(ctx, retry) != nil {
+			standby()
 			return nil
 		}
 	}

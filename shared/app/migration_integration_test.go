@@ -47,10 +47,16 @@ type fakeKCM struct {
 // ControllerManagerReleaseLeaderElectionLockOnExit) or leaves it to expire (the default).
 func startKCM(t *testing.T, client kubernetes.Interface, ns string, release bool) *fakeKCM {
 	t.Helper()
-	k := &fakeKCM{identity: "kcm-host_" + string(uuid.NewUUID()), done: make(chan struct{})}
+	return startElector(t, client, ns, migration.DefaultLeaderName, "kcm-host_"+string(uuid.NewUUID()), release)
+}
+
+// startElector runs a client-go elector on Lease ns/lease as identity.
+func startElector(t *testing.T, client kubernetes.Interface, ns, lease, identity string, release bool) *fakeKCM {
+	t.Helper()
+	k := &fakeKCM{identity: identity, done: make(chan struct{})}
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock: &resourcelock.LeaseLock{
-			LeaseMeta:  metav1.ObjectMeta{Namespace: ns, Name: migration.DefaultLeaderName},
+			LeaseMeta:  metav1.ObjectMeta{Namespace: ns, Name: lease},
 			Client:     client.CoordinationV1(),
 			LockConfig: resourcelock.ResourceLockConfig{Identity: k.identity},
 		},
@@ -101,7 +107,8 @@ type groupMember struct {
 	stderr  bytes.Buffer
 }
 
-func startMember(t *testing.T, ns, config, controller string) *groupMember {
+// startMember runs a binary with one controller, its own Lease in ns and extra flags.
+func startMember(t *testing.T, ns, controller string, extra ...string) *groupMember {
 	t.Helper()
 	port, err := testenv.FreePort()
 	if err != nil {
@@ -123,7 +130,7 @@ func startMember(t *testing.T, ns, config, controller string) *groupMember {
 	m.cancel = cancel
 	go func() {
 		defer close(m.exited)
-		m.code <- Run(ctx, spec, []string{"test-controller",
+		m.code <- Run(ctx, spec, append([]string{"test-controller",
 			"--kubeconfig=" + env.Kubeconfig,
 			fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", port),
 			"--leader-elect-resource-namespace=" + ns,
@@ -131,10 +138,8 @@ func startMember(t *testing.T, ns, config, controller string) *groupMember {
 			"--leader-elect-lease-duration=" + migLeaseDuration.String(),
 			"--leader-elect-renew-deadline=" + migRenewDeadline.String(),
 			"--leader-elect-retry-period=" + migRetryPeriod.String(),
-			"--enable-leader-migration",
-			"--leader-migration-config=" + config,
 			"--log-level=error",
-		}, &m.stderr)
+		}, extra...), &m.stderr)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -154,19 +159,23 @@ func (m *groupMember) mayWrite() bool {
 	return m.running.Load() && rt != nil && rt.migration.member.Fresh()
 }
 
-// phase reads the phase from /readyz?verbose, which must pass.
-func (m *groupMember) phase() string {
+// phaseCheck reads the /readyz?verbose check whose name starts with prefix, which must pass,
+// and returns the rest of its name.
+func (m *groupMember) phaseCheck(prefix string) string {
 	code, body, err := httpGet(m.base + "/readyz?verbose")
 	if err != nil || code != http.StatusOK {
 		return fmt.Sprintf("readyz %d %v", code, err)
 	}
 	for line := range strings.SplitSeq(body, "\n") {
-		if p, ok := strings.CutPrefix(line, "[+]leaderMigration-"); ok {
+		if p, ok := strings.CutPrefix(line, "[+]"+prefix); ok {
 			return strings.TrimSuffix(p, " ok")
 		}
 	}
 	return "none"
 }
+
+// phase reads the Leader Migration phase from /readyz?verbose, which must pass.
+func (m *groupMember) phase() string { return m.phaseCheck("leaderMigration-") }
 
 func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) time.Duration {
 	t.Helper()
@@ -248,7 +257,7 @@ controllerLeaders:
 
 	mu.Lock()
 	for i, c := range []string{"a-controller", "b-controller", "c-controller", "d-controller"} {
-		m := startMember(t, ns, config, c)
+		m := startMember(t, ns, c, "--enable-leader-migration", "--leader-migration-config="+config)
 		members = append(members, m)
 		if i == 0 {
 			// The first one routes klog, a process-wide setting, once: the others start after.

@@ -16,6 +16,9 @@ const (
 	// ReasonMigrationNotMember: the Lease is fresh, but a condition added with FenceAlso (the
 	// migration Lease's membership) refused.
 	ReasonMigrationNotMember = "migration_not_member"
+	// ReasonKCMMayRun: the Lease is fresh, but --take-over-from-kcm's proof that
+	// kube-controller-manager runs none of the controllers does not hold (FenceAlso).
+	ReasonKCMMayRun = "kcm_may_run"
 )
 
 // extraFence is a further condition of AllowWrite, see FenceAlso.

@@ -98,6 +98,13 @@ takes the last value of a repeated flag, so extraArgs override everything.
 - --leader-migration-config=/etc/kcm-split/leader-migration/config.yaml
 - --leader-migration-resource-namespace={{ .root.Values.leaderMigration.namespace }}
 {{- end }}
+{{- if .root.Values.takeOverFromKCM.enabled }}
+{{- $to := .root.Values.takeOverFromKCM }}
+- --take-over-from-kcm
+- --kcm-namespace={{ $to.namespace }}
+- {{ printf "--kcm-pod-selector=%s" $to.podSelector | quote }}
+- --kcm-lease-name={{ $to.leaseName }}
+{{- end }}
 {{- range $k := keys .c.flags | sortAlpha }}
 - {{ printf "--%s=%s" $k (include "kcm-split.flagValue" (index $.c.flags $k)) | quote }}
 {{- end }}

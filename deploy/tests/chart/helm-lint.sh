@@ -74,6 +74,18 @@ out=$("$helm" template kcm-split "$chart" -n kcm-system "${a[@]}" --set leaderMi
   [ "$(lines "resourceNames: [\"kcm-split-migration\"]" <<<"$out")" = ${#aliases[@]} ] ||
   { echo "helm-lint: leaderMigration.enabled: not every binary gets the flags, the configuration (10 controllers owned by kcm-split) and the Lease's Role" >&2; exit 1; }
 echo "helm-lint: leader migration: ok"
+# Take-over from kube-controller-manager: off by default; on, every binary gets the flags and may
+# read kube-controller-manager's Pods and its one Lease; never together with Leader Migration.
+[ "$(lines "take-over-from-kcm" <<<"$out")" = 0 ] || { echo "helm-lint: take-over rendered with leader migration" >&2; exit 1; }
+out=$("$helm" template kcm-split "$chart" -n kcm-system "${a[@]}" --set takeOverFromKCM.enabled=true)
+[ "$(lines "- --take-over-from-kcm" <<<"$out")" = ${#aliases[@]} ] &&
+  [ "$(lines "- \"--kcm-pod-selector=component=kube-controller-manager\"" <<<"$out")" = ${#aliases[@]} ] &&
+  [ "$(lines "resourceNames: [\"kube-controller-manager\"]" <<<"$out")" = ${#aliases[@]} ] ||
+  { echo "helm-lint: takeOverFromKCM.enabled: not every binary gets the flags and the Role on kube-controller-manager's Pods and Lease" >&2; exit 1; }
+if "$helm" template kcm-split "$chart" --set takeOverFromKCM.enabled=true --set leaderMigration.enabled=true >/dev/null 2>&1; then
+  echo "helm-lint: takeOverFromKCM with leaderMigration rendered" >&2; exit 1
+fi
+echo "helm-lint: take-over: ok"
 
 # The schema: typos and wrong types fail, naming the key.
 bad() { # --set value, expected message part

@@ -514,12 +514,16 @@ type fakeNodes struct {
 	silent map[string]bool
 	// renewed is when each Lease's last renewal was answered.
 	renewed map[string]time.Time
+	// extra are Nodes beside nodeNames: the control-plane node the mirror Pods of KCM are on.
+	extra []string
 }
+
+func (f *fakeNodes) names() []string { return append(append([]string{}, nodeNames...), f.extra...) }
 
 var nodeNames = []string{"mig-node-0", "mig-node-1", "mig-node-flap"}
 
 func (f *fakeNodes) setup(ctx context.Context) error {
-	for _, name := range nodeNames {
+	for _, name := range f.names() {
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
 		if _, err := f.c.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 			return err
@@ -557,7 +561,7 @@ func (f *fakeNodes) markReady(ctx context.Context, name string) error {
 // last renewal the controller can have seen.
 func (f *fakeNodes) renew(ctx context.Context) {
 	for ctx.Err() == nil {
-		for _, name := range nodeNames {
+		for _, name := range f.names() {
 			f.renewOne(ctx, name)
 		}
 		sleep(ctx, time.Second)

@@ -36,8 +36,9 @@ func TestMain(m *testing.M) {
 	testenv.MainWithOptions(m, &env, testenv.Options{Setup: func(e *testenv.Env) error { return installPoolCRD(e) }})
 }
 
-// TestMigrationDrill runs the naive switch, the Leader Migration switch and its rollback under
-// churn, and asserts no two writers after each switch point and no lost work.
+// TestMigrationDrill runs the naive switch, the Leader Migration switch and its rollback, and
+// the take-over switch (--take-over-from-kcm) under churn, and asserts no two writers after
+// each switch point and no lost work.
 func TestMigrationDrill(t *testing.T) {
 	if os.Getenv(DrillEnv) == "" {
 		t.Skip("the migration drill takes minutes: run it with `make migration-drill` (sets " + DrillEnv + "=1)")
@@ -66,8 +67,10 @@ func TestMigrationDrill(t *testing.T) {
 	}
 	ctx := context.Background()
 
-	// The cluster as an operator runs it: KCM, two replicas, every controller on.
-	nodes := &fakeNodes{c: client, silent: map[string]bool{}, renewed: map[string]time.Time{}}
+	// The cluster as an operator runs it: KCM, two replicas, every controller on. Scenario C
+	// shows them as static Pods on this host's Node (KCM names its host in its identity).
+	cpNode := controlPlaneNode(t)
+	nodes := &fakeNodes{c: client, silent: map[string]bool{}, renewed: map[string]time.Time{}, extra: []string{cpNode}}
 	if err := setupChurn(ctx, client, dyn, nodes); err != nil {
 		t.Fatal(err)
 	}
@@ -243,13 +246,52 @@ func TestMigrationDrill(t *testing.T) {
 			kcm.waitLeader(t)
 		})
 	})
-	sp := switchPoints{naive: naiveSwitch, b: kcmStopped, rollback: oursLeft}
+	// Scenario C, the switch without a second step (--take-over-from-kcm): KCM's replicas shown
+	// as static Pods (their mirror Pods published as the kubelet does), the binaries restarted
+	// with the flag wait while a Pod runs their controllers, and take over by themselves once
+	// the roll turned them off everywhere.
+	var kcmGone time.Time
+	to := phase("take-over (--take-over-from-kcm)", func() {
+		step("C0: KCM shown as static Pods; kcm-split restarted with --take-over-from-kcm (waiting)", func() {
+			kcm.mirror(t, cpNode)
+			for _, b := range ours {
+				b.stop(t)
+				b.start(t, "--take-over-from-kcm")
+			}
+			for _, b := range ours {
+				b.waitTakeOver(t, "waiting", time.Minute)
+			}
+		})
+		step("C1: KCM rolled to the controllers off (leader last); kcm-split takes over by itself", func() {
+			kcmGone = kcm.roll(t, logf, controllersOff(), releaseGate)
+			if kcmGone.IsZero() {
+				t.Fatal("step C1: no KCM replica led before the roll")
+			}
+			for _, b := range ours {
+				b.waitTakeOver(t, "active", 2*time.Minute)
+				logf("%s took over", b.bin.ID)
+			}
+			lb.resume()
+		})
+	})
+	sp := switchPoints{naive: naiveSwitch, b: kcmStopped, rollback: oursLeft, takeOver: kcmGone}
 	windows = append(windows, steps...)
-	last := report(t, began, logf, churners, windows, naive, naiveSwitch, &bResult{sw: sw, rb: rb, sp: sp})
+	last := report(t, began, logf, churners, windows, naive, naiveSwitch, &bResult{sw: sw, rb: rb, to: to, sp: sp})
 	for _, b := range ours {
 		b.stop(t)
 	}
 	finish(last)
+}
+
+// controlPlaneNode is the Node KCM's mirror Pods are on: this host's name, which KCM puts in
+// its Lease identity, as a Node name.
+func controlPlaneNode(t *testing.T) string {
+	t.Helper()
+	h, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.ToLower(h)
 }
 
 // waitLease waits until the main and migration Leases satisfy ok.
@@ -281,11 +323,11 @@ func firstWrite(t *testing.T, w window, keep func(testenv.AuditEvent) bool) time
 	return evs[0].RequestReceivedTimestamp
 }
 
-type switchPoints struct{ naive, b, rollback time.Time }
+type switchPoints struct{ naive, b, rollback, takeOver time.Time }
 
 type bResult struct {
-	sw, rb window
-	sp     switchPoints
+	sw, rb, to window
+	sp         switchPoints
 }
 
 // overlap counts the objects written by both KCM's migrated controllers and kcm-split's
@@ -427,12 +469,19 @@ func report(t *testing.T, began time.Time, logf func(string, ...any), churners [
 		t.Errorf("switch: %d objects written by both KCM and kcm-split on one side of the switch point: %v", ov, ex)
 	}
 	// Rollback: the roles swap (KCM is the new side).
-	rov, rex, oursAfter, kcmBefore := overlapRollback(t, b.rb.start, b.sp.rollback, time.Now())
+	rov, rex, oursAfter, kcmBefore := overlapRollback(t, b.rb.start, b.sp.rollback, b.to.start)
 	logf("rollback: switch point %s (last kcm-split binary left active); objects written by both sides: %d %v; kcm-split writes received after it: %d; KCM writes before it: %d",
 		b.sp.rollback.Format(time.StampMilli), rov, rex, oursAfter, kcmBefore)
 	if rov != 0 {
 		t.Errorf("rollback: %d objects written by both KCM and kcm-split on one side of the switch point: %v", rov, rex)
 	}
+	tov, tex, kcmAfter, oursBefore := overlap(t, b.to.start, b.sp.takeOver, time.Now())
+	logf("take-over: switch point %s (last KCM process running the controllers exited); objects written by both sides: %d %v; KCM writes received after it: %d; kcm-split writes before it: %d",
+		b.sp.takeOver.Format(time.StampMilli), tov, tex, kcmAfter, oursBefore)
+	if tov != 0 {
+		t.Errorf("take-over: %d objects written by both KCM and kcm-split on one side of the switch point: %v", tov, tex)
+	}
+	logf("take-over: overlap=%d gap_max_s=%.1f", tov, gapMax(b.to))
 	logf("run duration %s", time.Since(began).Round(time.Second))
 	// The last line, exactly (stdout, without the test log's prefix; the Makefile prints it last).
 	return fmt.Sprintf("migration: overlap=%d gap_max_s=%.1f lost=%d rollback_overlap=%d rollback_gap_max_s=%.1f naive_gap_max_s=%.1f",

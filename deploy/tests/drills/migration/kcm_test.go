@@ -66,12 +66,30 @@ func kcmMigratedWrite(ev testenv.AuditEvent) bool {
 // kcmReplica is one kube-controller-manager replica, as a static Pod is: one identity per
 // process, restarted with new flags by a roll.
 type kcmReplica struct {
-	name   string
-	port   int
-	dir    string
-	starts int
-	p      *testenv.Process
-	args   []string
+	name    string
+	port    int
+	dir     string
+	starts  int
+	p       *testenv.Process
+	args    []string
+	started time.Time
+	// node, once set (kcmSet.mirror), makes every start publish the replica's mirror Pod on
+	// that node, as the kubelet does for a static Pod.
+	node string
+}
+
+// podName is the replica's mirror Pod: a static Pod's name ends with its node's; both
+// replicas run on this host, so the replica's name stands in.
+func (k *kcmReplica) podName() string { return "kube-controller-manager-" + k.name }
+
+// publishMirror publishes the replica's mirror Pod for a process run with args, before it
+// starts.
+func (k *kcmReplica) publishMirror(t *testing.T, args []string) {
+	t.Helper()
+	cmd := append([]string{"kube-controller-manager"}, args...)
+	if err := testenv.PublishMirrorPod(context.Background(), env.Client(t), "kube-system", k.podName(), k.node, "kube-controller-manager", testenv.KCMPodLabels(), cmd); err != nil {
+		t.Fatalf("%s: mirror Pod: %v", k.name, err)
+	}
 }
 
 // nodeTiming gives KCM's node lifecycle controller the drill's timing (also given to ours),
@@ -106,11 +124,20 @@ func (k *kcmReplica) start(t *testing.T, kcm string, extra ...string) {
 	k.starts++
 	k.args = extra
 	args := k.flags(extra...)
+	if k.node != "" {
+		k.publishMirror(t, args)
+	}
+	k.started = time.Now()
 	p, err := testenv.StartProcess(k.name, filepath.Join(k.dir, fmt.Sprintf("%s.%d.log", k.name, k.starts)), kcm, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	k.p = p
+	if k.node != "" {
+		if err := testenv.MirrorPodStarted(context.Background(), env.Client(t), "kube-system", k.podName(), k.started); err != nil {
+			t.Fatalf("%s: mirror Pod status: %v", k.name, err)
+		}
+	}
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 	err = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
 		if p.Exited() {
@@ -179,6 +206,19 @@ func newKCMSet(t *testing.T, bin string) *kcmSet {
 		}
 	})
 	return s
+}
+
+// mirror publishes from now on every replica's mirror Pod on node, starting with the running
+// processes', as a kubelet running them as static Pods would show them.
+func (s *kcmSet) mirror(t *testing.T, node string) {
+	t.Helper()
+	for _, k := range s.replicas {
+		k.node = node
+		k.publishMirror(t, k.flags(k.args...))
+		if err := testenv.MirrorPodStarted(context.Background(), env.Client(t), "kube-system", k.podName(), k.started); err != nil {
+			t.Fatalf("%s: mirror Pod status: %v", k.name, err)
+		}
+	}
 }
 
 // startAll starts both replicas with the same flags and waits until one of them leads.

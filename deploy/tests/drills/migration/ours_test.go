@@ -100,6 +100,30 @@ func (b *binary) waitPhase(t *testing.T, p string, timeout time.Duration) {
 	}
 }
 
+// waitTakeOver waits until the binary's --take-over-from-kcm state is state (waiting or
+// active), in its metric and its /readyz check, and it is Ready (a waiting binary is too).
+func (b *binary) waitTakeOver(t *testing.T, state string, timeout time.Duration) {
+	t.Helper()
+	want := 0.0
+	if state == "active" {
+		want = 1
+	}
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		if b.c.Exited() {
+			return false, fmt.Errorf("%s exited with %d", b.bin.ID, b.c.ExitCode())
+		}
+		if b.c.Metric("kcm_split_takeover_proven") != want {
+			return false, nil
+		}
+		code, body := b.c.Get("/readyz?verbose")
+		return code == http.StatusOK && strings.Contains(body, "[+]kcmTakeOver-"+state+" ok"), nil
+	})
+	if err != nil {
+		_, body := b.c.Get("/readyz?verbose")
+		t.Fatalf("%s never reported take-over state %s: %v\n/readyz?verbose:\n%s\nlog:\n%s", b.bin.ID, state, err, body, b.c.Tail(20))
+	}
+}
+
 // ourWrite reports whether ev is a write by one of our binaries' controllers (not their
 // leader election, which the switch point analysis reads apart).
 func ourWrite(ev testenv.AuditEvent) bool {
