@@ -44,13 +44,18 @@ func (c *Controller) onQuotaUpdate(old, cur any) {
 	c.onQuotaAdd(n)
 }
 
-// onQuotaDelete forgets the warnings written about a quota that is gone.
+// onQuotaDelete forgets the warnings written about a quota that is gone, and its staleness
+// series.
 func (c *Controller) onQuotaDelete(obj any) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
 	if rq, ok := obj.(*v1.ResourceQuota); ok {
 		c.forgetWarnings(key(rq))
+		c.staleness.forget(key(rq))
+		// A sync that read the quota just before it went can start its clock again after
+		// the line above: one more sync, which finds it gone, drops it for good.
+		c.primary.Add(key(rq))
 	}
 }
 
