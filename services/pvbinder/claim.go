@@ -36,7 +36,10 @@ const (
 	ReasonOversizedVolumeBound = "OversizedVolumeBound"
 	// ReasonVolumeRebound is kcm-split's: a Released volume bound again to a claim recreated
 	// under its old claim's name (--enable-rebind-on-recreate).
-	ReasonVolumeRebound         = "VolumeRebound"
+	ReasonVolumeRebound = "VolumeRebound"
+	// ReasonVolumeRebindRefused is kcm-split's: a recreated claim's previous volume opted in
+	// to be given back but does not qualify (--enable-rebind-on-recreate).
+	ReasonVolumeRebindRefused   = "VolumeRebindRefused"
 	inTreeProvisionerNamePrefix = "kubernetes.io/"
 )
 

@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"github.com/kcm-split/kcm-split/shared/worker"
@@ -36,7 +37,8 @@ const AnnRebindOnRecreate = "pvbinder.kcm-split.io/rebind-on-recreate"
 //   - the claimRef is rewritten by an Update conditioned on the resourceVersion read, so of
 //     two binders only one can win, and the rest of the bind is the usual one.
 //
-// A VolumeRebound Event on both the volume and the claim names the old and new claim UIDs.
+// A VolumeRebound Event on both the volume and the claim names the old and new claim UIDs; a
+// claim whose opted-in volume does not qualify gets one VolumeRebindRefused Event saying why.
 
 // errNotRebindable says why a volume cannot be bound again to a recreated claim.
 var errNotRebindable = errors.New("not rebindable")
@@ -97,12 +99,12 @@ func (c *Controller) tryRebind(ctx context.Context, claim *v1.PersistentVolumeCl
 		return false, nil
 	}
 	if len(candidates) > 1 {
-		logger.V(2).Info("Several volumes remember this claim's name; none is given back", "volumes", len(candidates))
+		c.refuseRebind(ctx, claim, candidates[0].Name, fmt.Sprintf("%d volumes remember this claim's name, none is given back", len(candidates)))
 		return false, nil
 	}
 	pv := candidates[0]
 	if err := rebindRefusal(pv, claim); err != nil {
-		logger.V(2).Info("Previous volume of a recreated claim is not given back", "pv", pv.Name, "reason", err.Error())
+		c.refuseRebind(ctx, claim, pv.Name, err.Error())
 		return false, nil
 	}
 	if pv.Status.Phase != v1.VolumeReleased {
@@ -170,4 +172,27 @@ func (c *Controller) rebindVolume(ctx context.Context, name string, claim *v1.Pe
 	c.recorder.Event(written, v1.EventTypeNormal, ReasonVolumeRebound, msg)
 	c.recorder.Event(claim, v1.EventTypeNormal, ReasonVolumeRebound, msg)
 	return written, nil
+}
+
+// refuseRebind says once per claim (by UID) why its previous volume, opted in to be given
+// back, is not: a Warning VolumeRebindRefused Event, since the claim then binds as upstream
+// (another volume, a provisioned one, or none) and its owner expected its data. Resyncs of
+// the same claim repeat only the log line.
+func (c *Controller) refuseRebind(ctx context.Context, claim *v1.PersistentVolumeClaim, pvName, why string) {
+	klog.FromContext(ctx).V(2).Info("Previous volume of a recreated claim is not given back", "pv", pvName, "reason", why)
+	c.matchMu.Lock()
+	_, told := c.rebindRefused[claim.UID]
+	c.rebindRefused[claim.UID] = struct{}{}
+	c.matchMu.Unlock()
+	if !told {
+		c.recorder.Event(claim, v1.EventTypeWarning, ReasonVolumeRebindRefused,
+			fmt.Sprintf("Released volume %q is not bound again to this recreated claim: %s", pvName, why))
+	}
+}
+
+// forgetRebindRefusal drops what refuseRebind remembers of a claim that is gone.
+func (c *Controller) forgetRebindRefusal(uid types.UID) {
+	c.matchMu.Lock()
+	delete(c.rebindRefused, uid)
+	c.matchMu.Unlock()
 }

@@ -66,23 +66,24 @@ func TestRebindRecreatedClaim(t *testing.T) {
 // the spare volume, the previous one keeps its old claimRef).
 func TestRebindRefused(t *testing.T) {
 	tests := []struct {
-		name  string
-		pv    *v1.PersistentVolume
-		claim *v1.PersistentVolumeClaim
-		opts  Options
+		name     string
+		pv       *v1.PersistentVolume
+		claim    *v1.PersistentVolumeClaim
+		opts     Options
+		wantTold bool
 	}{
-		{"flag off", releasedFor("old", "1Gi"), makeClaim("data", "1Gi"), DefaultOptions()},
-		{"not opted in", releasedFor("old", "1Gi", pvAnn(AnnRebindOnRecreate, "yes")), makeClaim("data", "1Gi"), rebindOptions()},
-		{"Delete policy", releasedFor("old", "1Gi", pvPolicy(v1.PersistentVolumeReclaimDelete)), makeClaim("data", "1Gi"), rebindOptions()},
-		{"too small", releasedFor("old", "1Gi"), makeClaim("data", "2Gi"), rebindOptions()},
-		{"other class", releasedFor("old", "1Gi", pvClass("fast")), makeClaim("data", "1Gi"), rebindOptions()},
-		{"other volume mode", releasedFor("old", "1Gi", pvBlock()), makeClaim("data", "1Gi"), rebindOptions()},
-		{"other access modes", releasedFor("old", "1Gi"), makeClaim("data", "1Gi", claimModes(v1.ReadWriteMany)), rebindOptions()},
-		{"selector", releasedFor("old", "1Gi"), makeClaim("data", "1Gi", claimSelector(map[string]string{"tier": "gold"})), rebindOptions()},
+		{"flag off", releasedFor("old", "1Gi"), makeClaim("data", "1Gi"), DefaultOptions(), false},
+		{"not opted in", releasedFor("old", "1Gi", pvAnn(AnnRebindOnRecreate, "yes")), makeClaim("data", "1Gi"), rebindOptions(), false},
+		{"Delete policy", releasedFor("old", "1Gi", pvPolicy(v1.PersistentVolumeReclaimDelete)), makeClaim("data", "1Gi"), rebindOptions(), false},
+		{"too small", releasedFor("old", "1Gi"), makeClaim("data", "2Gi"), rebindOptions(), true},
+		{"other class", releasedFor("old", "1Gi", pvClass("fast")), makeClaim("data", "1Gi"), rebindOptions(), true},
+		{"other volume mode", releasedFor("old", "1Gi", pvBlock()), makeClaim("data", "1Gi"), rebindOptions(), true},
+		{"other access modes", releasedFor("old", "1Gi"), makeClaim("data", "1Gi", claimModes(v1.ReadWriteMany)), rebindOptions(), true},
+		{"selector", releasedFor("old", "1Gi"), makeClaim("data", "1Gi", claimSelector(map[string]string{"tier": "gold"})), rebindOptions(), true},
 		{"data source", releasedFor("old", "1Gi"), makeClaim("data", "1Gi", func(c *v1.PersistentVolumeClaim) {
 			c.Spec.DataSource = &v1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: "src"}
-		}), rebindOptions()},
-		{"other name", makePV("old", "1Gi", pvRef("other", oldClaimUID), pvPhase(v1.VolumeReleased), pvAnn(AnnRebindOnRecreate, "true")), makeClaim("data", "1Gi"), rebindOptions()},
+		}), rebindOptions(), true},
+		{"other name", makePV("old", "1Gi", pvRef("other", oldClaimUID), pvPhase(v1.VolumeReleased), pvAnn(AnnRebindOnRecreate, "true")), makeClaim("data", "1Gi"), rebindOptions(), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -94,8 +95,17 @@ func TestRebindRefused(t *testing.T) {
 			if pv := api.pv(t, "old"); pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.UID != tt.pv.Spec.ClaimRef.UID {
 				t.Errorf("previous volume's claimRef = %+v, want it untouched", pv.Spec.ClaimRef)
 			}
-			if evs := reasons(f.events(), ReasonVolumeRebound); len(evs) != 0 {
-				t.Errorf("VolumeRebound events %q", evs)
+			evs := f.events()
+			if got := reasons(evs, ReasonVolumeRebound); len(got) != 0 {
+				t.Errorf("VolumeRebound events %q", got)
+			}
+			// Told once, and only where the volume opted in and the flag is on.
+			want := 0
+			if tt.wantTold {
+				want = 1
+			}
+			if got := reasons(evs, ReasonVolumeRebindRefused); len(got) != want {
+				t.Errorf("VolumeRebindRefused events %q, want %d", got, want)
 			}
 		})
 	}
@@ -190,5 +200,27 @@ func TestOversizedBindEvent(t *testing.T) {
 				t.Errorf("event %q does not give the volume's size", evs[0])
 			}
 		})
+	}
+}
+
+// TestRebindRefusalToldOnce: a claim left Pending syncs again and again; its refusal is told
+// once, and again to a new claim of the same name.
+func TestRebindRefusalToldOnce(t *testing.T) {
+	api := newAPIServer(releasedFor("old", "1Gi"), makeClaim("data", "2Gi"))
+	f := newFixtureWith(t, api, rebindOptions())
+	for range 3 {
+		if err := f.syncClaim("data"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := reasons(f.events(), ReasonVolumeRebindRefused); len(got) != 1 || !strings.Contains(got[0], "too small") {
+		t.Fatalf("events %q, want one saying the volume is too small", got)
+	}
+	f.c.onClaimDelete(api.claim(t, "data"))
+	if err := f.syncClaim("data"); err != nil {
+		t.Fatal(err)
+	}
+	if got := reasons(f.events(), ReasonVolumeRebindRefused); len(got) != 1 {
+		t.Fatalf("events after the claim was forgotten %q, want one", got)
 	}
 }
