@@ -20,17 +20,26 @@ import (
 
 // Event reasons, upstream's.
 const (
-	ReasonFailedBinding         = "FailedBinding"
-	ReasonVolumeMismatch        = "VolumeMismatch"
-	ReasonWaitForFirstConsumer  = "WaitForFirstConsumer"
-	ReasonWaitForPodScheduled   = "WaitForPodScheduled"
-	ReasonExternalProvisioning  = "ExternalProvisioning"
-	ReasonProvisioningFailed    = "ProvisioningFailed"
-	ReasonClaimLost             = "ClaimLost"
-	ReasonClaimMisbound         = "ClaimMisbound"
-	ReasonVolumeFailedDelete    = "VolumeFailedDelete"
-	ReasonVolumeFailedRecycle   = "VolumeFailedRecycle"
-	ReasonVolumeUnknownReclaim  = "VolumeUnknownReclaimPolicy"
+	ReasonFailedBinding        = "FailedBinding"
+	ReasonVolumeMismatch       = "VolumeMismatch"
+	ReasonWaitForFirstConsumer = "WaitForFirstConsumer"
+	ReasonWaitForPodScheduled  = "WaitForPodScheduled"
+	ReasonExternalProvisioning = "ExternalProvisioning"
+	ReasonProvisioningFailed   = "ProvisioningFailed"
+	ReasonClaimLost            = "ClaimLost"
+	ReasonClaimMisbound        = "ClaimMisbound"
+	ReasonVolumeFailedDelete   = "VolumeFailedDelete"
+	ReasonVolumeFailedRecycle  = "VolumeFailedRecycle"
+	ReasonVolumeUnknownReclaim = "VolumeUnknownReclaimPolicy"
+	// ReasonOversizedVolumeBound is kcm-split's: a claim bound to a volume much larger than
+	// it requests (--oversized-bind-event-ratio).
+	ReasonOversizedVolumeBound = "OversizedVolumeBound"
+	// ReasonVolumeRebound is kcm-split's: a Released volume bound again to a claim recreated
+	// under its old claim's name (--enable-rebind-on-recreate).
+	ReasonVolumeRebound = "VolumeRebound"
+	// ReasonVolumeRebindRefused is kcm-split's: a recreated claim's previous volume opted in
+	// to be given back but does not qualify (--enable-rebind-on-recreate).
+	ReasonVolumeRebindRefused   = "VolumeRebindRefused"
 	inTreeProvisionerNamePrefix = "kubernetes.io/"
 )
 
@@ -64,6 +73,13 @@ func (c *Controller) syncClaimKey(ctx context.Context, key string) error {
 // syncUnboundClaim handles a claim whose bind has not completed.
 func (c *Controller) syncUnboundClaim(ctx context.Context, key string, claim *v1.PersistentVolumeClaim) error {
 	logger := klog.FromContext(ctx)
+	// Before anything else: a recreated claim about to get its previous volume back must not
+	// be handed to a provisioner or told its volume is bound to another claim.
+	if c.opts.RebindOnRecreate {
+		if handled, err := c.tryRebind(ctx, claim); handled || err != nil {
+			return err
+		}
+	}
 	if claim.Spec.VolumeName != "" {
 		return c.syncRequestedVolume(ctx, claim)
 	}
@@ -261,8 +277,25 @@ func (c *Controller) bind(ctx context.Context, chosen *v1.PersistentVolume, clai
 	}
 	if !wasBound {
 		klog.FromContext(ctx).V(2).Info("Claim bound", "pv", pv.Name)
+		c.reportOversized(claim, pv)
 	}
 	return nil
+}
+
+// reportOversized writes an OversizedVolumeBound Event on a claim that has just become Bound
+// to a volume at least --oversized-bind-event-ratio times the storage it requests: the claim
+// gets, and its owner likely pays for, more than it asked, which nothing else shows. Once:
+// only the sync that turns the claim Bound calls it.
+func (c *Controller) reportOversized(claim *v1.PersistentVolumeClaim, pv *v1.PersistentVolume) {
+	ratio := c.opts.OversizedBindEventRatio
+	want, have := requestedStorage(claim), capacityOf(pv)
+	if ratio <= 0 || want.Sign() <= 0 {
+		return
+	}
+	if got := have.AsApproximateFloat64() / want.AsApproximateFloat64(); got >= ratio {
+		c.recorder.Eventf(claim, v1.EventTypeNormal, ReasonOversizedVolumeBound,
+			"Bound to volume %q of %s, %.3g times the %s requested", pv.Name, have.String(), got, want.String())
+	}
 }
 
 // bindVolume writes the PV's half of a bind: claimRef and phase Bound.

@@ -109,6 +109,9 @@ type Controller struct {
 	matchMu sync.Mutex
 	// reserved maps a PV name to the claim whose bind is writing it.
 	reserved map[string]types.UID
+	// rebindRefused holds the claims told why their previous volume is not given back
+	// (under matchMu): one Event per claim, forgotten when the claim is deleted.
+	rebindRefused map[types.UID]struct{}
 }
 
 // New builds the controller and registers its event handlers; it starts nothing. Queue,
@@ -141,6 +144,7 @@ func New(
 		waiting:      newWaitingClaims(),
 		reserved:     map[string]types.UID{},
 	}
+	c.rebindRefused = map[types.UID]struct{}{}
 	c.metrics = newBinderMetrics(reg, c.pvLister, c.claimLister)
 	c.ops = newOperationTimes(c.metrics)
 	c.recyclers, c.initErr = newRecyclers(opts)

@@ -108,6 +108,7 @@ func (c *Controller) onClaimDelete(obj any) {
 	c.claims.Forget(key)
 	c.waiting.remove(key)
 	c.ops.forget(key)
+	c.forgetRebindRefusal(claim.UID)
 	// Its volume is Released now (or, if a bind was under way, the reservation undone).
 	if claim.Spec.VolumeName != "" {
 		c.volumeQueue.Add(claim.Spec.VolumeName)

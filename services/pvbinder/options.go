@@ -1,6 +1,7 @@
 package pvbinder
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -37,6 +38,11 @@ const (
 	FlagRecyclerTemplateHostPath   = "pv-recycler-pod-template-filepath-hostpath"
 	FlagRecyclerMinTimeoutHostPath = "pv-recycler-minimum-timeout-hostpath"
 	FlagRecyclerIncrementHostPath  = "pv-recycler-timeout-increment-hostpath"
+
+	// kcm-split's own (issue 34): an Event on claims bound to much larger volumes, and the
+	// opt-in rebind of a Released volume to a claim recreated under the same name.
+	FlagOversizedBindEventRatio = "oversized-bind-event-ratio"
+	FlagRebindOnRecreate        = "enable-rebind-on-recreate"
 )
 
 // Default client budget of this binary: the defaults of --kube-api-qps and --kube-api-burst.
@@ -77,6 +83,16 @@ type Options struct {
 	RecyclerTemplateNFS, RecyclerTemplateHostPath     string
 	RecyclerMinTimeoutNFS, RecyclerMinTimeoutHostPath int
 	RecyclerIncrementNFS, RecyclerIncrementHostPath   int
+
+	// OversizedBindEventRatio: a claim bound to a volume at least this many times the
+	// storage it requests gets an OversizedVolumeBound Event, once, when it becomes Bound.
+	// 0 turns it off. An Event only adds information, hence on by default.
+	OversizedBindEventRatio float64
+	// RebindOnRecreate lets a Released volume with the Retain policy and
+	// AnnRebindOnRecreate: "true" be bound again to a new claim of the namespace and name
+	// its claimRef names, once its old claim is verified gone. Off, as upstream: such a
+	// volume waits for an admin.
+	RebindOnRecreate bool
 }
 
 // DefaultOptions returns the defaults: upstream's sync period and provisioning settings, and
@@ -86,6 +102,7 @@ func DefaultOptions() Options {
 		SyncPeriod: 15 * time.Second, Workers: 8, DynamicProvisioning: true,
 		RecyclerMinTimeoutNFS: 300, RecyclerIncrementNFS: 30,
 		RecyclerMinTimeoutHostPath: 60, RecyclerIncrementHostPath: 30,
+		OversizedBindEventRatio: 2,
 	}
 }
 
@@ -98,9 +115,19 @@ func (o Options) Validate() error {
 		app.AtLeast(FlagRecyclerIncrementNFS, o.RecyclerIncrementNFS, 0),
 		app.AtLeast(FlagRecyclerMinTimeoutHostPath, o.RecyclerMinTimeoutHostPath, 0),
 		app.AtLeast(FlagRecyclerIncrementHostPath, o.RecyclerIncrementHostPath, 0),
+		ratioError(o.OversizedBindEventRatio),
 		templateError(FlagRecyclerTemplateNFS, o.RecyclerTemplateNFS),
 		templateError(FlagRecyclerTemplateHostPath, o.RecyclerTemplateHostPath),
 	)
+}
+
+// ratioError refuses an oversize ratio that is neither off (0) nor above 1: at 1 or below,
+// every bind would be reported.
+func ratioError(r float64) error {
+	if r == 0 || r > 1 {
+		return nil
+	}
+	return &app.FlagError{Flag: FlagOversizedBindEventRatio, Err: fmt.Errorf("%v is neither 0 (off) nor more than 1", r)}
 }
 
 // templateError reports a recycler Pod template file that cannot be used.
@@ -140,5 +167,10 @@ func (o *Options) Flags() []cli.Flag {
 			"the minimum ActiveDeadlineSeconds to use for a HostPath Recycler pod; for development and testing only"),
 		app.Bound(app.CategoryController, FlagRecyclerIncrementHostPath, &o.RecyclerIncrementHostPath,
 			"the increment of time added per Gi to ActiveDeadlineSeconds for a HostPath scrubber pod; for development and testing only"),
+		app.Bound(app.CategoryController, FlagOversizedBindEventRatio, &o.OversizedBindEventRatio,
+			"a claim bound to a volume at least this many times the storage it requests gets an OversizedVolumeBound Event; 0 turns it off"),
+		app.Bound(app.CategoryController, FlagRebindOnRecreate, &o.RebindOnRecreate,
+			"bind a Released volume with the Retain policy and the annotation "+AnnRebindOnRecreate+`: "true" `+
+				"to a new claim of the namespace and name it was bound to, once the old claim is verified gone"),
 	}
 }

@@ -15,6 +15,9 @@ func TestOptionsValidate(t *testing.T) {
 		{Name: "no workers", Opts: Options{Workers: 0, SyncPeriod: time.Second}, WantFlag: FlagWorkers},
 		{Name: "zero period", Opts: Options{Workers: 1}, WantFlag: FlagSyncPeriod},
 		{Name: "negative recycler timeout", Opts: func() Options { o := DefaultOptions(); o.RecyclerMinTimeoutHostPath = -1; return o }(), WantFlag: FlagRecyclerMinTimeoutHostPath},
+		{Name: "oversize ratio off", Opts: func() Options { o := DefaultOptions(); o.OversizedBindEventRatio = 0; return o }()},
+		{Name: "oversize ratio of 1", Opts: func() Options { o := DefaultOptions(); o.OversizedBindEventRatio = 1; return o }(), WantFlag: FlagOversizedBindEventRatio},
+		{Name: "negative oversize ratio", Opts: func() Options { o := DefaultOptions(); o.OversizedBindEventRatio = -2; return o }(), WantFlag: FlagOversizedBindEventRatio},
 		{Name: "missing recycler template", Opts: func() Options { o := DefaultOptions(); o.RecyclerTemplateNFS = "/nonexistent/pod.yaml"; return o }(), WantFlag: FlagRecyclerTemplateNFS},
 	})
 }
@@ -29,6 +32,14 @@ func TestDefaultSyncPeriodIsUpstreams(t *testing.T) {
 func TestDefaultProvisioningIsUpstreams(t *testing.T) {
 	if d := DefaultOptions(); !d.DynamicProvisioning || d.HostPathProvisioner {
 		t.Errorf("defaults = %+v, want dynamic provisioning on and the host-path provisioner off", d)
+	}
+}
+
+// Rebinding a Released volume is observable (a volume upstream leaves Released is bound):
+// off by default.
+func TestDefaultRebindIsOff(t *testing.T) {
+	if d := DefaultOptions(); d.RebindOnRecreate || d.OversizedBindEventRatio <= 1 {
+		t.Errorf("defaults = %+v, want rebind off and the oversize Event on", d)
 	}
 }
 

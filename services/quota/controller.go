@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/keymutex"
 
 	"github.com/kcm-split/kcm-split/shared/informer"
+	"github.com/kcm-split/kcm-split/shared/metrics"
 	"github.com/kcm-split/kcm-split/shared/worker"
 	"github.com/kcm-split/kcm-split/shared/writecache"
 )
@@ -64,6 +65,9 @@ type Controller struct {
 
 	// written is what this controller last wrote per quota key, until the informer shows it.
 	written writecache.Cache[*v1.ResourceQuota]
+
+	// staleness is how long each quota's usage has waited to be counted in full.
+	staleness *staleness
 }
 
 // New builds the controller and registers its handlers on the quota informer; it starts
@@ -100,6 +104,11 @@ func New(
 	c.monitors.replenishmentHandler = c.replenishmentHandler
 	c.monitors.onStateChange = c.enqueueTracking
 	c.metrics = newMetrics(reg, func() float64 { return float64(c.monitors.failing.Load()) })
+	// c.now is read at each scrape: a test may replace it after New.
+	c.staleness = newStaleness(func() time.Time { return c.now() })
+	if reg != nil {
+		c.staleness = metrics.Register(reg, c.staleness)
+	}
 
 	c.handlers.Add(quotas.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.onQuotaAdd,

@@ -30,10 +30,11 @@ const (
 
 // Flag names: the first two are upstream's, the others are kcm-split's own.
 const (
-	FlagConcurrentSyncs     = "concurrent-resource-quota-syncs"
-	FlagSyncPeriod          = "resource-quota-sync-period"
-	FlagDiscoveryPeriod     = "resource-quota-discovery-period"
-	FlagInformerSyncTimeout = "resource-quota-informer-sync-timeout"
+	FlagConcurrentSyncs       = "concurrent-resource-quota-syncs"
+	FlagSyncPeriod            = "resource-quota-sync-period"
+	FlagDiscoveryPeriod       = "resource-quota-discovery-period"
+	FlagInformerSyncTimeout   = "resource-quota-informer-sync-timeout"
+	FlagUncountableAnnotation = "resource-quota-uncountable-annotation"
 )
 
 // Options are the controller's own settings.
@@ -48,6 +49,10 @@ type Options struct {
 	// InformerSyncTimeout is how long a resource type's informer may take to list before the
 	// quotas tracking it get an Event saying it cannot be counted.
 	InformerSyncTimeout time.Duration
+	// UncountableAnnotation names, on the quota itself (AnnUncountable), the resources whose
+	// usage keeps its last value because their type cannot be counted. Off: the annotation is
+	// never written, and one an earlier run left is removed.
+	UncountableAnnotation bool
 	// PodResources is what a Pod is charged: set from the feature gates (PodLevelResources,
 	// InPlacePodVerticalScaling), not a flag of its own.
 	PodResources resourcehelper.PodResourcesOptions
@@ -73,8 +78,11 @@ func DefaultOptions() Options {
 		SyncPeriod:          5 * time.Minute,
 		DiscoveryPeriod:     30 * time.Second,
 		InformerSyncTimeout: 30 * time.Second,
-		PodResources:        PodResources(features.New()),
-		Claims:              Claims(features.New()),
+		// On: it only adds information, written only while some usage cannot be counted
+		// (status.hard and status.used are written exactly as without it).
+		UncountableAnnotation: true,
+		PodResources:          PodResources(features.New()),
+		Claims:                Claims(features.New()),
 	}
 }
 
@@ -100,5 +108,7 @@ func (o *Options) Flags() []cli.Flag {
 			"period for discovering the API's resources again, so that count/<resource> of a CRD created later is counted"),
 		app.Bound(app.CategoryController, FlagInformerSyncTimeout, &o.InformerSyncTimeout,
 			"how long a resource type may take to list before quotas tracking it get a warning Event; their other resources are published meanwhile"),
+		app.Bound(app.CategoryController, FlagUncountableAnnotation, &o.UncountableAnnotation,
+			"name on each quota (annotation "+AnnUncountable+") the resources whose usage cannot be counted and keeps its last value; removed once counted"),
 	}
 }

@@ -68,13 +68,18 @@ func usageRaised(old, cur v1.ResourceList) bool {
 	return false
 }
 
-// onQuotaDelete forgets the warnings written about a quota that is gone.
+// onQuotaDelete forgets the warnings written about a quota that is gone, and its staleness
+// series.
 func (c *Controller) onQuotaDelete(obj any) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
 	if rq, ok := obj.(*v1.ResourceQuota); ok {
 		c.forgetWarnings(key(rq))
+		c.staleness.forget(key(rq))
+		// A sync that read the quota just before it went can start its clock again after
+		// the line above: one more sync, which finds it gone, drops it for good.
+		c.primary.Add(key(rq))
 	}
 }
 

@@ -84,6 +84,7 @@ func (c *Controller) syncQuota(ctx context.Context, qkey string) error {
 	rq, err := c.quotas.ResourceQuotas(namespace).Get(name)
 	if apierrors.IsNotFound(err) {
 		c.written.Forget(qkey)
+		c.staleness.forget(qkey)
 		return nil
 	}
 	if err != nil {
@@ -95,6 +96,7 @@ func (c *Controller) syncQuota(ctx context.Context, qkey string) error {
 	rq, _ = c.written.Latest(qkey, rq)
 
 	now := c.now()
+	c.staleness.seen(qkey, now)
 	byResource := namesByResource(rq.Spec.Hard, c.opts.Claims)
 	if c.waitingForInformer(byResource, logger) {
 		c.metrics.syncs.WithLabelValues(OutcomeDeferred).Inc()
@@ -103,12 +105,17 @@ func (c *Controller) syncQuota(ctx context.Context, qkey string) error {
 	u := c.countUsage(rq, byResource, now)
 	c.warnUncountable(rq, u.counted, u.uncountable)
 
-	updated, err := c.writeStatus(ctx, qkey, rq, u.used, logger)
+	updated, err := c.writeStatus(ctx, qkey, rq, u.used, c.uncountableAnnotation(u.uncountable), logger)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
 		return err
+	}
+	if len(u.uncountable) == 0 {
+		// Counted in full and published (written now, or already right): the clock is
+		// restarted from when the caches were read.
+		c.staleness.counted(qkey, now)
 	}
 	return c.finishSync(updated, u)
 }
@@ -185,15 +192,19 @@ func (c *Controller) countUsage(rq *v1.ResourceQuota, byResource map[schema.Grou
 	return u
 }
 
-// writeStatus writes the status the quota should have with usage used, if it differs from
-// what rq holds, and reports whether it wrote.
-func (c *Controller) writeStatus(ctx context.Context, qkey string, rq *v1.ResourceQuota, used v1.ResourceList, logger klog.Logger) (bool, error) {
+// writeStatus writes the status the quota should have with usage used, and the value of its
+// AnnUncountable annotation ("": none), if either differs from what rq holds, and reports
+// whether it wrote. Both go in one write to the status subresource, which keeps the metadata
+// it is sent: naming what cannot be counted costs no write of its own, and needs no right
+// beyond the one to write status.
+func (c *Controller) writeStatus(ctx context.Context, qkey string, rq *v1.ResourceQuota, used v1.ResourceList, uncountable string, logger klog.Logger) (bool, error) {
 	status := desiredStatus(rq, used)
-	if !statusChanged(rq, status) {
+	if !statusChanged(rq, status) && rq.Annotations[AnnUncountable] == uncountable {
 		return false, nil
 	}
 	updated := rq.DeepCopy()
 	updated.Status = status
+	setUncountable(updated, uncountable)
 	stored, err := c.client.CoreV1().ResourceQuotas(rq.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
 	if err != nil {
 		if apierrors.IsConflict(err) {

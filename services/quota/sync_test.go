@@ -242,3 +242,84 @@ func TestPodsAndClaimsAddUp(t *testing.T) {
 		})
 	})
 }
+
+// TestUncountableNamedOnQuotaAndStaleness: a quota with a type that cannot be counted gets
+// the names it keeps stale in AnnUncountable and a staleness that grows; once it counts only
+// what can be counted, the annotation goes and the clock restarts.
+func TestUncountableNamedOnQuotaAndStaleness(t *testing.T) {
+	rq := quotaObj("ns", "q", rl("pods", "5", "count/widgets.example.com", "5"))
+	rq.Annotations = map[string]string{"keep": "me"}
+	f := newFixture(t, rq, namedPod("ns", "a"))
+	t0 := time.Now()
+	f.c.now = func() time.Time { return t0 }
+	if err := f.sync("ns/q"); err != nil {
+		t.Fatal(err)
+	}
+	got := f.stored("ns", "q")
+	if v := got.Annotations[AnnUncountable]; v != "count/widgets.example.com" {
+		t.Fatalf("%s = %q, want the widgets count named", AnnUncountable, v)
+	}
+	if got.Annotations["keep"] != "me" {
+		t.Fatalf("other annotations lost: %v", got.Annotations)
+	}
+	f.c.now = func() time.Time { return t0.Add(90 * time.Second) }
+	if v := testutil.ToFloat64(f.c.staleness); v != 90 {
+		t.Fatalf("staleness = %v, want 90", v)
+	}
+
+	// A second partial sync writes nothing and does not restart the clock.
+	f.catchUp("ns", "q")
+	f.client.ClearActions()
+	if err := f.sync("ns/q"); err != nil {
+		t.Fatal(err)
+	}
+	if w := f.writes(); len(w) != 0 {
+		t.Fatalf("unchanged partial sync wrote %v", w)
+	}
+	if v := testutil.ToFloat64(f.c.staleness); v != 90 {
+		t.Fatalf("staleness after a partial sync = %v, want 90", v)
+	}
+
+	// The widgets limit is dropped: everything left is counted.
+	got = f.stored("ns", "q")
+	got.Spec.Hard = rl("pods", "5")
+	if _, err := f.client.CoreV1().ResourceQuotas("ns").Update(f.ctx, got, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.catchUp("ns", "q")
+	if err := f.sync("ns/q"); err != nil {
+		t.Fatal(err)
+	}
+	got = f.stored("ns", "q")
+	if _, ok := got.Annotations[AnnUncountable]; ok || got.Annotations["keep"] != "me" {
+		t.Fatalf("annotations after a full count = %v, want only keep=me", got.Annotations)
+	}
+	if v := testutil.ToFloat64(f.c.staleness); v != 0 {
+		t.Fatalf("staleness after a full count = %v, want 0", v)
+	}
+
+	// Deleted: its series goes.
+	if err := f.client.CoreV1().ResourceQuotas("ns").Delete(f.ctx, "q", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(f.ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return testutil.CollectAndCount(f.c.staleness) == 0, nil
+	}); err != nil {
+		t.Fatal("the deleted quota's staleness series was not dropped")
+	}
+}
+
+// TestUncountableAnnotationOff: with the annotation turned off nothing is added, and one an
+// earlier run left is removed.
+func TestUncountableAnnotationOff(t *testing.T) {
+	rq := quotaObj("ns", "q", rl("pods", "5", "count/widgets.example.com", "5"))
+	rq.Annotations = map[string]string{AnnUncountable: "count/widgets.example.com"}
+	f := newFixture(t, rq, namedPod("ns", "a"))
+	f.c.opts.UncountableAnnotation = false
+	if err := f.sync("ns/q"); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.stored("ns", "q"); len(got.Annotations) != 0 {
+		t.Fatalf("annotations = %v, want none", got.Annotations)
+	}
+}

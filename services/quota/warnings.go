@@ -1,16 +1,55 @@
 package quota
 
 import (
+	"slices"
 	"sort"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // ReasonCannotCount is the reason of the warning Event on a quota one of whose resource types
 // cannot be counted.
 const ReasonCannotCount = "CannotCountResource"
+
+// AnnUncountable is the annotation naming, on a quota, the resources (as in spec.hard, sorted,
+// comma-separated) whose usage could not be counted at its last sync and keeps its last value
+// in status.used. It is written with the status, removed once they are counted again, and
+// never present otherwise (--resource-quota-uncountable-annotation).
+const AnnUncountable = "quota.kcm-split.io/uncountable-resources"
+
+// uncountableAnnotation is the value AnnUncountable should have after a sync that could not
+// count uncountables: "" when none, or when the annotation is turned off.
+func (c *Controller) uncountableAnnotation(uncountables []uncountable) string {
+	if !c.opts.UncountableAnnotation {
+		return ""
+	}
+	var names []string
+	for _, p := range uncountables {
+		for _, n := range p.names {
+			names = append(names, string(n))
+		}
+	}
+	slices.Sort(names)
+	return strings.Join(slices.Compact(names), ",")
+}
+
+// setUncountable sets AnnUncountable on rq (a copy) to value, or removes it when value is "".
+func setUncountable(rq *v1.ResourceQuota, value string) {
+	if value != "" {
+		metav1.SetMetaDataAnnotation(&rq.ObjectMeta, AnnUncountable, value)
+		return
+	}
+	if _, ok := rq.Annotations[AnnUncountable]; !ok {
+		return
+	}
+	delete(rq.Annotations, AnnUncountable)
+	if len(rq.Annotations) == 0 {
+		rq.Annotations = nil
+	}
+}
 
 // warnUncountable writes a warning Event the first time a resource type of the quota cannot be
 // counted (once its informer has had its chance), and forgets it once it is counted again.
