@@ -291,7 +291,7 @@ func (c *Controller) judgePartition(ctx context.Context, total int, results []no
 	case v.started:
 		c.metrics.partition.Set(1)
 		logger.Info("Many nodes fell silent together: suspecting this controller's own partition from them; their pods stay Ready and they get no taints until they return",
-			"nodes", v.held, "of", total, "fraction", c.opts.PartitionUnknownFraction)
+			"heldNodes", v.held, "nodes", total, "fraction", c.opts.PartitionUnknownFraction)
 		c.recorder.Eventf(zoneEventObject, v1.EventTypeWarning, ReasonPartitionSuspected,
 			"%d of %d Nodes fell silent within %s of one another (more than --%s=%g of them): taken for this controller's partition from the Nodes, not for dead Nodes. Their Pods are not marked not Ready and they get no taints; each is handled as usual again once its Lease or status is renewed, and those still silent a grace period (%s) after the first one returned are handled as silent Nodes",
 			v.held, total, c.partition.window, FlagPartitionUnknownFraction, c.opts.PartitionUnknownFraction, c.opts.MonitorGracePeriod)

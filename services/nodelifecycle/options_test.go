@@ -83,13 +83,14 @@ func TestIPAMFlagsReachTheOptions(t *testing.T) {
 		t.Fatalf("valid flags refused: %v", err)
 	}
 	got := spec.Options.(*Options).IPAM
-	want := ipam.Options{Allocate: true, ClusterCIDR: "10.0.0.0/16,fd00::/48", MaskSizeIPv4: 26, MaskSizeIPv6: 60, ServiceCIDR: "10.96.0.0/12"}
+	want := ipam.Options{Allocate: true, ClusterCIDR: "10.0.0.0/16,fd00::/48", MaskSizeIPv4: 26, MaskSizeIPv6: 60, ServiceCIDR: "10.96.0.0/12",
+		FreeRangesWarning: ipam.DefaultFreeRangesWarning}
 	if got != want {
 		t.Errorf("IPAM options %+v, want %+v", got, want)
 	}
 	// The other settings keep their defaults.
 	rest := *spec.Options.(*Options)
-	rest.IPAM = ipam.Options{}
+	rest.IPAM = DefaultOptions().IPAM
 	if rest != DefaultOptions() {
 		t.Errorf("other options %+v, want the defaults %+v", rest, DefaultOptions())
 	}

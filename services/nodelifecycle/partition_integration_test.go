@@ -116,7 +116,9 @@ func newDrillCluster(t *testing.T, prefix string) *drillCluster {
 	return d
 }
 
-func (d *drillCluster) nodes() []string { return append(append([]string{}, d.groups["a"]...), d.groups["b"]...) }
+func (d *drillCluster) nodes() []string {
+	return append(append([]string{}, d.groups["a"]...), d.groups["b"]...)
+}
 
 // podsReady reports whether the Pods on the named Nodes all have Ready status want.
 func (d *drillCluster) podsReady(t *testing.T, want corev1.ConditionStatus, nodes ...string) bool {

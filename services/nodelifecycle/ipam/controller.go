@@ -105,7 +105,7 @@ type Controller struct {
 	// lowWarning is Config.FreeRangesWarning.
 	lowWarning int
 	metrics    *ipamMetrics
-	rebuilt  atomic.Bool
+	rebuilt    atomic.Bool
 
 	// mu guards held and waiting, and keeps them in step with the sets: every change of a
 	// set happens under it.
@@ -135,13 +135,13 @@ func New(nodes coreinformers.NodeInformer, claims networkinginformers.IPAddressI
 		nodes:    nodes.Lister(),
 		// A Node never stops needing a range: its retries back off (to 1000 s) but never end,
 		// so that updates of a Node with a pending write need not retry it (onUpdate).
-		queue:   worker.New(worker.Options[string]{Name: QueueName, Controller: controller, Registerer: reg, MaxRetries: -1}),
+		queue:      worker.New(worker.Options[string]{Name: QueueName, Controller: controller, Registerer: reg, MaxRetries: -1}),
 		metrics:    newMetrics(reg),
 		lowWarning: cfg.FreeRangesWarning,
 		held:       map[string]holding{},
-		waiting: map[string]bool{},
-		claims:  map[string]claim{},
-		ownHold: map[string]bool{},
+		waiting:    map[string]bool{},
+		claims:     map[string]claim{},
+		ownHold:    map[string]bool{},
 	}
 	for _, r := range cfg.Ranges {
 		set, err := cidrset.New(r.Cluster, r.MaskSize)

@@ -575,7 +575,7 @@ func TestFewFreeRangesWarnOncePerEpisode(t *testing.T) {
 	if got := lows(); got != 0 {
 		t.Errorf("%d more warnings within one episode, want none", got)
 	}
-	del("d", "c") // 6 free: the episode ends
+	del("d", "c")           // 6 free: the episode ends
 	add("c", "d", "e", "f") // 2 free: a new episode
 	if got := lows(); got != 1 {
 		t.Errorf("%d warnings for the second shortage, want 1", got)
