@@ -155,6 +155,10 @@ func (g *partitionGuard) judge(now time.Time, total int, obs []silence) partitio
 			// Its kubelet posted Ready (or NotReady): not silent, nothing to hold.
 			if h != nil {
 				delete(g.nodes, o.name)
+				if h.state == holdHeld && g.returnedAt.IsZero() {
+					// Back and posting in one go, without a round that saw only its Lease.
+					g.returnedAt = now
+				}
 				if h.state != holdReleased {
 					v.resync = append(v.resync, o.name)
 				}

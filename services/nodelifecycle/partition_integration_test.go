@@ -183,6 +183,8 @@ func TestPartitionDrillWithoutGuardMarksEveryPod(t *testing.T) {
 // unreachable taint); the gauge goes back to 0.
 func TestPartitionDrillWithGuardHoldsThenResumesPerNode(t *testing.T) {
 	requireEnv(t)
+	began := time.Now()
+	t.Cleanup(func() { t.Logf("drill ended %s after it began", time.Since(began).Round(time.Millisecond)) })
 	client := env.Client(t)
 	clearZoneEvents(t, client)
 	d := newDrillCluster(t, "part")
@@ -194,6 +196,7 @@ func TestPartitionDrillWithGuardHoldsThenResumesPerNode(t *testing.T) {
 		t.Fatalf("partition gauge before the drill = %v, want 0", v)
 	}
 
+	t.Logf("cluster ready %s after the drill began", time.Since(began).Round(time.Millisecond))
 	stopped := d.freeze(t)
 	waitFor(t, drillGrace+slack, "the partition gauge at 1", func() bool {
 		return ctl.Metric("kcm_split_nodelifecycle_partition_suspected") == 1
@@ -238,7 +241,8 @@ func TestPartitionDrillWithGuardHoldsThenResumesPerNode(t *testing.T) {
 	waitFor(t, slack, "the partition gauge back at 0", func() bool {
 		return ctl.Metric("kcm_split_nodelifecycle_partition_suspected") == 0
 	})
-	t.Logf("b's pods not Ready %s after a's return (grace %s)", released.Round(time.Millisecond), drillGrace)
+	t.Logf("b's pods not Ready %s after a's return (grace %s); b tainted and the gauge at 0 %s after it",
+		released.Round(time.Millisecond), drillGrace, time.Since(back).Round(time.Millisecond))
 	if released < drillGrace-time.Second {
 		t.Errorf("b's pods were marked not Ready %s after a's return, within the grace period %s", released, drillGrace)
 	}

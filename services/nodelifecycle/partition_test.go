@@ -96,6 +96,25 @@ func TestPartitionGuardEpisode(t *testing.T) {
 
 func sortedCopy(s []string) []string { return slices.Sorted(slices.Values(s)) }
 
+// A held Node whose kubelet posts Ready before any round saw its Lease alone still counts
+// as the first return: the others get their grace period from then, not for ever.
+func TestPartitionGuardReturnStraightToReady(t *testing.T) {
+	g := newPartitionGuard(guardOptions(0.5))
+	silent := []silence{{name: "a", unknown: true, silent: true}, {name: "b", unknown: true, silent: true}}
+	if v := g.judge(t0, 2, silent); !v.started {
+		t.Fatalf("verdict %+v, want an episode", v)
+	}
+	back := t0.Add(20 * time.Second)
+	v := g.judge(back, 2, []silence{{name: "a", signs: 1}, silent[1]})
+	if v.held != 1 || !v.next.Equal(back.Add(10*time.Second)) {
+		t.Fatalf("a back and Ready: verdict %+v, want b held until a grace period from now", v)
+	}
+	v = g.judge(back.Add(10*time.Second), 2, []silence{{name: "a", signs: 1}, silent[1]})
+	if !v.ended || !slices.Equal(v.released, []string{"b"}) {
+		t.Fatalf("a grace period later: verdict %+v, want b released and the episode over", v)
+	}
+}
+
 // Silences further apart than the window are ordinary silent Nodes, however many.
 func TestPartitionGuardSpreadSilences(t *testing.T) {
 	g := newPartitionGuard(guardOptions(0.5))
