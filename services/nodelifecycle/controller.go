@@ -46,6 +46,7 @@ const (
 	// ReasonAllZonesDownEnded: some Node is Ready again; tainting resumes after fresh grace
 	// periods.
 	ReasonAllZonesDownEnded = "AllZonesDownEnded"
+	// ReasonPartitionSuspected (partition.go) is the fourth zone Event.
 )
 
 // Worker counts. Node and Pod work is a patch or two per item and most items are no-ops, so
@@ -93,6 +94,7 @@ type Controller struct {
 	handlers informer.Handlers
 
 	health    *healthTracker
+	partition *partitionGuard
 	nodeQueue *worker.Queue[string]
 	podQueue  *worker.Queue[string]
 
@@ -148,6 +150,9 @@ func New(
 		known:          map[string]bool{},
 	}
 	c.health = newHealthTracker(func() time.Time { return c.now() })
+	c.partition = newPartitionGuard(opts)
+	// A term starts with no episode, whatever the registry kept from an earlier term.
+	c.metrics.partition.Set(0)
 	podsByNode, err := nodepods.AddIndex(pods.Informer())
 	c.handlers.Track(nil, err)
 	c.podsByNode = podsByNode

@@ -117,8 +117,12 @@ func (c *Controller) zoneEvent(key string, from, to ZoneState, zc *zoneCount, ra
 		c.recorder.Eventf(zoneEventObject, v1.EventTypeWarning, ReasonZoneDisrupted,
 			"Zone %s is in PartialDisruption (%s): %s", name, counted, effect)
 	case StateFullDisruption:
+		effect := fmt.Sprintf("other zones are healthy, so NoExecute tainting continues at %g Nodes/s", rate)
+		if c.opts.ZoneFullDisruptionEvictionRate != RateUnset {
+			effect = fmt.Sprintf("other zones are healthy; NoExecute tainting at %g Nodes/s (--%s)", rate, FlagZoneFullDisruptionEvictionRate)
+		}
 		c.recorder.Eventf(zoneEventObject, v1.EventTypeWarning, ReasonZoneDisrupted,
-			"Zone %s is in FullDisruption (%s): other zones are healthy, so NoExecute tainting continues at %g Nodes/s", name, counted, rate)
+			"Zone %s is in FullDisruption (%s): %s", name, counted, effect)
 	case StateNormal:
 		if from == StatePartialDisruption || from == StateFullDisruption {
 			c.recorder.Eventf(zoneEventObject, v1.EventTypeNormal, ReasonZoneNormal,

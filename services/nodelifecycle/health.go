@@ -24,6 +24,9 @@ type health struct {
 	heartbeat metav1.Time
 	// renew is the Lease's renewTime last observed.
 	renew time.Time
+	// signs counts the signs of life observed; unlike lastSignOfLife, a restarted grace
+	// period does not move it, so "has this Node shown life since then" is a comparison.
+	signs uint64
 }
 
 // healthTracker records signs of life as the informers deliver them, so that a heartbeat
@@ -79,6 +82,9 @@ func (t *healthTracker) observeNode(node *v1.Node) bool {
 	case ready != nil && !ready.LastHeartbeatTime.Equal(&h.heartbeat):
 		h.lastSignOfLife, alive = now, true
 	}
+	if alive {
+		h.signs++
+	}
 	h.nodeSeen = true
 	h.hasReady = ready != nil
 	if ready != nil {
@@ -106,6 +112,7 @@ func (t *healthTracker) observeLease(lease *coordv1.Lease) bool {
 	}
 	h.renew = renew
 	h.lastSignOfLife = t.now()
+	h.signs++
 	return true
 }
 

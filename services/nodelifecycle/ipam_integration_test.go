@@ -186,6 +186,7 @@ func TestIPAMExhaustedNodeWaitsWithAnEventUntilARangeIsFreed(t *testing.T) {
 	// another Node has a range outside the cluster CIDR.
 	nodes.create("ipam-held", "192.0.2.2/31")
 	nodes.create("ipam-stray", "198.51.100.0/31")
+	clearZoneEvents(t, c)
 	ctl := env.StartLeading(t, controller, "ipam", "--allocate-node-cidrs", "--cluster-cidr=192.0.2.0/30", "--node-cidr-mask-size=31")
 
 	nodes.create("ipam-first")
@@ -227,6 +228,17 @@ func TestIPAMExhaustedNodeWaitsWithAnEventUntilARangeIsFreed(t *testing.T) {
 	}
 	if v := ctl.Metric(`node_ipam_controller_cidrset_cidrs_releases_total{clusterCIDR="192.0.2.0/30"}`); v != 1 {
 		t.Errorf("releases %v, want 1", v)
+	}
+	if v := ctl.Metric(`kcm_split_nodelifecycle_cidr_free_ranges{clusterCIDR="192.0.2.0/30"}`); v != 0 {
+		t.Errorf("free ranges %v, want 0", v)
+	}
+	// Fewer free ranges than the default warning threshold (10) from the start (1 of 2 once
+	// the preset range was accounted for), then none: one Event for the whole shortage,
+	// counted only now that the shortage has run its course.
+	low := "CIDRRangesRunningLow: Only 1 of the 2 Pod ranges (/31) of cluster CIDR 192.0.2.0/30 are free"
+	if n := countPrefix(events(t, c, "default", corev1.NamespaceNodeLease), "CIDRRangesRunningLow: "); n != 1 ||
+		countPrefix(events(t, c, "default", corev1.NamespaceNodeLease), low) != 1 {
+		t.Errorf("running-low Events %q, want one %q", events(t, c, "default", corev1.NamespaceNodeLease), low)
 	}
 }
 

@@ -51,6 +51,12 @@ func TestSilentNodeIsTaintedAndItsPodsEvicted(t *testing.T) {
 	k.stop(dead)
 	waitNodes(t, client, grace+monitorPeriod+slack, "the silent node Unknown with the unreachable NoSchedule taint", isUnreachable, dead)
 	n := getNode(t, client, dead)
+	// Upstream stamps every taint it adds, the NoSchedule ones from conditions included.
+	for _, tn := range n.Spec.Taints {
+		if tn.Key == corev1.TaintNodeUnreachable && tn.Effect == corev1.TaintEffectNoSchedule && tn.TimeAdded == nil {
+			t.Errorf("the unreachable NoSchedule taint has no timeAdded: %+v", tn)
+		}
+	}
 	for _, c := range n.Status.Conditions {
 		if c.Type != corev1.NodeNetworkUnavailable && (c.Status != corev1.ConditionUnknown || c.Message != "Kubelet stopped posting node status.") {
 			t.Errorf("condition %s = %s (%q), want Unknown (Kubelet stopped posting node status.)", c.Type, c.Status, c.Message)

@@ -23,6 +23,7 @@ type controllerMetrics struct {
 	allHealthDur  prometheus.Histogram
 	zoneRate      *prometheus.GaugeVec
 	paused        *prometheus.GaugeVec
+	partition     prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *controllerMetrics {
@@ -62,6 +63,10 @@ func newMetrics(reg prometheus.Registerer) *controllerMetrics {
 			Name: "kcm_split_nodelifecycle_evictions_paused",
 			Help: "1 while NoExecute tainting in a zone is paused, with the reason: PartialDisruption (a small zone mostly not Ready) or AllZonesDown.",
 		}, []string{"zone", "reason"}),
+		partition: f.NewGauge(prometheus.GaugeOpts{
+			Name: "kcm_split_nodelifecycle_partition_suspected",
+			Help: "1 while Nodes that fell silent together are held as this controller's suspected partition from them (--partition-unknown-fraction): no Pod marked not Ready, no taint.",
+		}),
 	}
 	return m
 }

@@ -37,7 +37,7 @@ func TestMetricsNamesAndLint(t *testing.T) {
 	for _, f := range families {
 		names = append(names, f.GetName())
 	}
-	want := "kcm_split_nodelifecycle_evictions_paused kcm_split_nodelifecycle_zone_eviction_rate " +
+	want := "kcm_split_nodelifecycle_evictions_paused kcm_split_nodelifecycle_partition_suspected kcm_split_nodelifecycle_zone_eviction_rate " +
 		"node_collector_evictions_total node_collector_unhealthy_nodes_in_zone " +
 		"node_collector_update_all_nodes_health_duration_seconds node_collector_update_node_health_duration_seconds " +
 		"node_collector_zone_health node_collector_zone_size"

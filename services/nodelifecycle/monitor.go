@@ -55,12 +55,14 @@ type nodeResult struct {
 	ready    v1.ConditionStatus // "" when the Node has no Ready condition yet
 	// deadline is when the Node's grace period ends, zero when it is Unknown already.
 	deadline time.Time
+	// node is the Node as last read or written.
+	node *v1.Node
 	// wantTaint: the Node should get a NoExecute taint through its zone's queue.
 	wantTaint bool
 }
 
 // checkAllNodes is one round: it checks every Node once and returns the earliest deadline
-// of a Node still counted as alive (zero if none).
+// of a Node still counted as alive, or of the partition guard (zero if none).
 func (c *Controller) checkAllNodes(ctx context.Context) time.Time {
 	start := time.Now()
 	defer func() { c.metrics.allHealthDur.Observe(time.Since(start).Seconds()) }()
@@ -77,14 +79,25 @@ func (c *Controller) checkAllNodes(ctx context.Context) time.Time {
 	workqueue.ParallelizeUntil(ctx, healthWorkers, len(nodes), func(i int) {
 		results[i] = c.checkNode(ctx, nodes[i])
 	})
-
 	if ctx.Err() != nil {
 		// Stopping: the round is incomplete, and zone states computed from part of the
 		// Nodes could look like a disruption that is not there.
 		return time.Time{}
 	}
+
+	// Whether the Nodes that fell silent did so together is known only once every Node's
+	// health is updated: Pods and taints follow the verdict, in a second pass.
+	next := c.judgePartition(ctx, len(nodes), results)
+	workqueue.ParallelizeUntil(ctx, healthWorkers, len(nodes), func(i int) {
+		if r := &results[i]; r.ok && r.ready != "" {
+			r.wantTaint = c.actOnReady(ctx, r)
+		}
+	})
+	if ctx.Err() != nil {
+		return time.Time{}
+	}
+
 	counts := map[string]*zoneCount{}
-	var next time.Time
 	for i := range results {
 		r := &results[i]
 		if !r.ok {
@@ -177,6 +190,7 @@ func (c *Controller) forgetNode(name string) {
 	for _, z := range c.zones {
 		z.tainter.remove(name)
 	}
+	c.partition.forget(name)
 }
 
 func (c *Controller) ensureZone(ctx context.Context, key string) {
@@ -217,24 +231,81 @@ func (c *Controller) checkNode(ctx context.Context, node *v1.Node) nodeResult {
 	if written != nil {
 		node = written
 	}
-	r.ok, r.deadline = true, deadline
+	r.ok, r.deadline, r.node = true, deadline, node
 	if current == nil {
 		return r
 	}
 	r.ready = current.Status
-	r.wantTaint = c.noExecute(ctx, node, current.Status)
-
-	if current.Status == v1.ConditionUnknown {
-		if observed == v1.ConditionTrue {
-			logger.Info("Node stopped reporting: marked Unknown")
-			c.recorder.Eventf(&v1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID},
-				v1.EventTypeNormal, ReasonNodeNotReady, "Node %s status is now: %s", node.Name, ReasonNodeNotReady)
-		}
-		// Every round, not only on the transition: a Pod that a previous leader did not get
-		// to, or whose write failed, is marked now. Pods already not Ready cost no write.
-		if err := c.markPodsNotReady(ctx, node.Name); err != nil {
-			logger.Error(err, "Marking pods not ready; will retry next round")
-		}
+	if current.Status == v1.ConditionUnknown && observed == v1.ConditionTrue {
+		logger.Info("Node stopped reporting: marked Unknown")
+		c.recorder.Eventf(&v1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID},
+			v1.EventTypeNormal, ReasonNodeNotReady, "Node %s status is now: %s", node.Name, ReasonNodeNotReady)
 	}
 	return r
+}
+
+// actOnReady brings a checked Node's NoExecute taints and its Pods' readiness in line with
+// its Ready status, unless the partition guard holds it. It reports whether the Node needs
+// a NoExecute taint through its zone's queue.
+func (c *Controller) actOnReady(ctx context.Context, r *nodeResult) bool {
+	node := r.node
+	if r.ready == v1.ConditionUnknown && c.partition.holds(node.Name) {
+		// Nothing for its silence, not even a NoExecute swap: the Node stays as it was.
+		if z := c.zone(r.zone); z != nil {
+			z.tainter.remove(node.Name)
+		}
+		return false
+	}
+	want := c.noExecute(ctx, node, r.ready)
+	if r.ready != v1.ConditionUnknown {
+		return want
+	}
+	// Every round, not only on the transition: a Pod that a previous leader did not get
+	// to, or whose write failed, is marked now. Pods already not Ready cost no write.
+	if err := c.markPodsNotReady(ctx, node.Name); err != nil {
+		klog.FromContext(ctx).Error(err, "Marking pods not ready; will retry next round", "node", node.Name)
+	}
+	return want
+}
+
+// judgePartition gives the partition guard this round's silent Nodes and acts on its
+// verdict: the Event and gauge of an episode, a taint sync for each Node released. It
+// returns when the guard must look again (zero if nothing is due).
+func (c *Controller) judgePartition(ctx context.Context, total int, results []nodeResult) time.Time {
+	if !c.partition.enabled() {
+		return time.Time{}
+	}
+	obs := make([]silence, 0, len(results))
+	for i := range results {
+		r := &results[i]
+		if !r.ok {
+			continue // not checked this time: its standing is unchanged
+		}
+		h, _ := c.health.get(r.node.Name)
+		unknown := r.ready == v1.ConditionUnknown
+		obs = append(obs, silence{name: r.node.Name, unknown: unknown, silent: unknown && r.deadline.IsZero(), signs: h.signs})
+	}
+	v := c.partition.judge(c.now(), total, obs)
+	logger := klog.FromContext(ctx)
+	switch {
+	case v.started:
+		c.metrics.partition.Set(1)
+		logger.Info("Many nodes fell silent together: suspecting this controller's own partition from them; their pods stay Ready and they get no taints until they return",
+			"heldNodes", v.held, "nodes", total, "fraction", c.opts.PartitionUnknownFraction)
+		c.recorder.Eventf(zoneEventObject, v1.EventTypeWarning, ReasonPartitionSuspected,
+			"%d of %d Nodes fell silent within %s of one another (more than --%s=%g of them): taken for this controller's partition from the Nodes, not for dead Nodes. Their Pods are not marked not Ready and they get no taints; each is handled as usual again once its Lease or status is renewed, and those still silent a grace period (%s) after the first one returned are handled as silent Nodes",
+			v.held, total, c.partition.window, FlagPartitionUnknownFraction, c.opts.PartitionUnknownFraction, c.opts.MonitorGracePeriod)
+	case v.ended:
+		c.metrics.partition.Set(0)
+		logger.Info("Suspected partition over: no node is held any more")
+	}
+	for _, name := range v.released {
+		logger.V(2).Info("Silent node no longer held by the partition guard: handled as a silent node", "node", name)
+		// Its condition taints were left alone while held.
+		c.nodeQueue.Add(name)
+	}
+	for _, name := range v.resync {
+		c.nodeQueue.Add(name)
+	}
+	return v.next
 }

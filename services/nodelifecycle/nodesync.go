@@ -36,7 +36,8 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 func (c *Controller) setNodeLabelsAndTaints(ctx context.Context, node *v1.Node) (written *v1.Node, taints, labels bool, err error) {
 	written, err = c.editNode(ctx, node, "", func(n *v1.Node) map[string]any {
 		body := map[string]any{}
-		newTaints, changed := withNoScheduleTaints(n)
+		hold := readyStatus(n) == v1.ConditionUnknown && c.partition.holds(n.Name)
+		newTaints, changed := withNoScheduleTaints(n, c.now(), hold)
 		taints = changed
 		if changed {
 			body["spec"] = map[string]any{"taints": taintsValue(newTaints)}

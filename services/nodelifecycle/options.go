@@ -40,7 +40,16 @@ const (
 	FlagLargeClusterThreshold  = "large-cluster-size-threshold"
 	FlagUnhealthyZoneThreshold = "unhealthy-zone-threshold"
 	FlagEnableTaintEviction    = "enable-taint-eviction"
+
+	// kcm-split's, beyond upstream; their defaults are upstream's behaviour.
+	FlagPartitionUnknownFraction       = "partition-unknown-fraction"
+	FlagZoneFullDisruptionEvictionRate = "zone-full-disruption-eviction-rate"
 )
+
+// RateUnset is the value of --zone-full-disruption-eviction-rate that means "not set": a
+// fully disrupted zone is tainted at --node-eviction-rate, as upstream. A negative number
+// rather than 0, because 0 is a meaningful rate: stop tainting such zones.
+const RateUnset = -1
 
 // Default client budget of this binary: the defaults of --kube-api-qps and --kube-api-burst.
 const (
@@ -66,7 +75,8 @@ type Options struct {
 	// StartupGracePeriod replaces MonitorGracePeriod for a Node that has never reported.
 	StartupGracePeriod time.Duration
 	// EvictionRate is the NoExecute tainting rate per zone, Nodes per second, in a healthy
-	// zone and in a fully disrupted one (while some other zone is healthy).
+	// zone and, unless ZoneFullDisruptionEvictionRate says otherwise, in a fully disrupted
+	// one (while some other zone is not).
 	EvictionRate float64
 	// SecondaryEvictionRate applies to a partially disrupted zone larger than
 	// LargeClusterThreshold; smaller ones stop tainting.
@@ -77,6 +87,16 @@ type Options struct {
 	// UnhealthyZoneThreshold is the fraction of not-Ready Nodes (more than 2) at which a
 	// zone counts as partially disrupted.
 	UnhealthyZoneThreshold float64
+	// ZoneFullDisruptionEvictionRate is the tainting rate of a zone with no Ready Node
+	// while some other zone has one; RateUnset (the default) means EvictionRate, as
+	// upstream, which treats such a zone as gone and its Pods as better off elsewhere
+	// (k/k#131314: a zone cut off from the control plane then loses its Pods at the healthy
+	// rate).
+	ZoneFullDisruptionEvictionRate float64
+	// PartitionUnknownFraction, when above 0, makes the controller read more than this
+	// fraction of all Nodes falling silent together as its own partition from the Nodes
+	// rather than that many dead Nodes (see partition.go). 0 is upstream's behaviour.
+	PartitionUnknownFraction float64
 	// TaintEviction runs the taint-eviction controller beside this one: the deletion of
 	// Pods that do not tolerate a NoExecute taint.
 	TaintEviction bool
@@ -95,6 +115,9 @@ func DefaultOptions() Options {
 		LargeClusterThreshold:  50,
 		UnhealthyZoneThreshold: 0.55,
 		TaintEviction:          true,
+
+		ZoneFullDisruptionEvictionRate: RateUnset,
+		IPAM:                           ipam.Options{FreeRangesWarning: ipam.DefaultFreeRangesWarning},
 	}
 }
 
@@ -120,6 +143,12 @@ func (o Options) Validate() error {
 		return bad(FlagLargeClusterThreshold, "%d is negative", o.LargeClusterThreshold)
 	case !(o.UnhealthyZoneThreshold >= 0 && o.UnhealthyZoneThreshold <= 1):
 		return bad(FlagUnhealthyZoneThreshold, "%g is outside 0..1", o.UnhealthyZoneThreshold)
+	case !(o.ZoneFullDisruptionEvictionRate >= 0 || o.ZoneFullDisruptionEvictionRate == RateUnset):
+		return bad(FlagZoneFullDisruptionEvictionRate, "%g is neither a rate of 0 or more nor %d (unset: --%s, as upstream)", o.ZoneFullDisruptionEvictionRate, RateUnset, FlagEvictionRate)
+	// 1 would never trigger (more than all Nodes cannot fall silent): refused rather than
+	// silently meaning "off".
+	case !(o.PartitionUnknownFraction >= 0 && o.PartitionUnknownFraction < 1):
+		return bad(FlagPartitionUnknownFraction, "%g is outside 0 (off) up to, not including, 1", o.PartitionUnknownFraction)
 	}
 	_, err := o.IPAM.Config()
 	return err
@@ -143,6 +172,10 @@ func (o *Options) Flags() []cli.Flag {
 			"zone size above which a partially disrupted zone keeps tainting at --"+FlagSecondaryEvictionRate+"; smaller ones stop"),
 		app.Bound(app.CategoryController, FlagUnhealthyZoneThreshold, &o.UnhealthyZoneThreshold,
 			"fraction (0..1) of not-Ready Nodes, more than 2, at which a zone is partially disrupted"),
+		app.Bound(app.CategoryController, FlagZoneFullDisruptionEvictionRate, &o.ZoneFullDisruptionEvictionRate,
+			fmt.Sprintf("Nodes per second given a NoExecute taint in a zone with no Ready Node while another zone has one; %d (the default) means --%s, as upstream", RateUnset, FlagEvictionRate)),
+		app.Bound(app.CategoryController, FlagPartitionUnknownFraction, &o.PartitionUnknownFraction,
+			"when more than this fraction (0..1) of all Nodes fall silent together, take it for this controller's own partition from them: mark no Pod not Ready and add no taint until each Node's Lease returns (or a grace period after the first returns); 0 (the default) is upstream's behaviour"),
 		app.Bound(app.CategoryController, FlagEnableTaintEviction, &o.TaintEviction,
 			"delete Pods that do not tolerate a NoExecute taint of their Node (upstream's taint-eviction-controller)"),
 		app.Bound("Controller: node IPAM", ipam.FlagAllocateNodeCIDRs, &o.IPAM.Allocate,
@@ -157,5 +190,7 @@ func (o *Options) Flags() []cli.Flag {
 			"prefix length of each Node's IPv6 range; 0 means 64"),
 		app.Bound("Controller: node IPAM", ipam.FlagServiceClusterIPRange, &o.IPAM.ServiceCIDR,
 			"the Service CIDR (or an IPv4,IPv6 pair): no Node gets a range overlapping it"),
+		app.Bound("Controller: node IPAM", ipam.FlagCIDRFreeRangesWarning, &o.IPAM.FreeRangesWarning,
+			"one Warning Event (on the kube-node-lease Namespace) when fewer than this many ranges of a cluster CIDR are free; 0 turns it off"),
 	}
 }

@@ -14,7 +14,9 @@ func TestDefaultsAreUpstreams(t *testing.T) {
 	want := Options{
 		MonitorPeriod: 5 * time.Second, MonitorGracePeriod: 50 * time.Second, StartupGracePeriod: time.Minute,
 		EvictionRate: 0.1, SecondaryEvictionRate: 0.01, LargeClusterThreshold: 50, UnhealthyZoneThreshold: 0.55,
-		TaintEviction: true,
+		TaintEviction: true, ZoneFullDisruptionEvictionRate: RateUnset,
+		// Event-only (information), so on by default.
+		IPAM: ipam.Options{FreeRangesWarning: ipam.DefaultFreeRangesWarning},
 	}
 	if d != want {
 		t.Errorf("defaults = %+v, want %+v", d, want)
@@ -42,6 +44,12 @@ func TestOptionsValidate(t *testing.T) {
 		{Name: "negative large cluster threshold", Opts: with(func(o *Options) { o.LargeClusterThreshold = -1 }), WantFlag: FlagLargeClusterThreshold},
 		{Name: "threshold above 1", Opts: with(func(o *Options) { o.UnhealthyZoneThreshold = 1.5 }), WantFlag: FlagUnhealthyZoneThreshold},
 		{Name: "threshold below 0", Opts: with(func(o *Options) { o.UnhealthyZoneThreshold = -0.1 }), WantFlag: FlagUnhealthyZoneThreshold},
+		{Name: "full disruption rate 0", Opts: with(func(o *Options) { o.ZoneFullDisruptionEvictionRate = 0 })},
+		{Name: "full disruption rate -0.5", Opts: with(func(o *Options) { o.ZoneFullDisruptionEvictionRate = -0.5 }), WantFlag: FlagZoneFullDisruptionEvictionRate},
+		{Name: "partition fraction 0.5", Opts: with(func(o *Options) { o.PartitionUnknownFraction = 0.5 })},
+		{Name: "partition fraction 1", Opts: with(func(o *Options) { o.PartitionUnknownFraction = 1 }), WantFlag: FlagPartitionUnknownFraction},
+		{Name: "partition fraction negative", Opts: with(func(o *Options) { o.PartitionUnknownFraction = -0.1 }), WantFlag: FlagPartitionUnknownFraction},
+		{Name: "negative free ranges warning", Opts: with(func(o *Options) { o.IPAM.FreeRangesWarning = -1 }), WantFlag: ipam.FlagCIDRFreeRangesWarning},
 	})
 }
 
@@ -75,13 +83,14 @@ func TestIPAMFlagsReachTheOptions(t *testing.T) {
 		t.Fatalf("valid flags refused: %v", err)
 	}
 	got := spec.Options.(*Options).IPAM
-	want := ipam.Options{Allocate: true, ClusterCIDR: "10.0.0.0/16,fd00::/48", MaskSizeIPv4: 26, MaskSizeIPv6: 60, ServiceCIDR: "10.96.0.0/12"}
+	want := ipam.Options{Allocate: true, ClusterCIDR: "10.0.0.0/16,fd00::/48", MaskSizeIPv4: 26, MaskSizeIPv6: 60, ServiceCIDR: "10.96.0.0/12",
+		FreeRangesWarning: ipam.DefaultFreeRangesWarning}
 	if got != want {
 		t.Errorf("IPAM options %+v, want %+v", got, want)
 	}
 	// The other settings keep their defaults.
 	rest := *spec.Options.(*Options)
-	rest.IPAM = ipam.Options{}
+	rest.IPAM = DefaultOptions().IPAM
 	if rest != DefaultOptions() {
 		t.Errorf("other options %+v, want the defaults %+v", rest, DefaultOptions())
 	}

@@ -43,6 +43,9 @@ func (c *Controller) syncPod(ctx context.Context, key string) error {
 	if s := readyStatus(node); s == "" || s == v1.ConditionTrue {
 		return nil
 	}
+	if readyStatus(node) == v1.ConditionUnknown && c.partition.holds(node.Name) {
+		return nil // its Pods are marked, if at all, when the hold ends
+	}
 	return c.markPodNotReady(ctx, pod)
 }
 

@@ -75,13 +75,22 @@ func desiredNoScheduleKeys(node *v1.Node) map[string]bool {
 
 // withNoScheduleTaints returns node's taints with the condition NoSchedule taints brought in
 // line with its conditions, and whether anything changed. Taints of other keys or effects,
-// and the position of those kept, are left as they are.
-func withNoScheduleTaints(node *v1.Node) ([]v1.Taint, bool) {
+// and the position of those kept, are left as they are. Added taints carry now as TimeAdded,
+// as upstream stamps every taint it adds: tools reading how long a Node has been unreachable
+// or not ready look at it. Kept taints keep theirs (or none, like the admission's).
+// holdReady leaves the NoSchedule taints of the Ready condition (not-ready, unreachable) as
+// they are, for a Node the partition guard holds.
+func withNoScheduleTaints(node *v1.Node, now time.Time, holdReady bool) ([]v1.Taint, bool) {
 	want := desiredNoScheduleKeys(node)
+	if holdReady {
+		delete(want, v1.TaintNodeNotReady)
+		delete(want, v1.TaintNodeUnreachable)
+	}
 	out := make([]v1.Taint, 0, len(node.Spec.Taints)+len(want))
 	changed := false
 	for _, t := range node.Spec.Taints {
-		if t.Effect == v1.TaintEffectNoSchedule && noScheduleTaintKeys[t.Key] {
+		held := holdReady && (t.Key == v1.TaintNodeNotReady || t.Key == v1.TaintNodeUnreachable)
+		if !held && t.Effect == v1.TaintEffectNoSchedule && noScheduleTaintKeys[t.Key] {
 			if !want[t.Key] {
 				changed = true
 				continue
@@ -91,8 +100,9 @@ func withNoScheduleTaints(node *v1.Node) ([]v1.Taint, bool) {
 		out = append(out, t)
 	}
 	// Added in a fixed order, so that equal inputs give equal patches.
+	at := metav1.NewTime(now)
 	for _, k := range slices.Sorted(maps.Keys(want)) {
-		out = append(out, v1.Taint{Key: k, Effect: v1.TaintEffectNoSchedule})
+		out = append(out, v1.Taint{Key: k, Effect: v1.TaintEffectNoSchedule, TimeAdded: &at})
 		changed = true
 	}
 	return out, changed
@@ -100,7 +110,7 @@ func withNoScheduleTaints(node *v1.Node) ([]v1.Taint, bool) {
 
 // swapTaints returns taints with every taint matching one of remove (key and effect)
 // dropped and add appended unless present, and whether anything changed. Added taints carry
-// now as TimeAdded.
+// now as TimeAdded, whatever their effect (upstream stamps every taint it adds).
 func swapTaints(taints []v1.Taint, add *v1.Taint, remove []v1.Taint, now time.Time) ([]v1.Taint, bool) {
 	out := make([]v1.Taint, 0, len(taints)+1)
 	changed, present := false, false
@@ -116,10 +126,8 @@ func swapTaints(taints []v1.Taint, add *v1.Taint, remove []v1.Taint, now time.Ti
 	}
 	if add != nil && !present {
 		t := *add
-		if t.Effect == v1.TaintEffectNoExecute {
-			at := metav1.NewTime(now)
-			t.TimeAdded = &at
-		}
+		at := metav1.NewTime(now)
+		t.TimeAdded = &at
 		out = append(out, t)
 		changed = true
 	}

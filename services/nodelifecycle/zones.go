@@ -63,13 +63,20 @@ func zoneState(ready, notReady int, unhealthyThreshold float64) ZoneState {
 }
 
 // zoneRate is the NoExecute tainting rate, Nodes per second, for a zone of size Nodes in
-// state (StateInitial: not evaluated yet, normal rate).
+// state (StateInitial: not evaluated yet, normal rate). A fully disrupted zone gets
+// --zone-full-disruption-eviction-rate when set; the all-zones-down mode (rate 0) is decided
+// elsewhere.
 func (o Options) zoneRate(state ZoneState, size int) float64 {
-	if state == StatePartialDisruption {
+	switch state {
+	case StatePartialDisruption:
 		if size > o.LargeClusterThreshold {
 			return o.SecondaryEvictionRate
 		}
 		return 0
+	case StateFullDisruption:
+		if o.ZoneFullDisruptionEvictionRate != RateUnset {
+			return o.ZoneFullDisruptionEvictionRate
+		}
 	}
 	return o.EvictionRate
 }

@@ -81,3 +81,24 @@ func TestZoneRate(t *testing.T) {
 		}
 	}
 }
+
+// --zone-full-disruption-eviction-rate sets the rate of a fully disrupted zone only; unset
+// (the default) it is the healthy rate, as upstream; 0 stops tainting such zones.
+func TestZoneFullDisruptionRate(t *testing.T) {
+	o := DefaultOptions()
+	if o.ZoneFullDisruptionEvictionRate != RateUnset {
+		t.Fatalf("default = %g, want unset (%d)", o.ZoneFullDisruptionEvictionRate, RateUnset)
+	}
+	for _, r := range []float64{0, 0.02} {
+		o.ZoneFullDisruptionEvictionRate = r
+		if got := o.zoneRate(StateFullDisruption, 3); got != r {
+			t.Errorf("rate %g: full disruption = %g", r, got)
+		}
+		if got := o.zoneRate(StateNormal, 3); got != 0.1 {
+			t.Errorf("rate %g: normal = %g, want 0.1", r, got)
+		}
+		if got := o.zoneRate(StatePartialDisruption, 51); got != 0.01 {
+			t.Errorf("rate %g: partial = %g, want 0.01", r, got)
+		}
+	}
+}

@@ -17,7 +17,15 @@ const (
 	FlagNodeCIDRMaskSizeIPv4  = "node-cidr-mask-size-ipv4"
 	FlagNodeCIDRMaskSizeIPv6  = "node-cidr-mask-size-ipv6"
 	FlagServiceClusterIPRange = "service-cluster-ip-range"
+	// FlagCIDRFreeRangesWarning is kcm-split's: upstream has no warning before exhaustion.
+	FlagCIDRFreeRangesWarning = "node-cidr-free-ranges-warning"
 )
+
+// DefaultFreeRangesWarning is the default of --node-cidr-free-ranges-warning: room for a
+// few more Nodes, enough notice for a cluster that adds Nodes one by one to widen its
+// cluster CIDR or trim Nodes before a new one waits. An Event only adds information, so the
+// warning is on by default.
+const DefaultFreeRangesWarning = 10
 
 // Default node mask sizes, upstream's.
 const (
@@ -33,6 +41,9 @@ type Options struct {
 	MaskSizeIPv4 int
 	MaskSizeIPv6 int
 	ServiceCIDR  string
+	// FreeRangesWarning: one Warning Event when fewer ranges than this are free in a
+	// cluster CIDR; 0 turns it off.
+	FreeRangesWarning int
 }
 
 // Range is one cluster CIDR and the size of the ranges cut from it.
@@ -46,6 +57,8 @@ type Range struct {
 type Config struct {
 	Ranges  []Range
 	Service []netip.Prefix
+	// FreeRangesWarning is Options.FreeRangesWarning.
+	FreeRangesWarning int
 }
 
 // Config checks the options as upstream's kube-controller-manager does, and more: values it
@@ -56,7 +69,7 @@ func (o Options) Config() (Config, error) {
 	bad := func(flag, format string, args ...any) error {
 		return &app.FlagError{Flag: flag, Err: fmt.Errorf(format, args...)}
 	}
-	for flag, v := range map[string]int{FlagNodeCIDRMaskSize: o.MaskSize, FlagNodeCIDRMaskSizeIPv4: o.MaskSizeIPv4, FlagNodeCIDRMaskSizeIPv6: o.MaskSizeIPv6} {
+	for flag, v := range map[string]int{FlagNodeCIDRMaskSize: o.MaskSize, FlagNodeCIDRMaskSizeIPv4: o.MaskSizeIPv4, FlagNodeCIDRMaskSizeIPv6: o.MaskSizeIPv6, FlagCIDRFreeRangesWarning: o.FreeRangesWarning} {
 		if v < 0 {
 			return Config{}, bad(flag, "%d is negative", v)
 		}
@@ -122,6 +135,7 @@ func (o Options) Config() (Config, error) {
 		cfg.Ranges = append(cfg.Ranges, Range{Cluster: cluster, MaskSize: mask})
 	}
 	cfg.Service = services
+	cfg.FreeRangesWarning = o.FreeRangesWarning
 	return cfg, nil
 }
 

@@ -63,7 +63,17 @@ const (
 	// ReasonCIDRConflict: a range the Node has overlaps another Node's range or the Service
 	// range. It is kept; it stays taken until every Node holding it is gone.
 	ReasonCIDRConflict = "CIDRConflict"
+	// ReasonCIDRRangesRunningLow: fewer ranges of a cluster CIDR are free than
+	// --node-cidr-free-ranges-warning; one per episode, on the kube-node-lease Namespace.
+	ReasonCIDRRangesRunningLow = "CIDRRangesRunningLow"
 )
+
+// lowEventObject is what the running-low Event is recorded on. A cluster CIDR has no object
+// of its own and the Node that took the last range but one is no better a place (Nodes come
+// and go); the node lifecycle controller records its cluster-wide Node Events on the
+// kube-node-lease Namespace too, so they are found together:
+// `kubectl get events -n default --field-selector involvedObject.name=kube-node-lease`.
+var lowEventObject = &v1.ObjectReference{APIVersion: "v1", Kind: "Namespace", Name: v1.NamespaceNodeLease}
 
 // holding is what one Node object holds.
 type holding struct {
@@ -80,6 +90,8 @@ type holding struct {
 type family struct {
 	set   *cidrset.Set
 	label string // the clusterCIDR metrics label
+	// low: an episode of few free ranges is on and its Event recorded.
+	low bool
 }
 
 // Controller assigns Pod ranges to Nodes.
@@ -90,8 +102,10 @@ type Controller struct {
 	handlers informer.Handlers
 	queue    *worker.Queue[string]
 	families []*family
-	metrics  *ipamMetrics
-	rebuilt  atomic.Bool
+	// lowWarning is Config.FreeRangesWarning.
+	lowWarning int
+	metrics    *ipamMetrics
+	rebuilt    atomic.Bool
 
 	// mu guards held and waiting, and keeps them in step with the sets: every change of a
 	// set happens under it.
@@ -121,12 +135,13 @@ func New(nodes coreinformers.NodeInformer, claims networkinginformers.IPAddressI
 		nodes:    nodes.Lister(),
 		// A Node never stops needing a range: its retries back off (to 1000 s) but never end,
 		// so that updates of a Node with a pending write need not retry it (onUpdate).
-		queue:   worker.New(worker.Options[string]{Name: QueueName, Controller: controller, Registerer: reg, MaxRetries: -1}),
-		metrics: newMetrics(reg),
-		held:    map[string]holding{},
-		waiting: map[string]bool{},
-		claims:  map[string]claim{},
-		ownHold: map[string]bool{},
+		queue:      worker.New(worker.Options[string]{Name: QueueName, Controller: controller, Registerer: reg, MaxRetries: -1}),
+		metrics:    newMetrics(reg),
+		lowWarning: cfg.FreeRangesWarning,
+		held:       map[string]holding{},
+		waiting:    map[string]bool{},
+		claims:     map[string]claim{},
+		ownHold:    map[string]bool{},
 	}
 	for _, r := range cfg.Ranges {
 		set, err := cidrset.New(r.Cluster, r.MaskSize)
@@ -230,6 +245,9 @@ func (c *Controller) rebuild(ctx context.Context) error {
 		}
 	}
 	c.rebuilt.Store(true)
+	c.mu.Lock()
+	c.observeLocked() // the free ranges are known only now
+	c.mu.Unlock()
 	klog.FromContext(ctx).Info("Accounted for existing Pod ranges", "nodes", len(nodes), "used", c.usage())
 	return nil
 }
@@ -592,7 +610,30 @@ func (c *Controller) usage() []string {
 
 func (c *Controller) observeLocked() {
 	for _, f := range c.families {
+		free := f.set.Size() - f.set.Used()
 		c.metrics.usage.WithLabelValues(f.label).Set(float64(f.set.Used()) / float64(f.set.Size()))
+		c.metrics.free.WithLabelValues(f.label).Set(float64(free))
+		c.warnLowLocked(f, free)
+	}
+}
+
+// warnLowLocked records one Event when a cluster CIDR's free ranges fall below the warning
+// threshold. Upstream says nothing until a Node finds none (CIDRNotAvailable), when the
+// Node already waits. The episode ends only once twice the threshold is free again, so
+// Nodes coming and going at the threshold do not repeat the Event.
+func (c *Controller) warnLowLocked(f *family, free int) {
+	if c.lowWarning <= 0 || !c.rebuilt.Load() {
+		// Before rebuild the sets do not hold the Nodes' ranges yet: no verdict.
+		return
+	}
+	switch {
+	case !f.low && free < c.lowWarning:
+		f.low = true
+		c.recorder.Eventf(lowEventObject, v1.EventTypeWarning, ReasonCIDRRangesRunningLow,
+			"Only %d of the %d Pod ranges (/%d) of cluster CIDR %s are free (fewer than --%s=%d): once none is, new Nodes wait for one (CIDRNotAvailable)",
+			free, f.set.Size(), f.set.MaskSize(), f.label, FlagCIDRFreeRangesWarning, c.lowWarning)
+	case f.low && free >= 2*c.lowWarning:
+		f.low = false
 	}
 }
 

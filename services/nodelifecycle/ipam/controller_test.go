@@ -522,3 +522,62 @@ func TestFullFamilyTakesNothingFromTheOther(t *testing.T) {
 		t.Errorf("IPv4 releases %v, want 0", v)
 	}
 }
+
+// Fewer free ranges than --node-cidr-free-ranges-warning: one Warning Event per episode, on
+// the kube-node-lease Namespace; Nodes coming and going near the threshold repeat nothing;
+// once twice the threshold is free again, a new shortage gets its own Event. The free
+// ranges are a gauge per cluster CIDR.
+func TestFewFreeRangesWarnOncePerEpisode(t *testing.T) {
+	f := newFixture(t, Options{ClusterCIDR: "10.0.0.0/26", MaskSize: 29, FreeRangesWarning: 3}) // 8 ranges
+	lows := func() int {
+		n := 0
+		for _, e := range f.events() {
+			if strings.Contains(e, "Warning CIDRRangesRunningLow") {
+				n++
+			}
+		}
+		return n
+	}
+	free := func() float64 {
+		return testutil.ToFloat64(f.c.metrics.free.WithLabelValues("10.0.0.0/26"))
+	}
+	if got := free(); got != 8 {
+		t.Fatalf("free ranges at start = %v, want 8", got)
+	}
+	add := func(names ...string) {
+		for _, n := range names {
+			f.add(node(n))
+			f.mustSync(n)
+		}
+	}
+	del := func(names ...string) {
+		for _, n := range names {
+			f.remove(n)
+			f.mustSync(n)
+		}
+	}
+	add("a", "b", "c", "d", "e") // 3 free: not fewer than 3
+	if got := lows(); got != 0 {
+		t.Fatalf("%d warnings with 3 free, want none", got)
+	}
+	add("f") // 2 free
+	evs := f.events()
+	if len(evs) != 1 || !strings.Contains(evs[0], "Warning CIDRRangesRunningLow Only 2 of the 8 Pod ranges (/29) of cluster CIDR 10.0.0.0/26 are free") {
+		t.Errorf("events %q, want one CIDRRangesRunningLow", evs)
+	}
+	if got := free(); got != 2 {
+		t.Errorf("free ranges = %v, want 2", got)
+	}
+	add("g")
+	del("g")
+	del("f", "e", "d") // 5 free: fewer than twice the threshold, the episode goes on
+	add("d")
+	if got := lows(); got != 0 {
+		t.Errorf("%d more warnings within one episode, want none", got)
+	}
+	del("d", "c")           // 6 free: the episode ends
+	add("c", "d", "e", "f") // 2 free: a new episode
+	if got := lows(); got != 1 {
+		t.Errorf("%d warnings for the second shortage, want 1", got)
+	}
+}

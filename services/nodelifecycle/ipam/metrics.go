@@ -15,6 +15,7 @@ type ipamMetrics struct {
 	max         *prometheus.GaugeVec
 	tries       *prometheus.HistogramVec
 	waiting     prometheus.Gauge
+	free        *prometheus.GaugeVec
 	// claimCollisions counts ranges found claimed by someone else when this allocator went
 	// to claim them: another allocator runs (a split brain), or this one's view was behind.
 	claimCollisions prometheus.Counter
@@ -52,6 +53,10 @@ func newMetrics(reg prometheus.Registerer) *ipamMetrics {
 			Name: "kcm_split_nodelifecycle_nodes_waiting_for_cidr",
 			Help: "Nodes without a Pod range because their cluster CIDR has no free range; each gets one as soon as one is freed.",
 		}),
+		free: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kcm_split_nodelifecycle_cidr_free_ranges",
+			Help: "Ranges of the cluster CIDR free to hand to new Nodes.",
+		}, labels),
 		claimCollisions: f.NewCounter(prometheus.CounterOpts{
 			Name: "kcm_split_nodelifecycle_cidr_claim_collisions_total",
 			Help: "Ranges this allocator went to claim for a Node and found claimed by someone else (another allocator), so it took another.",
