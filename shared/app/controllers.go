@@ -54,6 +54,15 @@ func (rt *Runtime) runControllers(ctx context.Context, controllers []Controller,
 	return informer.Run(ctx, func(ctx context.Context) error { return runAll(ctx, controllers) }, factories...)
 }
 
+// controllerNames are the controllers' names, in order.
+func controllerNames(controllers []Controller) []string {
+	names := make([]string, 0, len(controllers))
+	for _, c := range controllers {
+		names = append(names, c.Name)
+	}
+	return names
+}
+
 // runAll runs every controller until ctx ends; the first failure cancels the rest.
 func runAll(ctx context.Context, controllers []Controller) error {
 	ctx, cancel := context.WithCancel(ctx)

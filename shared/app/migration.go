@@ -70,10 +70,7 @@ func alwaysOK(*http.Request) error { return nil }
 func (rt *Runtime) runMigrated(ctx context.Context, controllers []Controller, factories []informer.Factory) error {
 	m := rt.migration
 	logger := klog.FromContext(ctx)
-	names := make([]string, 0, len(controllers))
-	for _, c := range controllers {
-		names = append(names, c.Name)
-	}
+	names := controllerNames(controllers)
 	filter := m.cfg.Filter(names)
 	var run []Controller
 	var migrated, unowned []string

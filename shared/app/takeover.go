@@ -383,10 +383,7 @@ func (t *takeOverRun) wait(ctx context.Context, names []string) error {
 func (rt *Runtime) runTakeOver(ctx context.Context, controllers []Controller, factories []informer.Factory) error {
 	t := rt.takeOver
 	logger := klog.FromContext(ctx)
-	names := make([]string, 0, len(controllers))
-	for _, c := range controllers {
-		names = append(names, c.Name)
-	}
+	names := controllerNames(controllers)
 	rt.SetSynced(func() bool { return true }) // waiting for the proof is not a reason to be unready
 	if err := t.wait(ctx, names); err != nil {
 		return nil
