@@ -22,7 +22,7 @@ help: ## Show this help
 include deploy/local/local.mk
 
 .PHONY: tools
-tools: ## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok, helm, staticcheck into bin/ (skips what is present)
+tools: ## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet, kube-proxy, kwok, helm, staticcheck, prometheus, promtool into bin/ (skips what is present)
 	@bash deploy/tools/build.sh $(BIN)
 
 .PHONY: tools-test
@@ -114,7 +114,7 @@ scale-floor: tools ## Memory of each process on an empty cluster (the floor befo
 
 .PHONY: tidy
 tidy: ## go mod tidy in every module (and the tools module)
-	@for m in $(MODULES) deploy/tools; do (cd $$m && GOWORK=off go mod tidy); done
+	@for m in $(MODULES) deploy/tools deploy/tools/prometheus; do (cd $$m && GOWORK=off go mod tidy); done
 
 .PHONY: bench
 BENCHES := $(patsubst %/bench/,%,$(dir $(wildcard services/*/bench/*_test.go)))
