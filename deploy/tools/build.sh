@@ -43,14 +43,14 @@ install() { # name module@version
   GOBIN="$bin" go install -trimpath -ldflags "-s -w" "$p"
 }
 
-# build_in DIR name package tags: like build, from the module in deploy/tools/DIR (its own versions).
+# build_in DIR name package tags [ldflags]: like build, from the module in deploy/tools/DIR (its own versions).
 build_in() {
-  local dir=$1 name=$2 p=$3 tags=${4:-}
+  local dir=$1 name=$2 p=$3 tags=${4:-} flags="-s -w ${5:-}"
   wanted "$name" || return 0
   if [ -x "$bin/$name" ]; then echo "tools: $name present, skipping"; return; fi
   echo "tools: building $name ($p)"
   local start=$SECONDS
-  (cd "$here/$dir" && go build -trimpath -tags "$tags" -ldflags "-s -w" -o "$bin/$name.tmp" "$p")
+  (cd "$here/$dir" && go build -trimpath -tags "$tags" -ldflags "$flags" -o "$bin/$name.tmp" "$p")
   mv "$bin/$name.tmp" "$bin/$name"
   echo "tools: built $name in $((SECONDS - start))s"
 }
@@ -72,8 +72,9 @@ if [ "${TOOLS_MINIMAL:-}" != "1" ] || [ -n "${TOOLS_ONLY:-}" ]; then
   install helm "helm.sh/helm/v4/cmd/helm@$HELM_VERSION"
   # Prometheus v3 (the dashboards' live test) and promtool (the alerts' unit tests). Scrape
   # targets are static in those tests: remove_all_sd leaves out the cloud service discoveries.
-  build_in prometheus prometheus github.com/prometheus/prometheus/cmd/prometheus remove_all_sd
-  build_in prometheus promtool github.com/prometheus/prometheus/cmd/promtool remove_all_sd
+  promver="-X github.com/prometheus/common/version.Version=3.16.0"
+  build_in prometheus prometheus github.com/prometheus/prometheus/cmd/prometheus remove_all_sd "$promver"
+  build_in prometheus promtool github.com/prometheus/prometheus/cmd/promtool remove_all_sd "$promver"
   # kwok has no default stages: keep the ones its module ships beside the binary.
   if wanted kwok && [ ! -d "$bin/kwok-stages" ]; then
     src=$(go env GOMODCACHE)/sigs.k8s.io/kwok@$KWOK_VERSION/kustomize/stage
