@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/prometheus/model/rulefmt"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kcm-split/kcm-split/shared/testenv"
@@ -38,7 +37,7 @@ func ruleArgs(v *Values, more ...string) []string {
 }
 
 // renderRules renders the chart and returns its one PrometheusRule as a rule file.
-func renderRules(t *testing.T, c *Chart, args ...string) (Object, []byte, *rulefmt.RuleGroups) {
+func renderRules(t *testing.T, c *Chart, args ...string) (Object, []byte, *RuleGroups) {
 	t.Helper()
 	prs := byKind(render(t, c, alertRelease, alertNamespace, args...), "PrometheusRule")
 	if len(prs) != 1 {
@@ -198,7 +197,7 @@ func TestAlertRules(t *testing.T) {
 	t.Logf("promtool test rules: %d files, %d alerts, %s", len(names), len(alerts), time.Since(start).Round(time.Millisecond))
 
 	// The same tests on rules that never fire must fail: the tests bite.
-	var never rulefmt.RuleGroups
+	var never RuleGroups
 	for _, g := range groups.Groups {
 		for i := range g.Rules {
 			if g.Rules[i].Alert != "" {
