@@ -104,6 +104,11 @@ func runbookSections(t *testing.T, c *Chart) map[string]string {
 func TestAlertRules(t *testing.T) {
 	c, v := chart(t)
 	_, rules, groups := renderRules(t, c, ruleArgs(v)...)
+	for _, p := range []string{"__JOB__", "__CONTROLLER__", "__KCM_SPLIT_JOBS__", "__KCM_JOB__"} {
+		if bytes.Contains(rules, []byte(p)) {
+			t.Errorf("placeholder %s left in the rendered rules", p)
+		}
+	}
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), rules, 0o644); err != nil {
 		t.Fatal(err)
