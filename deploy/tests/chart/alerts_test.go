@@ -201,7 +201,8 @@ func TestAlertRules(t *testing.T) {
 	}
 	t.Logf("promtool test rules: %d files, %d alerts, %s", len(names), len(alerts), time.Since(start).Round(time.Millisecond))
 
-	// The same tests on rules that never fire must fail: the tests bite.
+	// The same tests on rules that never fire must fail: the tests bite (one file shows it,
+	// at half the cost of both).
 	var never RuleGroups
 	for _, g := range groups.Groups {
 		for i := range g.Rules {
@@ -218,7 +219,7 @@ func TestAlertRules(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := runPromtool(t, dir, append([]string{"test", "rules"}, names...)...); err == nil {
+	if out, err := runPromtool(t, dir, "test", "rules", names[0]); err == nil {
 		t.Errorf("promtool test rules passed on rules that never fire:\n%s", out)
 	}
 }
