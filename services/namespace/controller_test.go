@@ -551,11 +551,12 @@ func TestMetricsAreNamedAndLintClean(t *testing.T) {
 	f.c.metrics.deleted.WithLabelValues("configmaps.").Add(3)
 	f.c.metrics.duration.Observe(2)
 	for name, want := range map[string]int{
-		"kcm_split_namespace_terminating":               1,
-		"kcm_split_namespace_objects_deleted_total":     1,
-		"kcm_split_namespace_deletion_duration_seconds": 1,
-		"kcm_split_namespace_deletion_stopped_total":    2, // gone, replaced: present from the start
-		"workqueue_depth":                               1,
+		"kcm_split_namespace_terminating":                1,
+		"kcm_split_namespace_oldest_terminating_seconds": 1,
+		"kcm_split_namespace_objects_deleted_total":      1,
+		"kcm_split_namespace_deletion_duration_seconds":  1,
+		"kcm_split_namespace_deletion_stopped_total":     2, // gone, replaced: present from the start
+		"workqueue_depth": 1,
 	} {
 		if got := testutil.CollectAndCount(f.reg, name); got != want {
 			t.Errorf("%s: %d series, want %d", name, got, want)
@@ -568,6 +569,18 @@ func TestMetricsAreNamedAndLintClean(t *testing.T) {
 kcm_split_namespace_terminating 1
 `), "kcm_split_namespace_terminating"); err != nil {
 		t.Error(err)
+	}
+	// terminating() set the deletion timestamp a minute ago.
+	fams, err := f.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fam := range fams {
+		if fam.GetName() == "kcm_split_namespace_oldest_terminating_seconds" {
+			if age := fam.GetMetric()[0].GetGauge().GetValue(); age < 60 || age > 600 {
+				t.Errorf("kcm_split_namespace_oldest_terminating_seconds = %v, want about 60", age)
+			}
+		}
 	}
 	problems, err := testutil.GatherAndLint(f.reg)
 	if err != nil {

@@ -1,6 +1,8 @@
 package namespace
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/labels"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -85,17 +87,37 @@ func newMetrics(reg prometheus.Registerer, namespaces corelisters.NamespaceListe
 		Name:      "terminating",
 		Help:      "Namespaces that have a deletion timestamp and still exist, as this controller's cache sees them.",
 	}, func() float64 {
-		all, err := namespaces.List(labels.Everything())
-		if err != nil {
-			return 0
-		}
-		n := 0
-		for _, ns := range all {
-			if ns.DeletionTimestamp != nil {
-				n++
-			}
-		}
+		n, _ := terminatingStats(namespaces, time.Now())
 		return float64(n)
 	})
+	// The age of the oldest one is what tells a stuck deletion from steady churn, which keeps
+	// the count above zero without any namespace waiting long (the KcmSplitNamespaceStuckTerminating alert).
+	f.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "kcm_split",
+		Subsystem: MetricsSubsystem,
+		Name:      "oldest_terminating_seconds",
+		Help:      "Seconds since the deletion timestamp of the oldest namespace that still exists, as this controller's cache sees them; 0 when none is terminating.",
+	}, func() float64 {
+		_, oldest := terminatingStats(namespaces, time.Now())
+		return oldest.Seconds()
+	})
 	return m
+}
+
+// terminatingStats counts the namespaces with a deletion timestamp and returns how long ago
+// the oldest one's was set (0 for none; a failed list also reads as none).
+func terminatingStats(namespaces corelisters.NamespaceLister, now time.Time) (int, time.Duration) {
+	all, err := namespaces.List(labels.Everything())
+	if err != nil {
+		return 0, 0
+	}
+	n, oldest := 0, time.Duration(0)
+	for _, ns := range all {
+		if ns.DeletionTimestamp == nil {
+			continue
+		}
+		n++
+		oldest = max(oldest, now.Sub(ns.DeletionTimestamp.Time))
+	}
+	return n, oldest
 }

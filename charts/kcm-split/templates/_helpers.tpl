@@ -233,3 +233,15 @@ controllerLeaders:
 {{- define "kcm-split.leaderMigration.configMapName" -}}
 {{- printf "%s-leader-migration" (include "kcm-split.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
+
+{{/* A controller's scrape job as a Prometheus Operator ServiceMonitor sets it: the value of
+the Service label serviceMonitor.jobLabel names, else the Service name. */}}
+{{- define "kcm-split.alerts.job" -}}
+{{- $job := include "kcm-split.ctrlName" . -}}
+{{- $key := dig "jobLabel" "" .root.Values.serviceMonitor -}}
+{{- if $key -}}
+{{- $labels := include "kcm-split.labels" . | fromYaml -}}
+{{- $job = get $labels $key | default $job -}}
+{{- end -}}
+{{- $job -}}
+{{- end -}}

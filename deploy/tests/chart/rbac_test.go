@@ -214,6 +214,42 @@ func TestControllersUnderChartRBAC(t *testing.T) {
 		checkDashboardMetrics(t, filepath.Join(c.Dir, "dashboards", "overview.json"),
 			func(n string) bool { return exportedByAny(n, families) }, "which no controller binary exports")
 	})
+	// Every metric an alert names, exported by a binary after its scenario: checked only
+	// when every controller ran (a -run of one controller cannot tell).
+	t.Run("alerts", func(t *testing.T) {
+		ran := map[string]bool{}
+		for _, bins := range families {
+			for alias := range bins {
+				ran[alias] = true
+			}
+		}
+		if len(ran) < len(v.Aliases()) {
+			t.Skipf("only %d of %d controllers ran", len(ran), len(v.Aliases()))
+		}
+		checkAlertMetrics(t, c, v, func(n string) bool { return exportedByAny(n, families) })
+	})
+}
+
+// checkAlertMetrics fails t for every metric an alert of the chart's PrometheusRule (every
+// controller enabled) names that exported lacks.
+func checkAlertMetrics(t *testing.T, c *Chart, v *Values, exported func(name string) bool) {
+	t.Helper()
+	_, _, groups := renderRules(t, c, ruleArgs(v)...)
+	alerts := Alerts(groups)
+	for _, name := range SortedKeys(alerts) {
+		for _, r := range alerts[name] {
+			names, err := MetricNames(r.Expr)
+			if err != nil {
+				t.Errorf("%s: %v", name, err)
+				continue
+			}
+			for _, n := range names {
+				if !Synthetic[n] && !exported(n) {
+					t.Errorf("alert %s queries %s, which no controller binary exports", name, n)
+				}
+			}
+		}
+	}
 }
 
 func exportedByAny(name string, families map[string]map[string]bool) bool {

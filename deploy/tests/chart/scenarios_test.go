@@ -393,6 +393,20 @@ func pvbinderScenario(t *testing.T, admin kubernetes.Interface, ns string, snaps
 		}
 		return false, nil
 	})
+
+	// A Block claim of that class fails to provision (host path serves filesystems only): a
+	// ProvisioningFailed Event, and volume_operation_errors_total, which an alert reads, gets
+	// its series.
+	block := pvc.DeepCopy()
+	mode := corev1.PersistentVolumeBlock
+	block.Name, block.Spec.VolumeName, block.Spec.StorageClassName, block.Spec.VolumeMode = "block", "", &class.Name, &mode
+	if _, err := admin.CoreV1().PersistentVolumeClaims(ns).Create(ctx, block, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a ProvisioningFailed Event on the Block claim", func(ctx context.Context) (bool, error) {
+		evs, err := admin.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=block,reason=ProvisioningFailed"})
+		return err == nil && len(evs.Items) > 0, nil
+	})
 }
 
 var poolGVR = schema.GroupVersionResource{Group: "lb.kcm-split.io", Version: "v1alpha1", Resource: "ipaddresspools"}
