@@ -102,9 +102,12 @@ func TestDashboardsLive(t *testing.T) {
 
 	// What the chart sets up for a scraper: its metrics-reader ClusterRole, and its
 	// ServiceMonitors' scheme, path and TLS settings.
-	c, _ := chart(t)
-	objs := render(t, c, "kcm-split", "kube-system", "--set", "serviceMonitor.enabled=true",
-		"--api-versions", "monitoring.coreos.com/v1/ServiceMonitor")
+	c, v := chart(t)
+	args := []string{"--set", "serviceMonitor.enabled=true", "--api-versions", "monitoring.coreos.com/v1/ServiceMonitor"}
+	for _, alias := range v.Aliases() {
+		args = append(args, "--set", "controllers."+alias+".enabled=true")
+	}
+	objs := render(t, c, "kcm-split", "kube-system", args...)
 	var reader *rbacv1.ClusterRole
 	monitors := 0
 	insecure := false
@@ -248,7 +251,7 @@ func TestDashboardsLive(t *testing.T) {
 		return up == len(liveJobs)+1, fmt.Sprintf("%d of %d targets up", up, len(liveJobs)+1)
 	})
 
-	workload(t, ctx, client, ports, token("no-rights"))
+	workload(t, ctx, client, api, ports, token("no-rights"))
 	workloadDone := time.Now()
 	t.Logf("FIGURE workload: %.1fs", workloadDone.Sub(promStart).Seconds())
 	// Rates need two scrapes after the last event, and the 10 s windows to cover it.
@@ -445,7 +448,7 @@ func keys(m map[string]bool) []string {
 }
 
 // workload exercises each controller, waiting for each final state.
-func workload(t *testing.T, ctx context.Context, client kubernetes.Interface, ports map[string]int, noRights string) {
+func workload(t *testing.T, ctx context.Context, client kubernetes.Interface, api *promAPI, ports map[string]int, noRights string) {
 	t.Helper()
 	ns := fmt.Sprintf("dash-%d", time.Now().UnixNano()%100000)
 	liveDo(t, func() error {
@@ -512,24 +515,52 @@ func workload(t *testing.T, ctx context.Context, client kubernetes.Interface, po
 					Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}, metav1.CreateOptions{})
 		return err
 	})
-	// nodelifecycle: a Node kwok does not manage, reporting NotReady (taint, eviction, a Pod
-	// range from node IPAM), and a Pod on it tolerating that for 1 s (taint eviction).
+	// nodelifecycle: Nodes kwok does not manage. Zone dash-full: one Node reporting NotReady
+	// (tainted NoExecute at the normal rate, a Pod range from node IPAM) and a Pod on it
+	// tolerating that for 1 s (taint eviction); the Node deleted at the end (its range
+	// freed). Zone dash-partial: three NotReady and one Ready, a partial disruption that
+	// pauses tainting there; its Nodes wait for Pod ranges (make up's /24 has four /26s).
 	node := ns + "-node"
-	liveDo(t, func() error {
-		_, err := client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node,
-			Labels: map[string]string{"topology.kubernetes.io/zone": "dash-zone"}}}, metav1.CreateOptions{})
-		return err
-	})
-	liveDo(t, func() error {
+	newNode := func(name, zone string, ready corev1.ConditionStatus) {
+		liveDo(t, func() error {
+			_, err := client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
+				Labels: map[string]string{"topology.kubernetes.io/zone": zone}}}, metav1.CreateOptions{})
+			return err
+		})
+		liveDo(t, func() error {
+			n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			now := metav1.Now()
+			n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready, Reason: "DashboardsE2E",
+				LastHeartbeatTime: now, LastTransitionTime: now}}
+			_, err = client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+			return err
+		})
+	}
+	newNode(node, "dash-full", corev1.ConditionFalse)
+	poll(t, 60*time.Second, "Node "+node+" with a Pod range", func() (bool, string) {
 		n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
-			return err
+			return false, err.Error()
 		}
-		now := metav1.Now()
-		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "DashboardsE2E",
-			LastHeartbeatTime: now, LastTransitionTime: now}}
-		_, err = client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
-		return err
+		return len(n.Spec.PodCIDRs) > 0, "no podCIDRs"
+	})
+	for i := range 4 {
+		status := corev1.ConditionFalse
+		if i == 3 {
+			status = corev1.ConditionTrue
+		}
+		newNode(fmt.Sprintf("%s-partial-%d", ns, i), "dash-partial", status)
+	}
+	// The Ready Node turns Unknown after --node-monitor-grace-period (50 s): look now.
+	poll(t, 40*time.Second, "tainting paused in zone dash-partial", func() (bool, string) {
+		res, err := api.instant(`kcm_split_nodelifecycle_evictions_paused{zone=~".*dash-partial"}`)
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(res) == 1 && res[0].value() == 1, fmt.Sprintf("%d series", len(res))
 	})
 	liveDo(t, func() error {
 		_, err := client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "on-notready"},
@@ -643,6 +674,20 @@ func workload(t *testing.T, ctx context.Context, client kubernetes.Interface, po
 		}
 		return p.DeletionTimestamp != nil, "not deleted"
 	})
+	liveDo(t, func() error { return client.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}) })
+	poll(t, 60*time.Second, "a Pod range freed and given to a waiting Node", func() (bool, string) {
+		l, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "topology.kubernetes.io/zone=dash-partial"})
+		if err != nil {
+			return false, err.Error()
+		}
+		with := 0
+		for _, n := range l.Items {
+			if len(n.Spec.PodCIDRs) > 0 {
+				with++
+			}
+		}
+		return with == 1, fmt.Sprintf("%d of the zone's Nodes have a range", with)
+	})
 	poll(t, 90*time.Second, "namespace "+doomed+" gone", func() (bool, string) {
 		_, err := client.CoreV1().Namespaces().Get(ctx, doomed, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), fmt.Sprintf("%v", err)
@@ -748,7 +793,7 @@ func (s promSeries) hasData() bool {
 }
 
 func (a *promAPI) get(path string, params url.Values, out any) error {
-	resp, err := http.PostForm(a.base+path, params)
+	resp, err := http.Get(a.base + path + "?" + params.Encode())
 	if err != nil {
 		return err
 	}
