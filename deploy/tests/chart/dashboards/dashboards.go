@@ -130,7 +130,8 @@ var binaries = []binary{
 	},
 	{
 		alias: "nodelifecycle", title: "Node lifecycle controller",
-		controllers: []string{"nodelifecycle-controller", "taint-eviction-controller", "node-ipam-controller"},
+		// Node lifecycle, taint eviction and node IPAM reconcile under one controller label.
+		controllers: []string{"nodelifecycle-controller"},
 		own: []section{
 			{title: "Node lifecycle", panels: []panel{
 				ts("Zone health (% of Ready Nodes)", "percent", 12, "", q(`max by (zone) (node_collector_zone_health{$SEL})`, "{{zone}}")),
@@ -250,8 +251,8 @@ func commonSections() []section {
 				"How long a key waits before a worker takes it. The histogram's top bucket is 10 s (upstream's buckets), so the p99 cannot exceed 10 s; the mean (sum / count) has no such ceiling.",
 				q(p99("workqueue_queue_duration_seconds", "name"), "p99 {{name}}"),
 				q(`sum by (name) (rate(workqueue_queue_duration_seconds_sum{$SEL}[$__rate_interval])) / sum by (name) (rate(workqueue_queue_duration_seconds_count{$SEL}[$__rate_interval]))`, "mean {{name}}")),
-			ts("Keys that waited over 10 s", "ops", 8, "Keys per second whose wait went past the histogram's top bucket (10 s).",
-				q(`sum by (name) (rate(workqueue_queue_duration_seconds_count{$SEL}[$__rate_interval])) - sum by (name) (rate(workqueue_queue_duration_seconds_bucket{$SEL, le="10"}[$__rate_interval]))`, "{{name}}")),
+			ts("Keys that waited over 10 s", "ops", 8, "Keys per second whose wait went past the histogram's top bucket (10 s; le is \"10.0\" since Prometheus 3, \"10\" before).",
+				q(`sum by (name) (rate(workqueue_queue_duration_seconds_count{$SEL}[$__rate_interval])) - sum by (name) (rate(workqueue_queue_duration_seconds_bucket{$SEL, le=~"10|10.0"}[$__rate_interval]))`, "{{name}}")),
 			ts("Work duration p99", "s", 8, "", q(p99("workqueue_work_duration_seconds", "name"), "{{name}}")),
 			ts("Longest running / unfinished work", "s", 24, "A value that keeps growing means a stuck worker.",
 				q(`max by (name) (workqueue_longest_running_processor_seconds{$SEL})`, "longest {{name}}"),
