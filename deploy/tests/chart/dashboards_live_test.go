@@ -310,6 +310,7 @@ func checkLiveDashboard(t *testing.T, api *promAPI, f string, start, end time.Ti
 			t.Errorf("%s variable %s: query %q is not label_values(selector, label)", name, v.Name, qs)
 			return 0
 		}
+		checkMatchers(t, api, name, "variable "+v.Name, subst(m[1]), start, end)
 		values, err := api.labelValues(subst(m[1]), m[2], start, end)
 		if err != nil || len(values) == 0 {
 			t.Errorf("%s variable %s: %s found no values (%v)", name, v.Name, subst(qs), err)
@@ -355,7 +356,7 @@ func checkLiveDashboard(t *testing.T, api *promAPI, f string, start, end time.Ti
 				if data == 0 {
 					t.Errorf("%s panel %q: no data (%d series, none with a number) from %s", name, p.Title, len(series), expr)
 				}
-				checkMatchers(t, api, name, p.Title, expr, start, end)
+				checkMatchers(t, api, name, fmt.Sprintf("panel %q", p.Title), expr, start, end)
 			}
 			for _, exp := range []map[string][]string{liveExpect[name][p.Title], liveExpect["*"][p.Title]} {
 				for label, want := range exp {
@@ -372,14 +373,14 @@ func checkLiveDashboard(t *testing.T, api *promAPI, f string, start, end time.Ti
 	return n
 }
 
-// checkMatchers: every literal label value a query filters on (=, or =~ a list of
+// checkMatchers (where is a panel or a variable): every literal label value a query filters on (=, or =~ a list of
 // alternatives) is one the metric has under the query's other matchers, so a panel never
 // filters on a controller, queue, decision or bucket that does not exist.
-func checkMatchers(t *testing.T, api *promAPI, dash, panel, expr string, start, end time.Time) {
+func checkMatchers(t *testing.T, api *promAPI, dash, where, expr string, start, end time.Time) {
 	t.Helper()
 	e, err := parser.ParseExpr(expr)
 	if err != nil {
-		t.Errorf("%s panel %q: %v", dash, panel, err)
+		t.Errorf("%s %s: %v", dash, where, err)
 		return
 	}
 	parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
@@ -407,7 +408,7 @@ func checkMatchers(t *testing.T, api *promAPI, dash, panel, expr string, start, 
 			}
 			got, err := api.labelValues("{"+strings.Join(sel, ", ")+"}", m.Name, start, end)
 			if err != nil {
-				t.Errorf("%s panel %q: %v", dash, panel, err)
+				t.Errorf("%s %s: %v", dash, where, err)
 				continue
 			}
 			missing := 0
@@ -417,12 +418,12 @@ func checkMatchers(t *testing.T, api *promAPI, dash, panel, expr string, start, 
 					// le: spellings of one bucket bound (Prometheus 3 writes 10.0, 2 wrote 10);
 					// one of them is enough.
 					if m.Name != labels.BucketLabel {
-						t.Errorf("%s panel %q filters %s on %s=%q, which has only %v", dash, panel, vs.Name, m.Name, w, got)
+						t.Errorf("%s %s filters %s on %s=%q, which has only %v", dash, where, vs.Name, m.Name, w, got)
 					}
 				}
 			}
 			if m.Name == labels.BucketLabel && missing == len(want) {
-				t.Errorf("%s panel %q filters %s on le %s, which has only %v", dash, panel, vs.Name, m.Value, got)
+				t.Errorf("%s %s filters %s on le %s, which has only %v", dash, where, vs.Name, m.Value, got)
 			}
 		}
 		return nil
