@@ -73,7 +73,7 @@ chart-e2e: tools ## The chart end to end on a real node (root): make up + node-u
 	@bash deploy/tests/chart/e2e.sh
 
 .PHONY: dashboards-e2e
-dashboards-e2e: tools ## Every dashboard panel against live data: make up, Prometheus scraping each binary as the chart authorizes it, a workload, every query (about 3 minutes; part of test); log in .test-logs/dashboards-e2e.log
+dashboards-e2e: tools ## Every dashboard panel against live data: make up, Prometheus scraping each binary as the chart authorizes it, a workload, every query (about 5 minutes, make up 3 of them; part of test); log in .test-logs/dashboards-e2e.log
 	@mkdir -p .test-logs
 	@bash deploy/tests/chart/dashboards-e2e.sh 2>&1 | tee $(ROOT)/.test-logs/dashboards-e2e.log
 
