@@ -7,7 +7,7 @@ SHELL := /bin/bash
 
 ROOT     := $(abspath .)
 BIN      := $(ROOT)/bin
-MODULES  := shared $(patsubst %/go.mod,%,$(wildcard services/*/go.mod)) deploy/tests/chart deploy/tests/drills deploy/images deploy/tests/scale
+MODULES  := shared $(patsubst %/go.mod,%,$(wildcard services/*/go.mod)) deploy/tests/chart deploy/tests/chart/dashboards deploy/tests/drills deploy/images deploy/tests/scale
 # One binary per services/<alias>/cmd/<name>.
 CMDS     := $(wildcard services/*/cmd/*)
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -58,7 +58,7 @@ images-push: ## Build the controllers' images and push them to ghcr.io/kcm-split
 		-revision "$(REVISION)" -epoch $(SOURCE_DATE_EPOCH) -only $(IMAGE_BINARIES) -push $(IMAGES_FLAGS)
 
 .PHONY: test
-test: tools lint helm-lint test-e2e test-go migration-drill chart-e2e ## Run lint and every test (unit, integration on a real apiserver, make-up smoke, the switch from KCM, then the chart on a real node), all modules
+test: tools lint helm-lint test-e2e dashboards-e2e test-go migration-drill chart-e2e ## Run lint and every test (unit, integration on a real apiserver, make-up smoke, the switch from KCM, then the chart on a real node), all modules
 
 .PHONY: test-go
 test-go: ## Run go test -race in every module (needs bin/etcd and bin/kube-apiserver); logs in .test-logs/
@@ -71,6 +71,11 @@ test-e2e: ## Smoke-test `make up`: a Deployment's Pods appear in its Endpoints, 
 .PHONY: chart-e2e
 chart-e2e: tools ## The chart end to end on a real node (root): make up + node-up, install/upgrade/scale/uninstall, make down; figures in .test-logs/chart-e2e.log
 	@bash deploy/tests/chart/e2e.sh
+
+.PHONY: dashboards-e2e
+dashboards-e2e: tools ## Every dashboard panel against live data: make up, Prometheus scraping each binary as the chart authorizes it, a workload, every query (about 5 minutes, make up 3 of them; part of test); log in .test-logs/dashboards-e2e.log
+	@mkdir -p .test-logs
+	@bash deploy/tests/chart/dashboards-e2e.sh 2>&1 | tee $(ROOT)/.test-logs/dashboards-e2e.log
 
 .PHONY: test-unit
 test-unit: ## Run only the unit tests (-short skips the real control plane)

@@ -83,7 +83,7 @@ func checkDashboardMetrics(t *testing.T, path string, exported func(name string)
 			continue
 		}
 		for _, n := range names {
-			if !Synthetic[n] && !exported(n) {
+			if _, optIn := OptIn[n]; !Synthetic[n] && !optIn && !exported(n) {
 				t.Errorf("%s %s queries %s, %s", filepath.Base(path), q.Where, n, missing)
 			}
 		}
