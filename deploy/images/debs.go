@@ -95,6 +95,7 @@ func debsIn(dir, name, arch string) ([]string, error) {
 
 // fetchDebs returns one .deb file per name, from dir, downloading with `apt-get download` only
 // those dir lacks: a kept directory keeps the versions, and so the digest, of the first build.
+// A failed download is tried once more after `apt-get update` when running as root.
 func fetchDebs(ctx context.Context, dir, arch string, names []string) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -110,13 +111,17 @@ func fetchDebs(ctx context.Context, dir, arch string, names []string) ([]string,
 		}
 	}
 	if len(missing) > 0 {
-		cmd := exec.CommandContext(ctx, "apt-get", append([]string{"download", "-q"}, missing...)...)
-		cmd.Dir = dir
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
-			return nil, fmt.Errorf("apt-get download %s (run `apt-get update` first on a new machine): %w\n%s",
-				strings.Join(missing, " "), err, out.String())
+		err := aptGet(ctx, dir, append([]string{"download", "-q"}, missing...)...)
+		// A new machine may have no package lists yet, an old one lists versions the mirror
+		// no longer serves: refresh them once (root only) and try again.
+		if err != nil && os.Geteuid() == 0 {
+			if uerr := aptGet(ctx, dir, "update", "-q"); uerr != nil {
+				return nil, fmt.Errorf("%w; then %w", err, uerr)
+			}
+			err = aptGet(ctx, dir, append([]string{"download", "-q"}, missing...)...)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w (as root, `apt-get update` first)", err)
 		}
 	}
 	var files []string
@@ -131,6 +136,18 @@ func fetchDebs(ctx context.Context, dir, arch string, names []string) ([]string,
 		files = append(files, have[0])
 	}
 	return files, nil
+}
+
+// aptGet runs apt-get in dir, its output in the error.
+func aptGet(ctx context.Context, dir string, args ...string) error {
+	cmd := exec.CommandContext(ctx, "apt-get", args...)
+	cmd.Dir = dir
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("apt-get %s: %w\n%s", strings.Join(args, " "), err, out.String())
+	}
+	return nil
 }
 
 // debVersion is "name=version" from a .deb file name (name_version_arch.deb, with ':' escaped).
