@@ -1,11 +1,11 @@
 // Command images builds kcm-split's container images without Docker: one OCI image per
 // controller (linux/amd64 and linux/arm64 in one index), the pause image a node needs and,
 // given a built agnhost, the agnhost image upstream's e2e specs run (and a stand-in for their
-// nginx image). Each image holds one
-// static binary and nothing else, except agnhost's, which also holds a shell, curl and nc from
-// Debian's packages (agnhost-debs.txt) as upstream's does; the same sources (and packages),
-// version and SOURCE_DATE_EPOCH give the same digests. Images are written as OCI-layout tarballs (`ctr images import` reads them) and,
-// with -push, pushed to the registry.
+// nginx image). Each image holds one static binary and nothing else, except agnhost's, which
+// also holds a shell, curl and nc from Debian's packages (agnhost-debs.txt) as upstream's does;
+// the same sources (and packages), version and SOURCE_DATE_EPOCH give the same digests. Images
+// are written as OCI-layout tarballs (`ctr images import` reads them) and, with -push, pushed
+// to the registry.
 //
 // Usage (from the repository root; `make images` does this):
 //
