@@ -283,8 +283,8 @@ func busyboxApplets(ctx context.Context, busybox []byte, p v1.Platform) ([]strin
 
 // Userland is the agnhost image's userland from debs: every package's files (less the
 // dropped ones), /bin/nc for netcat-openbsd's nc.openbsd (Debian links it by alternatives,
-// at install time), and a /bin/busybox symlink for each busybox applet no package provides,
-// as Alpine's image has them. It fails if an ELF program or library needs an interpreter or
+// at install time), and a /bin/busybox symlink for each busybox applet no package provides
+// (dash's /bin/sh and nc stay theirs), as Alpine's image has them. It fails if an ELF program or library needs an interpreter or
 // a shared library that no package holds. The files come sorted by path, each parent
 // directory before its entries.
 func Userland(ctx context.Context, debs []string, p v1.Platform) ([]File, error) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"archive/tar"
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -158,13 +159,14 @@ func TestAgnhostUserland(t *testing.T) {
 		}
 		defer c.Close()
 		_ = c.SetDeadline(time.Now().Add(20 * time.Second))
-		b, _ := io.ReadAll(c)
-		got <- string(b)
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		got <- line
 	}()
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	script := fmt.Sprintf(`curl -q -s --max-time 30 %s/hostname && echo && echo line-from-nc | nc -N -w 5 %s`,
+	// As the EndpointSlice and Service specs run them (nc with -v: not busybox's).
+	script := fmt.Sprintf(`curl -q -s --max-time 30 %s/hostname && echo && echo line-from-nc | nc -v -t -w 2 %s`,
 		srv.URL, strings.Replace(ln.Addr().String(), ":", " ", 1))
 	cmd := exec.CommandContext(ctx, "chroot", root, "/bin/sh", "-x", "-c", script)
 	cmd.Env = []string{DefaultPath}
