@@ -260,10 +260,10 @@ func onPath(files map[string]*File, cmd string) bool {
 
 // busyboxApplets lists busybox's applets as paths (bin/sh, usr/bin/wget, ...), asking the
 // binary itself (`--list-full`), so it runs only on the build machine's architecture;
-// elsewhere the shell alone is linked.
+// elsewhere none is linked (busybox stays callable as `busybox <applet>`).
 func busyboxApplets(ctx context.Context, busybox []byte, p v1.Platform) ([]string, error) {
 	if p.Architecture != runtime.GOARCH {
-		return []string{"bin/sh"}, nil
+		return nil, nil
 	}
 	dir, err := os.MkdirTemp("", "busybox-")
 	if err != nil {
