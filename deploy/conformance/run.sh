@@ -12,9 +12,12 @@
 #   NODE=1          the data-plane specs on a real node (root): a fresh `make up` plus
 #                   `make node-up` with the images of `make images` (agnhost and pause tagged as
 #                   e2e.test names them), the kwok nodes tainted NoSchedule so that every test
-#                   Pod runs on the real node behind kube-proxy; default FOCUS then the
-#                   EndpointSlice specs (all five) and the Services [Conformance] specs
-#                   (FOCUS_NODE / SKIP_NODE override those)
+#                   Pod runs on the real node behind kube-proxy; default FOCUS then every
+#                   EndpointSlice and EndpointSliceMirroring spec (seven: the three the
+#                   default run skips exec `sh -c "curl ..."` into an agnhost Pod, whose
+#                   image has Debian's busybox, curl and nc for it); FOCUS_NODE / SKIP_NODE
+#                   override those (the Services [Conformance] specs, for instance, partly
+#                   need a cluster DNS, which make up has not)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bin=$root/bin
@@ -35,7 +38,7 @@ FOCUS=${FOCUS:-'\[sig-api-machinery\] ResourceQuota|\[sig-api-machinery\] Namesp
 SKIP=${SKIP:-'\[Flaky\]|\[Feature:|\[Slow\]|should verify ResourceQuota with terminating scopes through scope selectors|should verify ResourceQuota with best effort scope|multiple endpoint IPs specified in multiple EndpointSlices|multiple ports specified in multiple EndpointSlices|should mirror a custom Endpoint with multiple subsets and same IP address'}
 
 if [ "${NODE:-}" = 1 ]; then
-  FOCUS=${FOCUS_NODE:-'\[sig-network\] EndpointSlice |\[sig-network\] Services .*\[Conformance\]'}
+  FOCUS=${FOCUS_NODE:-'\[sig-network\] EndpointSlice |\[sig-network\] EndpointSliceMirroring '}
   SKIP=${SKIP_NODE:-'\[Flaky\]|\[Feature:|\[Slow\]|\[Disruptive\]|\[Serial\]'}
 fi
 
@@ -67,7 +70,9 @@ if [ "${NODE:-}" = 1 ] || [ "${UPSTREAM:-}" = 1 ] || ! { [ -f "$kubeconfig" ] &&
 fi
 if [ "${NODE:-}" = 1 ]; then
   [ "$(id -u)" = 0 ] || { echo "conformance: NODE=1 runs a real kubelet: run as root" >&2; exit 1; }
-  make images
+  # The node's images only (pause, agnhost, the nginx stand-in): the controllers run as make
+  # up's processes, so their images (two platforms each) would be built for nothing.
+  make images IMAGES_FLAGS=-only=pause,agnhost,nginx
   make node-up
   # e2e.test asks for upstream's image names; nothing can be pulled, so the same images of
   # make images are tagged with those names on the node.

@@ -51,9 +51,15 @@ type Spec struct {
 	User string
 	// Dirs are empty directories (mode 1777, like /tmp) the program expects to exist.
 	Dirs []string
+	// Files are further entries (a userland: Userland), written after Dirs and before the
+	// binary, in the order given; parents before their entries.
+	Files []File
+	// Env is the config's environment (PATH=...); empty for a lone binary.
+	Env []string
 }
 
-// Image builds a one-layer OCI image holding just spec.Binary: no shell, no other file.
+// Image builds a one-layer OCI image holding spec.Binary and, if given, spec.Dirs and
+// spec.Files; a controller's holds the binary alone: no shell, no other file.
 func Image(spec Spec) (v1.Image, error) {
 	layerTar, err := layerTar(spec)
 	if err != nil {
@@ -91,6 +97,7 @@ func Image(spec Spec) (v1.Image, error) {
 	}
 	cf.Config = v1.Config{
 		User:       user,
+		Env:        spec.Env,
 		Entrypoint: []string{spec.Path},
 		Cmd:        spec.Args,
 		WorkingDir: "/",
@@ -100,7 +107,8 @@ func Image(spec Spec) (v1.Image, error) {
 }
 
 // layerTar is the layer: the binary, owned by root (the non-root user cannot rewrite its own
-// binary), mode 0755, plus spec.Dirs; every entry with a fixed mtime, nothing else (no shell).
+// binary), mode 0755, plus spec.Dirs and spec.Files; every entry owned by root with a fixed
+// mtime, nothing else.
 func layerTar(spec Spec) ([]byte, error) {
 	b, err := os.ReadFile(spec.Binary)
 	if err != nil {
@@ -113,6 +121,25 @@ func layerTar(spec Spec) ([]byte, error) {
 		if err := tw.WriteHeader(&tar.Header{
 			Typeflag: tar.TypeDir, Name: strings.Trim(d, "/") + "/", Mode: 0o1777, ModTime: mtime, Format: tar.FormatPAX,
 		}); err != nil {
+			return nil, err
+		}
+	}
+	for _, f := range spec.Files {
+		h := &tar.Header{Typeflag: f.Type, Name: f.Name, Mode: f.Mode, ModTime: mtime, Format: tar.FormatPAX}
+		switch f.Type {
+		case tar.TypeDir:
+			h.Name += "/"
+		case tar.TypeSymlink:
+			h.Linkname = f.Linkname
+		case tar.TypeReg:
+			h.Size = int64(len(f.Data))
+		default:
+			return nil, fmt.Errorf("%s: tar entry type %q not supported", f.Name, f.Type)
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(f.Data); err != nil {
 			return nil, err
 		}
 	}

@@ -1,10 +1,11 @@
 // Command images builds kcm-split's container images without Docker: one OCI image per
 // controller (linux/amd64 and linux/arm64 in one index), the pause image a node needs and,
 // given a built agnhost, the agnhost image upstream's e2e specs run (and a stand-in for their
-// nginx image). Each image holds one
-// static binary and nothing else; the same sources, version and SOURCE_DATE_EPOCH give the
-// same digests. Images are written as OCI-layout tarballs (`ctr images import` reads them) and,
-// with -push, pushed to the registry.
+// nginx image). Each image holds one static binary and nothing else, except agnhost's, which
+// also holds a shell, curl and nc from Debian's packages (agnhost-debs.txt) as upstream's does;
+// the same sources (and packages), version and SOURCE_DATE_EPOCH give the same digests. Images
+// are written as OCI-layout tarballs (`ctr images import` reads them) and, with -push, pushed
+// to the registry.
 //
 // Usage (from the repository root; `make images` does this):
 //
@@ -45,6 +46,7 @@ const versionVar = "github.com/kcm-split/kcm-split/shared/app.Version"
 type options struct {
 	root, out, version, revision, source, registry string
 	platforms, nodePlatform, only, agnhost, tags   string
+	debList, debsDir                               string
 	epoch                                          int64
 	push                                           bool
 }
@@ -61,6 +63,8 @@ func main() {
 	flag.StringVar(&o.nodePlatform, "node-platform", "linux/"+runtime.GOARCH, "platform of the pause and agnhost images")
 	flag.StringVar(&o.only, "only", "", "comma-separated images to build (binary names, pause, agnhost, nginx); empty: every controller and pause, plus agnhost and nginx if -agnhost is set")
 	flag.StringVar(&o.agnhost, "agnhost", "", "a built agnhost binary (node platform) to make "+AgnhostRef+" of")
+	flag.StringVar(&o.debList, "agnhost-debs", "", "the list of Debian packages that make the agnhost image's userland (default <root>/deploy/images/agnhost-debs.txt)")
+	flag.StringVar(&o.debsDir, "agnhost-debs-dir", "", "where those packages are kept, fetched by apt-get download when missing (default agnhost-debs/ beside -agnhost)")
 	flag.Int64Var(&o.epoch, "epoch", envEpoch(), "creation time and file mtime, Unix seconds (default $SOURCE_DATE_EPOCH, else 0)")
 	flag.StringVar(&o.tags, "extra-tags", "", "comma-separated tags the controllers' images also get besides -version (the release adds the chart's appVersion, without the v)")
 	flag.BoolVar(&o.push, "push", false, "also push each controller's index to <registry>/<binary>:<version> (and each extra tag); credentials from the Docker config, as docker login writes it")
@@ -90,6 +94,7 @@ type target struct {
 	args      []string
 	dirs      []string
 	push      bool
+	userland  bool // the Debian userland of Userland (agnhost)
 }
 
 func run(ctx context.Context, o options) error {
@@ -114,6 +119,18 @@ func run(ctx context.Context, o options) error {
 	}
 	created := time.Unix(o.epoch, 0).UTC()
 	for _, t := range targets {
+		var files []File
+		var env []string
+		lbls := labels(o, t.name, created)
+		if t.userland {
+			var pkgs string
+			if files, pkgs, err = agnhostUserland(ctx, root, o, t.platforms[0]); err != nil {
+				return err
+			}
+			env = []string{DefaultPath}
+			// The packages' versions: which userland a digest holds.
+			lbls["io.kcm-split.debian-packages"] = pkgs
+		}
 		var imgs []v1.Image
 		for _, p := range t.platforms {
 			bin := t.prebuilt
@@ -125,7 +142,7 @@ func run(ctx context.Context, o options) error {
 			}
 			img, err := Image(Spec{
 				Binary: bin, Path: t.path, Platform: p, Created: created, User: t.user, Args: t.args, Dirs: t.dirs,
-				Labels: labels(o, t.name, created),
+				Files: files, Env: env, Labels: lbls,
 			})
 			if err != nil {
 				return fmt.Errorf("%s %s: %w", t.name, p, err)
@@ -226,11 +243,11 @@ func targets(root string, o options) ([]target, error) {
 			return nil, err
 		}
 		// As upstream's image: root, entrypoint /agnhost, "pause" by default, /uploads for
-		// netexec's upload handler. Upstream's also carries an Alpine userland (sh, curl, nc)
-		// for specs that exec into the Pod; this one has none.
+		// netexec's upload handler, /tmp, and a userland (a shell, curl, nc) for the specs
+		// that exec into the Pod: Debian's packages where upstream's has Alpine's.
 		ts = append(ts, target{
 			name: "agnhost", prebuilt: abs, path: "/agnhost", refs: []string{AgnhostRef}, platforms: node,
-			user: "0:0", args: []string{"pause"}, dirs: []string{"uploads"},
+			user: "0:0", args: []string{"pause"}, dirs: []string{"tmp", "uploads"}, userland: true,
 		})
 		// A stand-in for upstream's nginx image, which the EndpointSlice specs run only to
 		// have Ready Pods: agnhost serving HTTP on port 80, as nginx would.
@@ -253,6 +270,41 @@ func targets(root string, o options) ([]target, error) {
 		return nil, fmt.Errorf("-only %s: some names match no image (agnhost needs -agnhost)", o.only)
 	}
 	return sel, nil
+}
+
+// agnhostUserland fetches (when missing) and unpacks the Debian packages of the list for
+// platform p; it returns the layer's files and "name=version ..." of the packages.
+func agnhostUserland(ctx context.Context, root string, o options, p v1.Platform) ([]File, string, error) {
+	list := o.debList
+	if list == "" {
+		list = filepath.Join(root, "deploy", "images", "agnhost-debs.txt")
+	}
+	dir := o.debsDir
+	if dir == "" {
+		dir = filepath.Join(filepath.Dir(o.agnhost), "agnhost-debs")
+	}
+	names, err := readDebList(list)
+	if err != nil {
+		return nil, "", err
+	}
+	arch, err := debArch(p)
+	if err != nil {
+		return nil, "", err
+	}
+	debs, err := fetchDebs(ctx, dir, arch, names)
+	if err != nil {
+		return nil, "", err
+	}
+	files, err := Userland(ctx, debs, p)
+	if err != nil {
+		return nil, "", err
+	}
+	var vs []string
+	for _, d := range debs {
+		vs = append(vs, debVersion(d))
+	}
+	slices.Sort(vs)
+	return files, strings.Join(vs, " "), nil
 }
 
 func parsePlatforms(s string) ([]v1.Platform, error) {
