@@ -28,7 +28,7 @@ import (
 func shardInformers(factory informers.SharedInformerFactory, client kubernetes.Interface, view *sharding.View, enabled map[string]bool, managedBy []string) {
 	register := func(obj runtime.Object, list sharding.ListFunc, watchFn sharding.WatchFunc, tweak func(*metav1.ListOptions)) {
 		factory.InformerFor(obj, func(_ kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-			return view.Informer(obj, list, watchFn, tweak, resync)
+			return view.Informer(obj, list, watchFn, tweak, resync, nil)
 		})
 	}
 	if enabled[endpoints.Name] || enabled[endpointslice.Name] {
