@@ -102,12 +102,14 @@ func (v *View) ListWatch(list ListFunc, watchFn WatchFunc, tweak func(*metav1.Li
 	return &listWatch{v: v, list: list, watch: watchFn, tweak: tweak}
 }
 
-// Informer is a shared index informer over ListWatch(list, watchFn, tweak), indexed by
-// namespace as the informer factory's are; register it with the factory's InformerFor before
-// anything asks the factory for that type.
-func (v *View) Informer(obj runtime.Object, list ListFunc, watchFn WatchFunc, tweak func(*metav1.ListOptions), resync time.Duration) cache.SharedIndexInformer {
-	return cache.NewSharedIndexInformer(v.ListWatch(list, watchFn, tweak), obj, resync,
-		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+// Informer is a shared index informer over ListWatch(list, watchFn, tweak) with indexers
+// (nil: by namespace, as the informer factory's); register it with the factory's InformerFor
+// before anything asks the factory for that type.
+func (v *View) Informer(obj runtime.Object, list ListFunc, watchFn WatchFunc, tweak func(*metav1.ListOptions), resync time.Duration, indexers cache.Indexers) cache.SharedIndexInformer {
+	if indexers == nil {
+		indexers = cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
+	}
+	return cache.NewSharedIndexInformer(v.ListWatch(list, watchFn, tweak), obj, resync, indexers)
 }
 
 type listWatch struct {
