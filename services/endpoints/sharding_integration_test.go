@@ -107,9 +107,11 @@ func twoShards(t *testing.T, e *testenv.Env, wantMode string) {
 	t.Logf("2 shards: %d Services in %d+%d namespaces done %s after start", len(all), len(owned[0]), len(owned[1]), time.Since(start).Round(time.Millisecond))
 
 	for i, s := range shards {
-		series := fmt.Sprintf(`kcm_split_shard_info{binary=%q,mode=%q,shard="%d",shards="2"}`, endpoints.ControllerID, wantMode, i)
-		if v := s.Metric(series); v != 1 {
-			t.Errorf("shard %d: %s = %v, want 1", i, series, v)
+		for _, r := range []string{"pods", "services", "endpoints", "endpointslices"} {
+			series := fmt.Sprintf(`kcm_split_shard_info{binary=%q,mode=%q,resource=%q,shard="%d",shards="2"}`, endpoints.ControllerID, wantMode, r, i)
+			if v := s.Metric(series); v != 1 {
+				t.Errorf("shard %d: %s = %v, want 1", i, series, v)
+			}
 		}
 	}
 

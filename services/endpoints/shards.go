@@ -26,13 +26,13 @@ import (
 // controller reads it (the factory starts every informer it holds). Nodes stay whole: the
 // factory builds them as always.
 func shardInformers(factory informers.SharedInformerFactory, client kubernetes.Interface, view *sharding.View, enabled map[string]bool, managedBy []string) {
-	register := func(obj runtime.Object, list sharding.ListFunc, watchFn sharding.WatchFunc, tweak func(*metav1.ListOptions)) {
+	register := func(resource string, obj runtime.Object, list sharding.ListFunc, watchFn sharding.WatchFunc, tweak func(*metav1.ListOptions)) {
 		factory.InformerFor(obj, func(_ kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-			return view.Informer(obj, list, watchFn, tweak, resync, nil)
+			return view.Informer(resource, obj, list, watchFn, tweak, resync, nil)
 		})
 	}
 	if enabled[endpoints.Name] || enabled[endpointslice.Name] {
-		register(&v1.Pod{},
+		register("pods", &v1.Pod{},
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				return client.CoreV1().Pods("").List(ctx, o)
 			},
@@ -40,7 +40,7 @@ func shardInformers(factory informers.SharedInformerFactory, client kubernetes.I
 				return client.CoreV1().Pods("").Watch(ctx, o)
 			}, nil)
 	}
-	register(&v1.Service{},
+	register("services", &v1.Service{},
 		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return client.CoreV1().Services("").List(ctx, o)
 		},
@@ -48,7 +48,7 @@ func shardInformers(factory informers.SharedInformerFactory, client kubernetes.I
 			return client.CoreV1().Services("").Watch(ctx, o)
 		}, nil)
 	if enabled[endpoints.Name] || enabled[mirroring.Name] {
-		register(&v1.Endpoints{},
+		register("endpoints", &v1.Endpoints{},
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				return client.CoreV1().Endpoints("").List(ctx, o)
 			},
@@ -59,7 +59,7 @@ func shardInformers(factory informers.SharedInformerFactory, client kubernetes.I
 	if len(managedBy) == 0 {
 		return
 	}
-	register(&discovery.EndpointSlice{},
+	register("endpointslices", &discovery.EndpointSlice{},
 		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return client.DiscoveryV1().EndpointSlices("").List(ctx, o)
 		},

@@ -88,7 +88,7 @@ func (ms *monitors) newInformer(ctx context.Context, m *monitor, gvr schema.Grou
 	indexers := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
 	switch m.gr {
 	case podsResource:
-		m.informer = ms.typed(&v1.Pod{}, indexers, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		m.informer = ms.typed(gvr.Resource, &v1.Pod{}, indexers, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return ms.client.CoreV1().Pods("").List(ctx, o)
 		}, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return ms.client.CoreV1().Pods("").Watch(ctx, o)
@@ -97,7 +97,7 @@ func (ms *monitors) newInformer(ctx context.Context, m *monitor, gvr schema.Grou
 		})
 		_ = m.informer.SetTransform(podTransform(ms.charge))
 	case servicesResource:
-		m.informer = ms.typed(&v1.Service{}, indexers, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		m.informer = ms.typed(gvr.Resource, &v1.Service{}, indexers, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return ms.client.CoreV1().Services("").List(ctx, o)
 		}, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return ms.client.CoreV1().Services("").Watch(ctx, o)
@@ -106,7 +106,7 @@ func (ms *monitors) newInformer(ctx context.Context, m *monitor, gvr schema.Grou
 		})
 		_ = m.informer.SetTransform(trimService)
 	case pvcsResource:
-		m.informer = ms.typed(&v1.PersistentVolumeClaim{}, indexers, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		m.informer = ms.typed(gvr.Resource, &v1.PersistentVolumeClaim{}, indexers, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return ms.client.CoreV1().PersistentVolumeClaims("").List(ctx, o)
 		}, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return ms.client.CoreV1().PersistentVolumeClaims("").Watch(ctx, o)
@@ -122,7 +122,7 @@ func (ms *monitors) newInformer(ctx context.Context, m *monitor, gvr schema.Grou
 			m.gvr = gvr
 		}
 		indexers[claimOwnerIndex] = indexClaimOwner
-		m.informer = ms.typed(&resourceapi.ResourceClaim{}, indexers, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		m.informer = ms.typed(gvr.Resource, &resourceapi.ResourceClaim{}, indexers, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return ms.client.ResourceV1().ResourceClaims("").List(ctx, o)
 		}, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return ms.client.ResourceV1().ResourceClaims("").Watch(ctx, o)
@@ -134,7 +134,7 @@ func (ms *monitors) newInformer(ctx context.Context, m *monitor, gvr schema.Grou
 			ms.addClassInformer(ctx, m)
 		}
 	default:
-		m.informer = ms.typed(&metav1.PartialObjectMetadata{}, indexers, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		m.informer = ms.typed(gvr.Resource, &metav1.PartialObjectMetadata{}, indexers, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return ms.meta.Resource(gvr).Namespace("").List(ctx, o)
 		}, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return ms.meta.Resource(gvr).Namespace("").Watch(ctx, o)
@@ -147,11 +147,11 @@ func (ms *monitors) newInformer(ctx context.Context, m *monitor, gvr schema.Grou
 
 // typed is the informer of one counted type: unsharded, the one whole builds (client-go's,
 // as always); sharded, one over the shard's range with the same object and indexers.
-func (ms *monitors) typed(obj runtime.Object, indexers cache.Indexers, list sharding.ListFunc, watchFn sharding.WatchFunc, whole func() cache.SharedIndexInformer) cache.SharedIndexInformer {
+func (ms *monitors) typed(resource string, obj runtime.Object, indexers cache.Indexers, list sharding.ListFunc, watchFn sharding.WatchFunc, whole func() cache.SharedIndexInformer) cache.SharedIndexInformer {
 	if ms.view == nil {
 		return whole()
 	}
-	return ms.view.Informer(obj, list, watchFn, nil, 0, indexers)
+	return ms.view.Informer(resource, obj, list, watchFn, nil, 0, indexers)
 }
 
 // addClassInformer adds to the claims monitor the DeviceClass informer feeding the cache of

@@ -95,9 +95,19 @@ func twoShards(t *testing.T, e *testenv.Env, wantMode string) {
 	}
 
 	for i, s := range shards {
-		series := fmt.Sprintf(`kcm_split_shard_info{binary=%q,mode=%q,shard="%d",shards="2"}`, quota.ControllerID, wantMode, i)
-		if v := s.Metric(series); v != 1 {
-			t.Errorf("shard %d: %s = %v, want 1", i, series, v)
+		// Every type a quota here counts, typed and metadata-only, and the quotas: the
+		// resources and modes as the shard reports them (printed, one line each).
+		for _, r := range []string{"resourcequotas", "pods", "configmaps"} {
+			mode := ""
+			for _, m := range []string{sharding.ModeServer, sharding.ModeClient, sharding.ModeUnknown} {
+				if s.Metric(fmt.Sprintf(`kcm_split_shard_info{binary=%q,mode=%q,resource=%q,shard="%d",shards="2"}`, quota.ControllerID, m, r, i)) == 1 {
+					mode = m
+				}
+			}
+			t.Logf("shard %d: %s filtered by the %s", i, r, mode)
+			if r != "configmaps" && mode != wantMode {
+				t.Errorf("shard %d: %s filtered by %q, want %q", i, r, mode, wantMode)
+			}
 		}
 	}
 	evs, err := e.Writes(testenv.ByUserAgentPrefix(controller.UserAgentPrefix(), "resourcequotas"))

@@ -62,7 +62,7 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 	if rt.ShardView != nil {
 		opts.View = rt.ShardView
 		factory.InformerFor(&v1.ResourceQuota{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-			return rt.ShardView.Informer(&v1.ResourceQuota{},
+			return rt.ShardView.Informer("resourcequotas", &v1.ResourceQuota{},
 				func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 					return c.CoreV1().ResourceQuotas("").List(ctx, o)
 				},

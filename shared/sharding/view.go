@@ -34,8 +34,8 @@ type View struct {
 	binary   string
 	logger   klog.Logger
 
-	mu   sync.Mutex
-	mode string
+	mu    sync.Mutex
+	modes map[string]string // by resource
 }
 
 // NewView returns the view of shard for binary, registering kcm_split_shard_info on reg
@@ -43,46 +43,65 @@ type View struct {
 func NewView(shard Shard, binary string, reg prometheus.Registerer, logger klog.Logger) *View {
 	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "kcm_split_shard_info",
-		Help: "1 for this process's shard (shard of shards) and who applies its namespace range: server (lists carry ListMeta.ShardInfo, the apiserver's ShardedListAndWatch gate is on), client (the apiserver ignored the selector; this process filters, caches still receive every object over the wire), unknown (no list yet).",
-	}, []string{"binary", "shard", "shards", "mode"})
+		Help: "1 for each resource this process's shard (shard of shards) caches, by who applies its namespace range: server (lists carry ListMeta.ShardInfo, the apiserver's ShardedListAndWatch gate is on), client (the apiserver ignored the selector; this process filters, the wire still carries every object), unknown (no list yet).",
+	}, []string{"binary", "shard", "shards", "resource", "mode"})
 	if reg != nil {
 		info = metrics.Register(reg, info)
 	}
-	v := &View{shard: shard, selector: shard.Selector().String(), info: info, binary: binary, logger: logger}
-	v.setMode(ModeUnknown)
-	return v
+	return &View{shard: shard, selector: shard.Selector().String(), info: info, binary: binary, logger: logger, modes: map[string]string{}}
 }
 
 // Shard is the shard this view is of.
 func (v *View) Shard() Shard { return v.shard }
 
-// Mode is who filtered the last list: ModeServer, ModeClient or ModeUnknown.
+// Mode is who filtered the last lists of every resource together: ModeServer when the
+// apiserver filtered each, ModeClient when it ignored the selector for any, ModeUnknown before
+// any list.
 func (v *View) Mode() string {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return v.mode
+	mode := ModeUnknown
+	for _, m := range v.modes {
+		switch {
+		case m == ModeClient:
+			return ModeClient
+		case m == ModeServer:
+			mode = ModeServer
+		}
+	}
+	return mode
 }
 
-func (v *View) setMode(mode string) {
+// ResourceMode is who filtered the last list of resource.
+func (v *View) ResourceMode(resource string) string {
 	v.mu.Lock()
-	old := v.mode
-	v.mode = mode
+	defer v.mu.Unlock()
+	if m, ok := v.modes[resource]; ok {
+		return m
+	}
+	return ModeUnknown
+}
+
+func (v *View) setMode(resource, mode string) {
+	v.mu.Lock()
+	old, seen := v.modes[resource]
+	v.modes[resource] = mode
 	v.mu.Unlock()
-	if old == mode {
+	if seen && old == mode {
 		return
 	}
-	labels := []string{v.binary, fmt.Sprint(v.shard.Index), fmt.Sprint(v.shard.Count)}
-	if old != "" {
+	labels := []string{v.binary, fmt.Sprint(v.shard.Index), fmt.Sprint(v.shard.Count), resource}
+	if seen {
 		v.info.DeleteLabelValues(append(labels, old)...)
 	}
 	v.info.WithLabelValues(append(labels, mode)...).Set(1)
 	switch mode {
 	case ModeClient:
 		// Once per change of mode, not per list: a relist every few minutes would flood.
-		v.logger.Info("The apiserver ignored the shard selector (no ListMeta.ShardInfo: gate ShardedListAndWatch off, or an older server); filtering on the client side, caches are not smaller than one replica's",
-			"shard", v.shard.String(), "selector", v.selector)
+		v.logger.Info("The apiserver ignored the shard selector (no ListMeta.ShardInfo: gate ShardedListAndWatch off, an older server, or a resource it does not shard); filtering on the client side",
+			"shard", v.shard.String(), "resource", resource, "selector", v.selector)
 	case ModeServer:
-		v.logger.Info("The apiserver filters lists and watches to this shard's namespaces", "shard", v.shard.String(), "selector", v.selector)
+		v.logger.V(2).Info("The apiserver filters lists and watches to this shard's namespaces", "shard", v.shard.String(), "resource", resource, "selector", v.selector)
 	}
 }
 
@@ -93,30 +112,33 @@ type (
 	WatchFunc func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 )
 
-// ListWatch wraps list and watch of a namespaced resource: both are sent with the shard's
+// ListWatch wraps list and watch of a namespaced resource (named by resource, e.g. "pods" or
+// "configmaps", in kcm_split_shard_info): both are sent with the shard's
 // selector, and what comes back is filtered to the shard's range. tweak (nil: none) edits
 // the options first, as a factory's TweakListOptions. The reflector is told not to use
 // streaming lists (WatchListClient): only a list response says, with ShardInfo, whether the
 // apiserver applied the selector.
-func (v *View) ListWatch(list ListFunc, watchFn WatchFunc, tweak func(*metav1.ListOptions)) cache.ListerWatcher {
-	return &listWatch{v: v, list: list, watch: watchFn, tweak: tweak}
+func (v *View) ListWatch(resource string, list ListFunc, watchFn WatchFunc, tweak func(*metav1.ListOptions)) cache.ListerWatcher {
+	v.setMode(resource, ModeUnknown)
+	return &listWatch{v: v, resource: resource, list: list, watch: watchFn, tweak: tweak}
 }
 
-// Informer is a shared index informer over ListWatch(list, watchFn, tweak) with indexers
+// Informer is a shared index informer over ListWatch(resource, list, watchFn, tweak) with indexers
 // (nil: by namespace, as the informer factory's); register it with the factory's InformerFor
 // before anything asks the factory for that type.
-func (v *View) Informer(obj runtime.Object, list ListFunc, watchFn WatchFunc, tweak func(*metav1.ListOptions), resync time.Duration, indexers cache.Indexers) cache.SharedIndexInformer {
+func (v *View) Informer(resource string, obj runtime.Object, list ListFunc, watchFn WatchFunc, tweak func(*metav1.ListOptions), resync time.Duration, indexers cache.Indexers) cache.SharedIndexInformer {
 	if indexers == nil {
 		indexers = cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
 	}
-	return cache.NewSharedIndexInformer(v.ListWatch(list, watchFn, tweak), obj, resync, indexers)
+	return cache.NewSharedIndexInformer(v.ListWatch(resource, list, watchFn, tweak), obj, resync, indexers)
 }
 
 type listWatch struct {
-	v     *View
-	list  ListFunc
-	watch WatchFunc
-	tweak func(*metav1.ListOptions)
+	v        *View
+	resource string
+	list     ListFunc
+	watch    WatchFunc
+	tweak    func(*metav1.ListOptions)
 }
 
 func (l *listWatch) options(opts metav1.ListOptions) metav1.ListOptions {
@@ -164,7 +186,7 @@ func (l *listWatch) ListWithContext(ctx context.Context, opts metav1.ListOptions
 	if err := meta.SetList(obj, kept); err != nil {
 		return nil, fmt.Errorf("shard %s: filtering the list: %w", l.v.shard, err)
 	}
-	l.v.setMode(mode)
+	l.v.setMode(l.resource, mode)
 	return obj, nil
 }
 

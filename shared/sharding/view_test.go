@@ -42,7 +42,7 @@ func TestListFiltersAndReportsMode(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		v := NewView(shard, "b", reg, logr.Discard())
 		var sent string
-		lw := v.ListWatch(func(_ context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		lw := v.ListWatch("pods", func(_ context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			sent = o.ShardSelector
 			l := &corev1.PodList{Items: pods(namespaces(50)...)}
 			if server {
@@ -70,7 +70,7 @@ func TestListFiltersAndReportsMode(t *testing.T) {
 		if v.Mode() != want {
 			t.Errorf("server=%t: mode %s, want %s", server, v.Mode(), want)
 		}
-		if got := testutil.ToFloat64(v.info.WithLabelValues("b", "1", "3", want)); got != 1 {
+		if got := testutil.ToFloat64(v.info.WithLabelValues("b", "1", "3", "pods", want)); got != 1 {
 			t.Errorf("kcm_split_shard_info{mode=%s} = %v", want, got)
 		}
 		if n := testutil.CollectAndCount(v.info); n != 1 {
@@ -83,7 +83,7 @@ func TestWatchDropsOtherShardsEvents(t *testing.T) {
 	shard := Shard{Index: 0, Count: 2}
 	v := NewView(shard, "b", nil, logr.Discard())
 	fw := watch.NewFake()
-	lw := v.ListWatch(nil, func(context.Context, metav1.ListOptions) (watch.Interface, error) { return fw, nil }, nil)
+	lw := v.ListWatch("pods", nil, func(context.Context, metav1.ListOptions) (watch.Interface, error) { return fw, nil }, nil)
 	w, err := cache.ToListerWatcherWithContext(lw).WatchWithContext(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -117,7 +117,7 @@ func TestWatchDropsOtherShardsEvents(t *testing.T) {
 func TestInformerUsesListThenWatch(t *testing.T) {
 	v := NewView(Shard{Index: 0, Count: 2}, "b", nil, logr.Discard())
 	listed := make(chan struct{}, 1)
-	inf := v.Informer(&corev1.Pod{}, func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+	inf := v.Informer("pods", &corev1.Pod{}, func(context.Context, metav1.ListOptions) (runtime.Object, error) {
 		select {
 		case listed <- struct{}{}:
 		default:
