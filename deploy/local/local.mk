@@ -4,8 +4,11 @@
 
 .PHONY: up down status clean-local node-up node-down
 
-up: ## Start the local control plane with every kcm-split controller (builds what is missing)
-	@bash deploy/local/up.sh
+# ENDPOINTS_SHARDS=N runs endpoints-controller as N static shards (deploy/local/up.sh).
+ENDPOINTS_SHARDS ?= 1
+
+up: ## Start the local control plane with every kcm-split controller (builds what is missing); ENDPOINTS_SHARDS=2 shards endpoints-controller
+	@ENDPOINTS_SHARDS=$(ENDPOINTS_SHARDS) bash deploy/local/up.sh
 
 down: ## Stop everything 'make up' started (logs stay in .local/logs)
 	@bash deploy/local/down.sh

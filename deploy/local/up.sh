@@ -9,6 +9,11 @@
 # data and moves the last run's logs to .local/logs.prev; the PKI under .local/pki is kept, so
 # an exported KUBECONFIG stays valid across runs. If anything fails to come up, what was started
 # is stopped again and the error points at the component's log. Stop with down.sh.
+# ENDPOINTS_SHARDS=N (default 1; `make up ENDPOINTS_SHARDS=2`) runs endpoints-controller as N
+# static shards (--shards=N --shard-index=I), each a process endpoints-controller-shard-I
+# (bin/ symlinks to the one binary) with its own port, log and Lease
+# endpoints-controller-shard-I-of-N. The apiserver always runs with ShardedListAndWatch on, so
+# the shards' caches hold their own namespaces only (kcm_split_shard_info{mode="server"}).
 # Usage: deploy/local/up.sh
 set -Eeuo pipefail # -E: the ERR trap around the PKI also covers functions
 # shellcheck source-path=SCRIPTDIR
@@ -35,6 +40,9 @@ NODE_IP=10.200.0.1   # the real node of `make node-up` (deploy/local/node.sh), i
 POD_CIDR=198.51.100.0/24
 POD_CIDR_IPV6=2001:db8:100::/56
 
+ENDPOINTS_SHARDS=${ENDPOINTS_SHARDS:-1}
+[[ $ENDPOINTS_SHARDS =~ ^[1-9][0-9]?$ ]] || die "ENDPOINTS_SHARDS=$ENDPOINTS_SHARDS: a number of shards, 1 to 99"
+
 # Readiness budgets, seconds.
 T_ETCD=30 T_APISERVER=90 T_COMPONENT=60 T_NODES=60
 
@@ -52,7 +60,7 @@ if [ ${#previous[@]} -gt 0 ]; then
     say "already up (${#running[@]} processes; 'make status' lists them, 'make down' stops them)"
     for dir in "$ROOT"/services/*/cmd/*/; do
       name=$(basename "$dir")
-      if compgen -G "$dir*.go" >/dev/null && [ ! -f "$RUN/$name.pid" ]; then
+      if compgen -G "$dir*.go" >/dev/null && [ ! -f "$RUN/$name.pid" ] && [ ! -f "$RUN/$name-shard-0.pid" ]; then
         say "note: $name is new since this cluster started; 'make down && make up' runs it"
       fi
     done
@@ -85,6 +93,23 @@ for dir in "$ROOT"/services/*/cmd/*/; do
   controllers+=("$(basename "$dir")")
 done
 [ ${#controllers[@]} -gt 0 ] || warn "no kcm-split controller binaries yet (services/*/cmd/*): running without them"
+# ENDPOINTS_SHARDS > 1: endpoints-controller becomes endpoints-controller-shard-0..N-1, each a
+# symlink in bin/ so that every shard has its own pid file and log, and alive() knows it.
+if [ "$ENDPOINTS_SHARDS" -gt 1 ] && [[ " ${controllers[*]} " == *" endpoints-controller "* ]]; then
+  sharded=()
+  for name in "${controllers[@]}"; do
+    if [ "$name" != endpoints-controller ]; then
+      sharded+=("$name")
+      continue
+    fi
+    for ((i = 0; i < ENDPOINTS_SHARDS; i++)); do
+      ln -sfn endpoints-controller "$BIN/endpoints-controller-shard-$i"
+      sharded+=("endpoints-controller-shard-$i")
+    done
+  done
+  controllers=("${sharded[@]}")
+  say "endpoints-controller runs as $ENDPOINTS_SHARDS shards (ENDPOINTS_SHARDS)"
+fi
 
 # --- Fresh state --------------------------------------------------------------------------------
 rm -rf "$DATA"
@@ -252,6 +277,13 @@ api_ok() {
     "https://127.0.0.1:$API_PORT$1" | grep -qx ok
 }
 lease_held() { [ -n "$(kubectl -n kube-system get lease "$1" -o 'jsonpath={.spec.holderIdentity}')" ]; }
+# shard_of NAME: the shard index of a process endpoints-controller-shard-I, nothing for others.
+shard_of() { [[ $1 == *-shard-* ]] && echo "${1##*-shard-}"; }
+# lease_of NAME: the Lease a controller process holds: its shard's, or its own name.
+lease_of() {
+  local i
+  if i=$(shard_of "$1"); then echo "${1%-shard-*}-shard-$i-of-$ENDPOINTS_SHARDS"; else echo "$1"; fi
+}
 sa_exists() { kubectl -n default get serviceaccount default; }
 
 # --- etcd ---------------------------------------------------------------------------------------
@@ -292,6 +324,7 @@ launch kube-apiserver \
   --kubelet-client-certificate="$PKI/admin.crt" --kubelet-client-key="$PKI/admin.key" \
   --kubelet-preferred-address-types=InternalIP,Hostname \
   --allow-privileged=true \
+  --feature-gates=ShardedListAndWatch=true \
   "${admission[@]}"
 wait_for kube-apiserver "$T_APISERVER" "/readyz" api_ok /readyz
 
@@ -351,10 +384,12 @@ launch kwok \
 export KCM_SPLIT_LOG_FORMAT=${KCM_SPLIT_LOG_FORMAT:-console}
 for entry in $CONTROLLER_PORTS; do
   name=${entry%=*}
+  base=${name%-shard-*}
   extra=()
   # Optional local-only flags, one per line: deploy/local/flags/<controller-id>.
   # ${SERVICE_CIDR}, ${POD_CIDR} and ${POD_CIDR_IPV6} in them stand for this script's values.
-  if [ -f "$HERE/flags/$name" ]; then mapfile -t extra < <(grep -v '^[[:space:]]*\(#\|$\)' "$HERE/flags/$name"); fi
+  if [ -f "$HERE/flags/$base" ]; then mapfile -t extra < <(grep -v '^[[:space:]]*\(#\|$\)' "$HERE/flags/$base"); fi
+  if i=$(shard_of "$name"); then extra+=(--shards="$ENDPOINTS_SHARDS" --shard-index="$i"); fi
   for i in "${!extra[@]}"; do
     extra[i]=${extra[i]//'${SERVICE_CIDR}'/$SERVICE_CIDR}
     extra[i]=${extra[i]//'${POD_CIDR}'/$POD_CIDR}
@@ -372,7 +407,7 @@ wait_for kwok "$T_NODES" "3 Ready nodes" kubectl wait --for=condition=Ready node
 for entry in $CONTROLLER_PORTS; do
   name=${entry%=*}
   wait_for "$name" "$T_COMPONENT" "/readyz" https_ok "https://127.0.0.1:${entry#*=}/readyz"
-  wait_for "$name" "$T_COMPONENT" "Lease kube-system/$name held" lease_held "$name"
+  wait_for "$name" "$T_COMPONENT" "Lease kube-system/$(lease_of "$name") held" lease_held "$(lease_of "$name")"
 done
 
 ok=1

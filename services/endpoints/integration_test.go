@@ -657,6 +657,9 @@ func TestBadFlagsExit2(t *testing.T) {
 		{[]string{"--max-endpoints-per-slice=1001"}, "", "--max-endpoints-per-slice"},
 		{[]string{"--controllers=*,-garbage-collector-controller"}, "", "garbage-collector-controller"},
 		{[]string{"--mirroring-max-endpoints-per-subset=0"}, "", "--mirroring-max-endpoints-per-subset"},
+		{[]string{"--shards=0"}, "", "--shards"},
+		{[]string{"--shards=2", "--shard-index=2"}, "", "--shard-index"},
+		{[]string{"--shard-index=-1"}, "", "--shard-index"},
 	} {
 		t.Run(strings.Join(append(tc.args, tc.env), " "), func(t *testing.T) {
 			cmd := exec.Command(bin, tc.args...)

@@ -32,6 +32,8 @@ func Spec() app.Spec {
 		// Three upstream controllers' budgets in one: see DefaultQPS.
 		DefaultQPS:   DefaultQPS,
 		DefaultBurst: DefaultBurst,
+		// --shards: Services select Pods of their own namespace only.
+		Sharded: true,
 	}, DefaultOptions(), run)
 }
 
@@ -54,6 +56,10 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 	}
 	if enabled[mirroring.Name] {
 		managedBy = append(managedBy, mirroring.ManagedBy)
+	}
+	if rt.ShardView != nil {
+		shardInformers(factory, rt.Client, rt.ShardView, enabled, managedBy)
+		opts.Endpoints.Shard, opts.EndpointSlice.Shard, opts.Mirroring.Shard = rt.Shard, rt.Shard, rt.Shard
 	}
 	var controllers []app.Controller
 	if enabled[endpoints.Name] {
@@ -108,13 +114,16 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 // meshes and other controllers never enter the cache. The factory keeps one informer per
 // type, so every call returns the same informer: the one of the first call's selector.
 func managedSlices(factory informers.SharedInformerFactory, managedBy []string) discoveryinformers.EndpointSliceInformer {
+	return discoveryinformers.New(factory, metav1.NamespaceAll, managedBySelector(managedBy)).EndpointSlices()
+}
+
+// managedBySelector sets the label selector of managedSlices.
+func managedBySelector(managedBy []string) func(*metav1.ListOptions) {
 	req, err := labels.NewRequirement(discovery.LabelManagedBy, selection.In, managedBy)
 	if err != nil {
 		// Fixed, valid values; refusing them would be a programming error.
 		panic(fmt.Sprintf("managed-by selector for %v: %v", managedBy, err))
 	}
 	selector := labels.NewSelector().Add(*req).String()
-	return discoveryinformers.New(factory, metav1.NamespaceAll, func(o *metav1.ListOptions) {
-		o.LabelSelector = selector
-	}).EndpointSlices()
+	return func(o *metav1.ListOptions) { o.LabelSelector = selector }
 }

@@ -101,6 +101,7 @@ func New(
 		}),
 	}
 	c.monitors = newMonitors(context.Background(), client, meta, opts.InformerSyncTimeout, opts.Claims, opts.PodResources)
+	c.monitors.view = opts.View
 	c.monitors.replenishmentHandler = c.replenishmentHandler
 	c.monitors.onStateChange = c.enqueueTracking
 	c.metrics = newMetrics(reg, func() float64 { return float64(c.monitors.failing.Load()) })

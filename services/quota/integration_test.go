@@ -512,7 +512,7 @@ func TestBrokenConversionWebhookIsolated(t *testing.T) {
 
 func TestBadFlagsExit2(t *testing.T) {
 	testenv.Require(t, env)
-	for _, arg := range []string{"--" + quota.FlagConcurrentSyncs + "=0", "--" + quota.FlagSyncPeriod + "=-1s"} {
+	for _, arg := range []string{"--" + quota.FlagConcurrentSyncs + "=0", "--" + quota.FlagSyncPeriod + "=-1s", "--shards=0", "--shard-index=3"} {
 		p := env.Start(t, controller, "bad", arg)
 		select {
 		case <-p.Done():

@@ -5,15 +5,20 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	resourceinformers "k8s.io/client-go/informers/resource/v1"
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/dynamic-resource-allocation/deviceclass/extendedresourcecache"
 	"k8s.io/klog/v2"
+
+	"github.com/kcm-split/kcm-split/shared/sharding"
 )
 
 // monitorState is how far a resource type's informer has got.
@@ -83,13 +88,31 @@ func (ms *monitors) newInformer(ctx context.Context, m *monitor, gvr schema.Grou
 	indexers := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
 	switch m.gr {
 	case podsResource:
-		m.informer = coreinformers.NewPodInformer(ms.client, metav1.NamespaceAll, 0, indexers)
+		m.informer = ms.typed(gvr.Resource, &v1.Pod{}, indexers, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return ms.client.CoreV1().Pods("").List(ctx, o)
+		}, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return ms.client.CoreV1().Pods("").Watch(ctx, o)
+		}, func() cache.SharedIndexInformer {
+			return coreinformers.NewPodInformer(ms.client, metav1.NamespaceAll, 0, indexers)
+		})
 		_ = m.informer.SetTransform(podTransform(ms.charge))
 	case servicesResource:
-		m.informer = coreinformers.NewServiceInformer(ms.client, metav1.NamespaceAll, 0, indexers)
+		m.informer = ms.typed(gvr.Resource, &v1.Service{}, indexers, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return ms.client.CoreV1().Services("").List(ctx, o)
+		}, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return ms.client.CoreV1().Services("").Watch(ctx, o)
+		}, func() cache.SharedIndexInformer {
+			return coreinformers.NewServiceInformer(ms.client, metav1.NamespaceAll, 0, indexers)
+		})
 		_ = m.informer.SetTransform(trimService)
 	case pvcsResource:
-		m.informer = coreinformers.NewPersistentVolumeClaimInformer(ms.client, metav1.NamespaceAll, 0, indexers)
+		m.informer = ms.typed(gvr.Resource, &v1.PersistentVolumeClaim{}, indexers, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return ms.client.CoreV1().PersistentVolumeClaims("").List(ctx, o)
+		}, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return ms.client.CoreV1().PersistentVolumeClaims("").Watch(ctx, o)
+		}, func() cache.SharedIndexInformer {
+			return coreinformers.NewPersistentVolumeClaimInformer(ms.client, metav1.NamespaceAll, 0, indexers)
+		})
 		_ = m.informer.SetTransform(trimMeta)
 	case claimsResource:
 		if gvr.Version != resourceapi.SchemeGroupVersion.Version {
@@ -99,15 +122,36 @@ func (ms *monitors) newInformer(ctx context.Context, m *monitor, gvr schema.Grou
 			m.gvr = gvr
 		}
 		indexers[claimOwnerIndex] = indexClaimOwner
-		m.informer = resourceinformers.NewResourceClaimInformer(ms.client, metav1.NamespaceAll, 0, indexers)
+		m.informer = ms.typed(gvr.Resource, &resourceapi.ResourceClaim{}, indexers, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return ms.client.ResourceV1().ResourceClaims("").List(ctx, o)
+		}, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return ms.client.ResourceV1().ResourceClaims("").Watch(ctx, o)
+		}, func() cache.SharedIndexInformer {
+			return resourceinformers.NewResourceClaimInformer(ms.client, metav1.NamespaceAll, 0, indexers)
+		})
 		_ = m.informer.SetTransform(trimClaim)
 		if ms.claims.ExtendedResources {
 			ms.addClassInformer(ctx, m)
 		}
 	default:
-		m.informer = metadatainformer.NewFilteredMetadataInformer(ms.meta, gvr, metav1.NamespaceAll, 0, indexers, nil).Informer()
+		m.informer = ms.typed(gvr.Resource, &metav1.PartialObjectMetadata{}, indexers, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return ms.meta.Resource(gvr).Namespace("").List(ctx, o)
+		}, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return ms.meta.Resource(gvr).Namespace("").Watch(ctx, o)
+		}, func() cache.SharedIndexInformer {
+			return metadatainformer.NewFilteredMetadataInformer(ms.meta, gvr, metav1.NamespaceAll, 0, indexers, nil).Informer()
+		})
 		_ = m.informer.SetTransform(trimMeta)
 	}
+}
+
+// typed is the informer of one counted type: unsharded, the one whole builds (client-go's,
+// as always); sharded, one over the shard's range with the same object and indexers.
+func (ms *monitors) typed(resource string, obj runtime.Object, indexers cache.Indexers, list sharding.ListFunc, watchFn sharding.WatchFunc, whole func() cache.SharedIndexInformer) cache.SharedIndexInformer {
+	if ms.view == nil {
+		return whole()
+	}
+	return ms.view.Informer(resource, obj, list, watchFn, nil, 0, indexers)
 }
 
 // addClassInformer adds to the claims monitor the DeviceClass informer feeding the cache of

@@ -10,6 +10,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/kcm-split/kcm-split/shared/sharding"
 	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/klog/v2"
 )
@@ -26,6 +28,8 @@ type monitors struct {
 	claims  ClaimOptions
 	// charge is what a Pod is charged: the Pods' cache keeps their totals under it.
 	charge resourcehelper.PodResourcesOptions
+	// view, when sharded, builds every informer of a counted type for the shard's namespaces.
+	view *sharding.View
 	// replenishmentHandler returns the handler that gives usage back for a type.
 	replenishmentHandler func(gr schema.GroupResource) cache.ResourceEventHandler
 	// onStateChange is called when a type's informer syncs or times out, so that the quotas

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kcm-split/kcm-split/shared/app"
 	"github.com/kcm-split/kcm-split/shared/features"
+	"github.com/kcm-split/kcm-split/shared/sharding"
 )
 
 // Names this controller is known by: the single source of truth for the binary, the Lease,
@@ -59,6 +60,10 @@ type Options struct {
 	// Claims is how ResourceClaims are charged: set from the feature gates
 	// (DynamicResourceAllocation, DRAExtendedResource).
 	Claims ClaimOptions
+	// View is the binary's shard (--shards > 1, set by its Spec, no flag of its own): every
+	// namespaced informer holds only its namespaces and only their quotas are synced. Nil:
+	// unsharded, upstream's behaviour.
+	View *sharding.View
 }
 
 // PodResources returns what a Pod is charged under gates, as upstream's pod evaluator

@@ -3,6 +3,14 @@ package quota
 import (
 	"context"
 	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/informers"
@@ -25,6 +33,8 @@ func Spec() app.Spec {
 			features.PodLevelResources, features.InPlacePodVerticalScaling,
 			features.DynamicResourceAllocation, features.DRAExtendedResource,
 		},
+		// --shards: every object a quota counts is in the quota's namespace.
+		Sharded: true,
 	}, DefaultOptions(), run)
 }
 
@@ -49,6 +59,18 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 	// foreign-writer detector, before they are dropped.
 	transform, forget := foreignWriters(ctx, rt)
 	factory := informers.NewSharedInformerFactoryWithOptions(rt.Client, 0, informers.WithTransform(transform))
+	if rt.ShardView != nil {
+		opts.View = rt.ShardView
+		factory.InformerFor(&v1.ResourceQuota{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+			return rt.ShardView.Informer("resourcequotas", &v1.ResourceQuota{},
+				func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+					return c.CoreV1().ResourceQuotas("").List(ctx, o)
+				},
+				func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+					return c.CoreV1().ResourceQuotas("").Watch(ctx, o)
+				}, nil, resync, nil)
+		})
+	}
 	if _, err := factory.Core().V1().ResourceQuotas().Informer().AddEventHandler(forget); err != nil {
 		return fmt.Errorf("quota informer: %w", err)
 	}

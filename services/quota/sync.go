@@ -77,6 +77,9 @@ func (c *Controller) syncQuota(ctx context.Context, qkey string) error {
 		utilruntime.HandleErrorWithContext(ctx, err, "Dropping malformed key", "key", qkey)
 		return nil
 	}
+	if c.opts.View != nil && !c.opts.View.Shard().Owns(namespace) {
+		return nil // another shard's quota
+	}
 	logger := klog.FromContext(ctx).WithValues("resourceQuota", qkey)
 	start := time.Now()
 	defer func() { logger.V(4).Info("Finished syncing resource quota", "duration", time.Since(start)) }()

@@ -43,6 +43,7 @@ import (
 	"github.com/kcm-split/kcm-split/shared/metrics"
 	"github.com/kcm-split/kcm-split/shared/migration"
 	"github.com/kcm-split/kcm-split/shared/serving"
+	"github.com/kcm-split/kcm-split/shared/sharding"
 )
 
 // Version is the kcm-split release, set at build time with
@@ -85,6 +86,9 @@ type Spec struct {
 	// Options are the controller's own settings, filled once from its flags. A Spec is
 	// used for one run: parsing writes into Options.
 	Options Options
+	// Sharded gives the binary --shards and --shard-index (see shared/sharding): a shard
+	// elects on a Lease of its own and its Run reads Runtime.Shard. Off, nothing changes.
+	Sharded bool
 	// Run builds informers and the controller and blocks until ctx ends. It is called only
 	// while this process holds the Lease; the controller's settings are the Options the
 	// Spec was built with (a closure over them), filled and validated by then.
@@ -110,6 +114,10 @@ type Runtime struct {
 	Registry *prometheus.Registry
 	Health   *health.Checks
 	Logger   logr.Logger
+	// Shard is this process's shard (sharding.Whole unless --shards > 1); ShardView, set when
+	// sharded, builds the informers of namespaced resources for the shard's range.
+	Shard     sharding.Shard
+	ShardView *sharding.View
 
 	minResync time.Duration
 	synced    atomic.Pointer[func() bool]
@@ -118,6 +126,7 @@ type Runtime struct {
 	term      *metrics.TermRegistry
 	migration *migrationRun
 	takeOver  *takeOverRun
+	layout    *sharding.Layout
 }
 
 // ResyncPeriod returns a random duration in [--min-resync-period, 2 x --min-resync-period),
@@ -152,6 +161,12 @@ func (rt *Runtime) EventRecorder(ctx context.Context, component string) record.E
 // Run returns.
 func (rt *Runtime) runTerm(ctx context.Context, run func(context.Context, *Runtime) error) error {
 	rt.synced.Store(nil)
+	if rt.layout != nil {
+		// A shard of a new layout builds nothing while the old layout may still write.
+		if err := rt.layout.Wait(ctx); err != nil {
+			return nil // ctx ended while waiting: a clean end of the term
+		}
+	}
 	if rt.term != nil {
 		// Metrics of the term's controller live as long as the term: collectors reading its
 		// listers never outlive them, and a next term starts its series afresh.
@@ -220,7 +235,7 @@ func Parse(spec Spec, args []string) error {
 // validates them unless help or the version was asked for.
 func parse(spec Spec, args []string) (*options, cmdline, error) {
 	o := &options{}
-	flags := o.flags(spec)
+	flags := append(o.flags(spec), o.shardingFlags(spec)...)
 	if spec.Options != nil {
 		flags = append(flags, spec.Options.Flags()...)
 	}
@@ -262,6 +277,11 @@ type options struct {
 	// is; empty means the binary's own Lease's namespace.
 	migrationNamespace string
 	migration          *migration.Config
+	// shard is --shards and --shard-index; shardFlags tells whether either was given, which
+	// makes the process take part in the layout protocol (labelled Lease, Layout fence).
+	shard      sharding.Shard
+	shardFlags bool
+	shardBase  string // --leader-elect-resource-name as given: the unsharded Lease's name
 	// takeOver is --take-over-from-kcm; takeOverOpts the --kcm-* flags it reads.
 	takeOver     bool
 	takeOverOpts TakeOverOptions
@@ -337,6 +357,23 @@ func (o *options) complete(spec Spec, c *cli.Context) error {
 			// Every Pod of the namespace would have to prove the controllers off.
 			return &FlagError{Flag: FlagKCMPodSelector, Err: errors.New("empty: it would select every Pod of the namespace")}
 		}
+	}
+	if spec.Sharded {
+		if err := o.shard.Validate(); err != nil {
+			var se *sharding.Error
+			if errors.As(err, &se) {
+				return &FlagError{Flag: se.Field, Err: se.Err}
+			}
+			return err
+		}
+		o.shardFlags = c.IsSet(FlagShards) || c.IsSet(FlagShardIndex)
+		o.shardBase = o.leader.Name
+		if o.shardFlags {
+			o.leader.Name = o.shard.LeaseName(o.leader.Name)
+			o.leader.Labels = o.shard.LeaseLabels(spec.ID)
+		}
+	} else {
+		o.shard = sharding.Whole
 	}
 	gates, err := features.Parse(o.gateFlags.Value())
 	if err != nil {
@@ -442,7 +479,18 @@ func run(parent context.Context, spec Spec, o *options, stderr io.Writer) error 
 	if err != nil {
 		return fmt.Errorf("building client: %w", err)
 	}
-	rt := &Runtime{Features: o.gates, minResync: o.minResync, Config: ctrlCfg, Client: client, Health: checks, Logger: logger, term: &metrics.TermRegistry{}}
+	rt := &Runtime{Features: o.gates, minResync: o.minResync, Config: ctrlCfg, Client: client, Health: checks, Logger: logger, term: &metrics.TermRegistry{}, Shard: o.shard}
+	if o.shard.Sharded() {
+		rt.ShardView = sharding.NewView(o.shard, spec.ID, reg, logger)
+	}
+	if o.shardFlags && o.leader.Enabled {
+		rt.layout = sharding.NewLayout(leaderClient(cfg), sharding.LayoutOptions{
+			Binary: spec.ID, Namespace: o.leader.Namespace, BaseLease: o.shardBase, Shard: o.shard,
+			LeaseDuration: o.leader.LeaseDuration, Recheck: o.leader.RetryPeriod,
+		}, reg)
+		rt.layout.Start(ctx)
+		elector.FenceAlso(leader.ReasonOtherLayout, rt.layout.AllowWrite)
+	}
 	phase := migration.NewPhaseGauge(reg, migration.PhaseOff)
 	if o.migration != nil {
 		member := migration.NewMember(migration.Options{
@@ -489,7 +537,17 @@ func run(parent context.Context, spec Spec, o *options, stderr io.Writer) error 
 		return err
 	}
 
-	logger.Info("Starting", "version", Version, "leaderElect", o.leader.Enabled, "lease", o.leader.Namespace+"/"+o.leader.Name, "identity", elector.Identity())
+	logger.Info("Starting", "version", Version, "leaderElect", o.leader.Enabled, "lease", o.leader.Namespace+"/"+o.leader.Name, "identity", elector.Identity(), "shard", o.shard.String())
+	if rt.layout != nil {
+		// Campaign only once no other layout holds a Lease: a shard of the new layout that
+		// held its Lease while waiting would fence the old layout's shards before they are
+		// stopped. The wait in runTerm covers two layouts that started campaigning at once.
+		if err := rt.layout.Wait(ctx); err != nil {
+			srv.shutdown()
+			logger.Info("Stopped")
+			return nil
+		}
+	}
 	err = elector.Run(ctx, func(ctx context.Context) error {
 		return rt.leadTerms(ctx, spec.Run)
 	})

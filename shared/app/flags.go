@@ -12,6 +12,7 @@ import (
 	"github.com/kcm-split/kcm-split/shared/kube"
 	"github.com/kcm-split/kcm-split/shared/migration"
 	"github.com/kcm-split/kcm-split/shared/serving"
+	"github.com/kcm-split/kcm-split/shared/sharding"
 )
 
 // Common flag names, upstream's.
@@ -44,6 +45,8 @@ const (
 	FlagShutdownGracePeriod = "shutdown-grace-period"
 	FlagMinResyncPeriod     = "min-resync-period"
 	FlagFeatureGates        = "feature-gates"
+	FlagShards              = "shards"
+	FlagShardIndex          = "shard-index"
 	FlagAuthnCacheTTL       = "authentication-token-webhook-cache-ttl"
 	FlagAuthzAllowedTTL     = "authorization-webhook-cache-authorized-ttl"
 	FlagAuthzDeniedTTL      = "authorization-webhook-cache-unauthorized-ttl"
@@ -107,6 +110,18 @@ func (o *options) flags(spec Spec) []cli.Flag {
 		&cli.StringFlag{Name: FlagLoggingFormat, Category: "Logging", Value: "json", Destination: &o.format, Usage: "json or text"},
 		&cli.StringFlag{Name: FlagLogLevel, Category: "Logging", Value: "info", Destination: &o.log.Level, Usage: "older name of --v, which wins when both are given: a verbosity 0-10, or debug (1), info (0), warn, error"},
 		&cli.StringFlag{Name: FlagLogFormat, Category: "Logging", Value: "json", Destination: &o.log.Format, Usage: "older name of --logging-format, which wins when both are given: json, or console (the same as text)"},
+	}
+}
+
+// shardingFlags are --shards and --shard-index, for a Spec with Sharded.
+func (o *options) shardingFlags(spec Spec) []cli.Flag {
+	if !spec.Sharded {
+		return nil
+	}
+	o.shard = sharding.Whole
+	return []cli.Flag{
+		&cli.IntFlag{Name: FlagShards, Category: "Sharding", Value: 1, Destination: &o.shard.Count, Usage: "number of static shards the namespaces are split into (by a hash of the namespace name, KEP-5866 ranges); each shard elects on its own Lease <lease name>-shard-<index>-of-<shards> and caches only its namespaces' objects (cluster-scoped ones whole). 1 is one replica for everything, upstream's behaviour. Given (even as 1), the process waits until no Lease of another --shards of this binary is held before it campaigns or writes"},
+		&cli.IntFlag{Name: FlagShardIndex, Category: "Sharding", Value: 0, Destination: &o.shard.Index, Usage: "this process's shard, 0 to --shards minus 1"},
 	}
 }
 

@@ -19,6 +19,9 @@ const (
 	// ReasonKCMMayRun: the Lease is fresh, but --take-over-from-kcm's proof that
 	// kube-controller-manager runs none of the controllers does not hold (FenceAlso).
 	ReasonKCMMayRun = "kcm_may_run"
+	// ReasonOtherLayout: the Lease is fresh, but a Lease of another shard layout of this
+	// binary (--shards) is held and fresh (FenceAlso).
+	ReasonOtherLayout = "other_shard_layout"
 )
 
 // extraFence is a further condition of AllowWrite, see FenceAlso.
@@ -29,10 +32,10 @@ type extraFence struct {
 
 // FenceAlso makes AllowWrite also require allow() once the Lease checks pass; a refusal counts
 // under reason and does not end the term of this Lease: allow's owner ends what it guards.
-// Call it before Run.
+// Each call adds a condition; all must hold. Call it before Run.
 func (e *Elector) FenceAlso(reason string, allow func() bool) {
 	e.mu.Lock()
-	e.extra = &extraFence{reason: reason, allow: allow}
+	e.extra = append(e.extra, &extraFence{reason: reason, allow: allow})
 	e.mu.Unlock()
 	e.fenced.WithLabelValues(reason)
 }
@@ -80,9 +83,11 @@ func (e *Elector) AllowWrite() error {
 	}
 	extra := e.extra
 	e.mu.Unlock()
-	if reason == "" && extra != nil && !extra.allow() {
-		e.fenced.WithLabelValues(extra.reason).Inc()
-		return &FencedError{Lease: e.cfg.Namespace + "/" + e.cfg.Name, Reason: extra.reason}
+	for _, x := range extra {
+		if reason == "" && !x.allow() {
+			e.fenced.WithLabelValues(x.reason).Inc()
+			return &FencedError{Lease: e.cfg.Namespace + "/" + e.cfg.Name, Reason: x.reason}
+		}
 	}
 	if reason == "" {
 		return nil

@@ -52,6 +52,9 @@ type Config struct {
 	// releases the Lease anyway; 0 means LeaseDuration. The Lease keeps being renewed meanwhile.
 	// It also bounds the wait for lead to stop after the Lease was lost.
 	ShutdownGrace time.Duration
+	// Labels are set on the Lease when this process acquires it; nil (the default) writes
+	// the Lease exactly as client-go always has. Sharded binaries name their layout here.
+	Labels map[string]string
 }
 
 // Validate checks the timing rules client-go enforces, naming the flag at fault.
@@ -115,8 +118,8 @@ type Elector struct {
 	stepReason string
 	// confirmed: the watch has shown this process as holder since its term began.
 	confirmed bool
-	// extra is a further condition on writes (FenceAlso), nil for none.
-	extra *extraFence
+	// extra are further conditions on writes (FenceAlso), none by default.
+	extra []*extraFence
 }
 
 // leaseRecord is what identifies one renewal of the Lease: every renewal writes a new
@@ -348,6 +351,7 @@ func (e *Elector) term(ctx, electCtx context.Context, lead func(context.Context)
 				LeaseMeta:  metav1.ObjectMeta{Namespace: e.cfg.Namespace, Name: e.cfg.Name},
 				Client:     e.client.CoordinationV1(),
 				LockConfig: resourcelock.ResourceLockConfig{Identity: e.cfg.Identity},
+				Labels:     e.cfg.Labels,
 			},
 			// client-go releases the Lease whenever its election ends, also after a failed
 			// renewal; while our controller still runs that would hand a standby the Lease

@@ -150,6 +150,9 @@ func (c *Controller) syncService(ctx context.Context, key string) error {
 		utilruntime.HandleErrorWithContext(ctx, err, "Dropping malformed key", "key", key)
 		return nil
 	}
+	if !c.opts.Shard.Owns(namespace) {
+		return nil // another shard's: its informers only let this one's through, but a key is a key
+	}
 	// The key is ns/name already: logged as a string, it reads the same in every log format.
 	logger := klog.FromContext(ctx).WithValues("service", key)
 	ctx = klog.NewContext(ctx, logger)
@@ -160,6 +163,9 @@ func (c *Controller) syncService(ctx context.Context, key string) error {
 
 	svc, err := c.services.Services(namespace).Get(name)
 	if apierrors.IsNotFound(err) {
+		if c.opts.Shard.Sharded() {
+			return c.deleteEndpointsConfirmed(ctx, namespace, name)
+		}
 		return c.deleteEndpoints(ctx, namespace, name)
 	}
 	if err != nil {
@@ -265,6 +271,41 @@ func (c *Controller) deleteEndpoints(ctx context.Context, namespace, name string
 	err := c.client.CoreV1().Endpoints(namespace).Delete(ctx, name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
+	}
+	c.triggers.forget(namespace, name)
+	c.stale.Forget(namespace + "/" + name)
+	return nil
+}
+
+// deleteEndpointsConfirmed is deleteEndpoints for a sharded controller, whose cache can miss a
+// Service that exists (a watch restarted with another range, a selector the apiserver
+// applied differently): the Service is read live, and only its NotFound deletes, the
+// Endpoints read live and deleted with its UID as a precondition, so neither a Service
+// still there nor an Endpoints recreated meanwhile is touched. A Service found live is the
+// cache being behind: the error retries the key with backoff until the cache has it.
+func (c *Controller) deleteEndpointsConfirmed(ctx context.Context, namespace, name string) error {
+	_, err := c.client.CoreV1().Services(namespace).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		return fmt.Errorf("service %s/%s is missing from this shard's cache but exists: not deleting its Endpoints", namespace, name)
+	case !apierrors.IsNotFound(err):
+		return err
+	}
+	ep, err := c.client.CoreV1().Endpoints(namespace).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return err
+	default:
+		if _, lock := ep.Annotations[resourcelock.LeaderElectionRecordAnnotationKey]; lock {
+			return nil // a leader-election lock, not a Service's: never ours
+		}
+		err = c.client.CoreV1().Endpoints(namespace).Delete(ctx, name, metav1.DeleteOptions{
+			Preconditions: &metav1.Preconditions{UID: &ep.UID},
+		})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return err
+		}
 	}
 	c.triggers.forget(namespace, name)
 	c.stale.Forget(namespace + "/" + name)

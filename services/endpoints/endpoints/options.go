@@ -6,6 +6,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kcm-split/kcm-split/shared/app"
+	"github.com/kcm-split/kcm-split/shared/sharding"
 )
 
 // Names of this controller, upstream's.
@@ -35,6 +36,10 @@ type Options struct {
 	// (a rollout, a node going away) becomes one Endpoints write per Service instead of
 	// one per Pod. Service changes are never delayed. Zero syncs at once.
 	BatchPeriod time.Duration
+	// Shard is the binary's shard (set by its Spec, no flag of its own): the controller acts
+	// only on keys of its namespaces, and a Service or Endpoints missing from a sharded
+	// cache is taken as deleted only once a live read agrees. The zero value is unsharded.
+	Shard sharding.Shard
 }
 
 // DefaultOptions returns upstream's defaults.

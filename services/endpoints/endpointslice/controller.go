@@ -197,6 +197,9 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		utilruntime.HandleErrorWithContext(ctx, err, "Dropping malformed key", "key", key)
 		return nil
 	}
+	if !c.opts.Shard.Owns(namespace) {
+		return nil // another shard's key
+	}
 	logger := klog.FromContext(ctx).WithValues("service", key)
 	start := time.Now()
 	defer func() {

@@ -6,6 +6,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kcm-split/kcm-split/shared/app"
+	"github.com/kcm-split/kcm-split/shared/sharding"
 )
 
 // Names of this controller, upstream's.
@@ -46,6 +47,10 @@ type Options struct {
 	// BatchPeriod delays the sync a Pod change triggers, so that a burst of Pod changes
 	// becomes one write per slice. Zero syncs at once.
 	BatchPeriod time.Duration
+	// Shard is the binary's shard (set by its Spec, no flag of its own): the controller acts
+	// only on keys of its namespaces. A Service missing from the cache deletes nothing here
+	// (the garbage collector deletes its slices), so no live read is needed. Zero: unsharded.
+	Shard sharding.Shard
 }
 
 // DefaultOptions returns upstream's defaults.

@@ -160,12 +160,21 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		utilruntime.HandleErrorWithContext(ctx, err, "Dropping malformed key", "key", key)
 		return nil
 	}
+	if !c.opts.Shard.Owns(namespace) {
+		return nil // another shard's key
+	}
 	logger := klog.FromContext(ctx).WithValues("endpoints", key)
 	ctx = klog.NewContext(ctx, logger)
 
 	ep, err := c.endpoints.Endpoints(namespace).Get(name)
 	switch {
 	case apierrors.IsNotFound(err):
+		if err := c.confirmGone(ctx, "Endpoints", func() error {
+			_, err := c.client.CoreV1().Endpoints(namespace).Get(ctx, name, metav1.GetOptions{})
+			return err
+		}); err != nil {
+			return err
+		}
 		// The Service, if any, is where the Event can still be read.
 		var subject runtime.Object = &v1.Endpoints{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
 		if svc, err := c.services.Services(namespace).Get(name); err == nil {
@@ -180,6 +189,12 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	svc, err := c.services.Services(namespace).Get(name)
 	switch {
 	case apierrors.IsNotFound(err):
+		if err := c.confirmGone(ctx, "Service", func() error {
+			_, err := c.client.CoreV1().Services(namespace).Get(ctx, name, metav1.GetOptions{})
+			return err
+		}); err != nil {
+			return err
+		}
 		return c.unmirror(ctx, namespace, name, ep, "its Service was deleted")
 	case err != nil:
 		return err
@@ -343,4 +358,22 @@ func notMirroredReason(ep *v1.Endpoints) string {
 		return "the Endpoints is a leader-election lock"
 	}
 	return ""
+}
+
+// confirmGone returns nil when an object missing from the cache is gone: always unsharded
+// (upstream's rule: the synced cache is the truth), and for a sharded controller only when
+// get, a live read, answers NotFound (its cache can miss what exists). Otherwise it returns
+// an error: the key is retried with backoff and nothing is deleted meanwhile.
+func (c *Controller) confirmGone(ctx context.Context, kind string, get func() error) error {
+	if !c.opts.Shard.Sharded() {
+		return nil
+	}
+	switch err := get(); {
+	case err == nil:
+		return fmt.Errorf("%s missing from this shard's cache exists: not deleting mirrored slices", kind)
+	case apierrors.IsNotFound(err):
+		return nil
+	default:
+		return err
+	}
 }

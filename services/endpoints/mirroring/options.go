@@ -6,6 +6,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kcm-split/kcm-split/shared/app"
+	"github.com/kcm-split/kcm-split/shared/sharding"
 )
 
 // Names of this controller, upstream's.
@@ -45,6 +46,10 @@ type Options struct {
 	MaxEndpointsPerSubset int
 	// BatchPeriod delays the sync a change to a mirrored slice triggers.
 	BatchPeriod time.Duration
+	// Shard is the binary's shard (set by its Spec, no flag of its own): the controller acts
+	// only on keys of its namespaces, and a Service or Endpoints missing from a sharded
+	// cache is taken as deleted only once a live read agrees. The zero value is unsharded.
+	Shard sharding.Shard
 }
 
 // DefaultOptions returns upstream's defaults.

@@ -1,0 +1,141 @@
+package sharding
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+)
+
+func pods(names ...string) []corev1.Pod {
+	var out []corev1.Pod
+	for _, ns := range names {
+		out = append(out, corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "p"}})
+	}
+	return out
+}
+
+// namespaces returns n names that vary at the front: KEP-5866's hash (FNV-1a 64) keeps the
+// high bits of names that differ only at the end, so "ns-0".."ns-39" all fall in one half.
+func namespaces(n int) []string {
+	var out []string
+	for i := range n {
+		out = append(out, fmt.Sprintf("%d-app", i))
+	}
+	return out
+}
+
+// TestListFiltersAndReportsMode: a list with ShardInfo is the server's work, one without
+// the client's; either way only the shard's namespaces come out, and the selector was sent.
+func TestListFiltersAndReportsMode(t *testing.T) {
+	shard := Shard{Index: 1, Count: 3}
+	for _, server := range []bool{true, false} {
+		reg := prometheus.NewRegistry()
+		v := NewView(shard, "b", reg, logr.Discard())
+		var sent string
+		lw := v.ListWatch("pods", func(_ context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			sent = o.ShardSelector
+			l := &corev1.PodList{Items: pods(namespaces(50)...)}
+			if server {
+				l.ShardInfo = &metav1.ShardInfo{Selector: o.ShardSelector}
+			}
+			return l, nil
+		}, nil, func(o *metav1.ListOptions) { o.LabelSelector = "a=b" })
+		obj, err := cache.ToListerWatcherWithContext(lw).ListWithContext(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sent != shard.Selector().String() {
+			t.Errorf("sent selector %q, want %q", sent, shard.Selector().String())
+		}
+		items := obj.(*corev1.PodList).Items
+		if len(items) == 0 || len(items) == 50 {
+			t.Errorf("server=%t: %d of 50 namespaces kept", server, len(items))
+		}
+		for _, p := range items {
+			if !shard.Owns(p.Namespace) {
+				t.Errorf("kept %s, not the shard's", p.Namespace)
+			}
+		}
+		want := map[bool]string{true: ModeServer, false: ModeClient}[server]
+		if v.Mode() != want {
+			t.Errorf("server=%t: mode %s, want %s", server, v.Mode(), want)
+		}
+		if got := testutil.ToFloat64(v.info.WithLabelValues("b", "1", "3", "pods", want)); got != 1 {
+			t.Errorf("kcm_split_shard_info{mode=%s} = %v", want, got)
+		}
+		if n := testutil.CollectAndCount(v.info); n != 1 {
+			t.Errorf("%d series of kcm_split_shard_info, want 1 (the mode in force)", n)
+		}
+	}
+}
+
+func TestWatchDropsOtherShardsEvents(t *testing.T) {
+	shard := Shard{Index: 0, Count: 2}
+	v := NewView(shard, "b", nil, logr.Discard())
+	fw := watch.NewFake()
+	lw := v.ListWatch("pods", nil, func(context.Context, metav1.ListOptions) (watch.Interface, error) { return fw, nil }, nil)
+	w, err := cache.ToListerWatcherWithContext(lw).WatchWithContext(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for _, p := range pods(namespaces(40)...) {
+			fw.Add(&p)
+		}
+		fw.Action(watch.Bookmark, &corev1.Pod{})
+		fw.Stop()
+	}()
+	owned, bookmarks := 0, 0
+	for ev := range w.ResultChan() {
+		if ev.Type == watch.Bookmark {
+			bookmarks++
+			continue
+		}
+		p := ev.Object.(*corev1.Pod)
+		if !shard.Owns(p.Namespace) {
+			t.Errorf("event of %s passed", p.Namespace)
+		}
+		owned++
+	}
+	if owned == 0 || owned == 40 || bookmarks != 1 {
+		t.Errorf("%d of 40 events passed, %d bookmarks", owned, bookmarks)
+	}
+}
+
+// TestInformerUsesListThenWatch: the reflector must list (never a streaming list), since only a
+// list says whether the server applied the selector.
+func TestInformerUsesListThenWatch(t *testing.T) {
+	v := NewView(Shard{Index: 0, Count: 2}, "b", nil, logr.Discard())
+	listed := make(chan struct{}, 1)
+	inf := v.Informer("pods", &corev1.Pod{}, func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+		select {
+		case listed <- struct{}{}:
+		default:
+		}
+		return &corev1.PodList{}, nil
+	}, func(context.Context, metav1.ListOptions) (watch.Interface, error) { return watch.NewFake(), nil }, nil, 0, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go inf.RunWithContext(ctx)
+	select {
+	case <-listed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the informer never listed")
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		t.Fatal("not synced")
+	}
+	if v.Mode() != ModeClient {
+		t.Errorf("mode %s after a list without ShardInfo", v.Mode())
+	}
+}
