@@ -2,6 +2,8 @@ package servicelb
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -31,6 +33,16 @@ const (
 const (
 	FlagConcurrentSyncs   = "concurrent-service-syncs"
 	FlagLoadBalancerClass = "load-balancer-class"
+	// FlagPoolAPI is kcm-split's own: which pool APIs addresses come from.
+	FlagPoolAPI = "pool-api"
+)
+
+// Pool APIs --pool-api accepts.
+const (
+	// PoolAPIKCMSplit is lb.kcm-split.io/v1alpha1 IPAddressPool, the project's own.
+	PoolAPIKCMSplit = "kcm-split"
+	// PoolAPIMetalLB is metallb.io/v1beta1 IPAddressPool, with MetalLB's Service annotations.
+	PoolAPIMetalLB = "metallb"
 )
 
 // Default client budget of this binary: the defaults of --kube-api-qps and --kube-api-burst.
@@ -58,6 +70,8 @@ type Options struct {
 	// PoolStatusDelay batches pool status updates: many allocations in a burst make one
 	// status write per pool.
 	PoolStatusDelay time.Duration
+	// PoolAPI is the comma list of pool APIs to read (PoolAPIKCMSplit, PoolAPIMetalLB).
+	PoolAPI string
 }
 
 // DefaultOptions returns upstream's defaults.
@@ -67,6 +81,7 @@ func DefaultOptions() Options {
 		MinRetryDelay:   5 * time.Second,
 		MaxRetryDelay:   300 * time.Second,
 		PoolStatusDelay: time.Second,
+		PoolAPI:         PoolAPIKCMSplit,
 	}
 }
 
@@ -81,7 +96,33 @@ func (o Options) Validate() error {
 			return &app.FlagError{Flag: FlagLoadBalancerClass, Err: fmt.Errorf("%q: %v", o.LoadBalancerClass, errs[0])}
 		}
 	}
+	if _, err := o.PoolAPIs(); err != nil {
+		return err
+	}
 	return nil
+}
+
+// PoolAPIs parses PoolAPI: the APIs in the order given, without repeats. An empty list or
+// an unknown name is an *app.FlagError.
+func (o Options) PoolAPIs() ([]string, error) {
+	var out []string
+	for _, s := range strings.Split(o.PoolAPI, ",") {
+		s = strings.TrimSpace(s)
+		switch s {
+		case "":
+			continue
+		case PoolAPIKCMSplit, PoolAPIMetalLB:
+			if !slices.Contains(out, s) {
+				out = append(out, s)
+			}
+		default:
+			return nil, &app.FlagError{Flag: FlagPoolAPI, Err: fmt.Errorf("%q is not a pool API; use a comma list of %q and %q", s, PoolAPIKCMSplit, PoolAPIMetalLB)}
+		}
+	}
+	if len(out) == 0 {
+		return nil, &app.FlagError{Flag: FlagPoolAPI, Err: fmt.Errorf("empty; use a comma list of %q and %q", PoolAPIKCMSplit, PoolAPIMetalLB)}
+	}
+	return out, nil
 }
 
 // Flags returns the controller's flags, each bound to its field of o; their defaults are o's
@@ -92,5 +133,7 @@ func (o *Options) Flags() []cli.Flag {
 			"number of Services synced concurrently; more is faster but costs CPU and API calls"),
 		app.Bound(app.CategoryController, FlagLoadBalancerClass, &o.LoadBalancerClass,
 			"spec.loadBalancerClass of the Services to serve; empty serves Services with no class"),
+		app.Bound(app.CategoryController, FlagPoolAPI, &o.PoolAPI,
+			"comma list of the pool APIs addresses come from: kcm-split (lb.kcm-split.io IPAddressPool) and/or metallb (metallb.io/v1beta1 IPAddressPool and MetalLB's Service annotations)"),
 	}
 }

@@ -32,6 +32,9 @@ type allocations struct {
 	seq   uint64
 	alloc *addrpool.Allocator
 	pools map[string]*poolInfo
+	// apis are the pool APIs read, in --pool-api's order; it decides which annotations
+	// count and the order of candidate pools. Set at construction.
+	apis []string
 	// pending are the Services waiting for an address.
 	pending map[string]bool
 	// badInput is the last invalid request reported per Service, to report it once.
@@ -51,8 +54,12 @@ type allocations struct {
 	overwrites  map[string]*overwriteEpisode
 }
 
-func newAllocations() *allocations {
+func newAllocations(apis ...string) *allocations {
+	if len(apis) == 0 {
+		apis = []string{PoolAPIKCMSplit}
+	}
 	return &allocations{
+		apis:        apis,
 		alloc:       addrpool.New(),
 		pools:       map[string]*poolInfo{},
 		pending:     map[string]bool{},
