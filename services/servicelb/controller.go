@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	networkinginformers "k8s.io/client-go/informers/networking/v1"
 	"k8s.io/client-go/kubernetes"
@@ -83,6 +84,13 @@ type Controller struct {
 	poolStore  cache.Store
 	poolSynced func() bool
 	poolAPI    bool
+	// ownAPI and metalAPI say which pool APIs --pool-api enables. The metal* fields are
+	// the MetalLB IPAddressPool cache, as the pool* ones are the project's own.
+	ownAPI, metalLBAPI bool
+	metalStore         cache.Store
+	metalSynced        func() bool
+	metalServed        bool
+	metalStatus        *metalLBStatusWriter
 	// handlers are the event-handler registrations; Run returns their failure, if any.
 	handlers informer.Handlers
 
@@ -119,7 +127,13 @@ func New(
 	opts Options,
 	reg prometheus.Registerer,
 ) *Controller {
+	apis, err := opts.PoolAPIs()
+	if err != nil {
+		apis = []string{PoolAPIKCMSplit} // Validate ran before: only a test gets here
+	}
 	c := &Controller{
+		ownAPI:     slices.Contains(apis, PoolAPIKCMSplit),
+		metalLBAPI: slices.Contains(apis, PoolAPIMetalLB),
 		client:     client,
 		pools:      poolClient,
 		recorder:   recorder,
@@ -150,9 +164,10 @@ func New(
 			// the default retry cap; the next allocation change queues the pool again.
 			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[string](poolRetryMin, poolRetryMax),
 		}),
-		stale: writecache.New[*v1.Service](),
-		state: newAllocations(),
-		now:   time.Now,
+		stale:      writecache.New[*v1.Service](),
+		state:      newAllocations(apis...),
+		metalStore: cache.NewStore(cache.MetaNamespaceKeyFunc),
+		now:        time.Now,
 	}
 	c.handlers.Add(services.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueueService,
@@ -212,11 +227,74 @@ func (c *Controller) SetPoolAPIServed(served bool) {
 	}
 }
 
-// poolsKnown reports whether the pool cache is synced and its API served.
+// poolsKnown reports whether every enabled pool API is served and its cache synced. One
+// unknown source makes all pools unknown: a Service may be a candidate of either.
 func (c *Controller) poolsKnown() bool {
 	c.storeMu.Lock()
 	defer c.storeMu.Unlock()
-	return c.poolAPI && c.poolSynced != nil && c.poolSynced()
+	own := !c.ownAPI || c.poolAPI && c.poolSynced != nil && c.poolSynced()
+	metal := !c.metalLBAPI || c.metalServed && c.metalSynced != nil && c.metalSynced()
+	return own && metal
+}
+
+// AddMetalLBInformer hands the controller the metallb.io IPAddressPool informer (with
+// metalLBTransform set) before Run, and the dynamic client its status is written with: Run
+// waits for it as for the other caches.
+func (c *Controller) AddMetalLBInformer(pools cache.SharedIndexInformer, dyn dynamic.Interface) {
+	c.handlers.Add(pools, c.metalHandlers())
+	c.useMetalLB(pools, dyn)
+}
+
+// SetMetalLBInformer is AddMetalLBInformer once the CRD appears after the start; the caller
+// starts the informer after this call. The pools are refreshed once its objects have been
+// handled, so a Service waits for no event that may never come.
+func (c *Controller) SetMetalLBInformer(ctx context.Context, pools cache.SharedIndexInformer, dyn dynamic.Interface) error {
+	reg, err := pools.AddEventHandler(c.metalHandlers())
+	if err != nil {
+		return err
+	}
+	c.useMetalLB(pools, dyn)
+	go func() {
+		if cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
+			c.refreshPools()
+		}
+	}()
+	return nil
+}
+
+func (c *Controller) metalHandlers() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.refreshPools() },
+		UpdateFunc: c.onPoolUpdate,
+		DeleteFunc: func(any) { c.refreshPools() },
+	}
+}
+
+func (c *Controller) useMetalLB(pools cache.SharedIndexInformer, dyn dynamic.Interface) {
+	c.storeMu.Lock()
+	c.metalStore = pools.GetStore()
+	c.metalSynced = pools.HasSynced
+	c.metalServed = true
+	c.metalStatus = newMetalLBStatusWriter(dyn)
+	c.storeMu.Unlock()
+}
+
+// SetMetalLBAPIServed tells the controller whether discovery lists metallb.io/v1beta1
+// IPAddressPool; while it does not, every pool is unknown (see poolsKnown).
+func (c *Controller) SetMetalLBAPIServed(served bool) {
+	c.storeMu.Lock()
+	changed := c.metalServed != served
+	c.metalServed = served
+	c.storeMu.Unlock()
+	if changed {
+		c.refreshPools()
+	}
+}
+
+func (c *Controller) metalCache() (cache.Store, *metalLBStatusWriter) {
+	c.storeMu.Lock()
+	defer c.storeMu.Unlock()
+	return c.metalStore, c.metalStatus
 }
 
 // SetPoolInformer hands the controller an IPAddressPool informer once the CRD has been
