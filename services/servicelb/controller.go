@@ -240,20 +240,20 @@ func (c *Controller) poolsKnown() bool {
 // AddMetalLBInformer hands the controller the metallb.io IPAddressPool informer (with
 // metalLBTransform set) before Run, and the dynamic client its status is written with: Run
 // waits for it as for the other caches.
-func (c *Controller) AddMetalLBInformer(pools cache.SharedIndexInformer, dyn dynamic.Interface) {
+func (c *Controller) AddMetalLBInformer(pools cache.SharedIndexInformer, dyn dynamic.Interface, namespace string) {
 	c.handlers.Add(pools, c.metalHandlers())
-	c.useMetalLB(pools, dyn)
+	c.useMetalLB(pools, dyn, namespace)
 }
 
 // SetMetalLBInformer is AddMetalLBInformer once the CRD appears after the start; the caller
 // starts the informer after this call. The pools are refreshed once its objects have been
 // handled, so a Service waits for no event that may never come.
-func (c *Controller) SetMetalLBInformer(ctx context.Context, pools cache.SharedIndexInformer, dyn dynamic.Interface) error {
+func (c *Controller) SetMetalLBInformer(ctx context.Context, pools cache.SharedIndexInformer, dyn dynamic.Interface, namespace string) error {
 	reg, err := pools.AddEventHandler(c.metalHandlers())
 	if err != nil {
 		return err
 	}
-	c.useMetalLB(pools, dyn)
+	c.useMetalLB(pools, dyn, namespace)
 	go func() {
 		if cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
 			c.refreshPools()
@@ -270,12 +270,12 @@ func (c *Controller) metalHandlers() cache.ResourceEventHandler {
 	}
 }
 
-func (c *Controller) useMetalLB(pools cache.SharedIndexInformer, dyn dynamic.Interface) {
+func (c *Controller) useMetalLB(pools cache.SharedIndexInformer, dyn dynamic.Interface, namespace string) {
 	c.storeMu.Lock()
 	c.metalStore = pools.GetStore()
 	c.metalSynced = pools.HasSynced
 	c.metalServed = true
-	c.metalStatus = newMetalLBStatusWriter(dyn)
+	c.metalStatus = newMetalLBStatusWriter(dyn, namespace)
 	c.storeMu.Unlock()
 }
 

@@ -256,14 +256,15 @@ func metalLBTransform(obj any) (any, error) {
 // metalLBStatusWriter writes MetalLB pools' status: the four counters MetalLB v0.15.2's
 // controller keeps there (internal/k8s/controllers/pool_status_controller.go), nothing else.
 type metalLBStatusWriter struct {
-	res dynamic.NamespaceableResourceInterface
+	res       dynamic.ResourceInterface
+	namespace string
 }
 
-func newMetalLBStatusWriter(d dynamic.Interface) *metalLBStatusWriter {
+func newMetalLBStatusWriter(d dynamic.Interface, namespace string) *metalLBStatusWriter {
 	if d == nil {
 		return nil
 	}
-	return &metalLBStatusWriter{res: d.Resource(MetalLBGroupVersionResource)}
+	return &metalLBStatusWriter{res: d.Resource(MetalLBGroupVersionResource).Namespace(namespace), namespace: namespace}
 }
 
 // update writes p's status; p's resourceVersion guards against lost updates.

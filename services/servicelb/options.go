@@ -35,7 +35,12 @@ const (
 	FlagLoadBalancerClass = "load-balancer-class"
 	// FlagPoolAPI is kcm-split's own: which pool APIs addresses come from.
 	FlagPoolAPI = "pool-api"
+	// FlagMetalLBNamespace is kcm-split's own: where MetalLB's pools are read from.
+	FlagMetalLBNamespace = "metallb-namespace"
 )
+
+// DefaultMetalLBNamespace is the namespace MetalLB's manifests and chart install into.
+const DefaultMetalLBNamespace = "metallb-system"
 
 // Pool APIs --pool-api accepts.
 const (
@@ -72,6 +77,9 @@ type Options struct {
 	PoolStatusDelay time.Duration
 	// PoolAPI is the comma list of pool APIs to read (PoolAPIKCMSplit, PoolAPIMetalLB).
 	PoolAPI string
+	// MetalLBNamespace is the namespace of the MetalLB pools read: MetalLB's controller and
+	// speaker read only their own namespace's.
+	MetalLBNamespace string
 }
 
 // DefaultOptions returns upstream's defaults.
@@ -81,7 +89,8 @@ func DefaultOptions() Options {
 		MinRetryDelay:   5 * time.Second,
 		MaxRetryDelay:   300 * time.Second,
 		PoolStatusDelay: time.Second,
-		PoolAPI:         PoolAPIKCMSplit,
+		PoolAPI:          PoolAPIKCMSplit,
+		MetalLBNamespace: DefaultMetalLBNamespace,
 	}
 }
 
@@ -98,6 +107,9 @@ func (o Options) Validate() error {
 	}
 	if _, err := o.PoolAPIs(); err != nil {
 		return err
+	}
+	if errs := validation.IsDNS1123Label(o.MetalLBNamespace); len(errs) > 0 {
+		return &app.FlagError{Flag: FlagMetalLBNamespace, Err: fmt.Errorf("%q: %v", o.MetalLBNamespace, errs[0])}
 	}
 	return nil
 }
@@ -135,5 +147,7 @@ func (o *Options) Flags() []cli.Flag {
 			"spec.loadBalancerClass of the Services to serve; empty serves Services with no class"),
 		app.Bound(app.CategoryController, FlagPoolAPI, &o.PoolAPI,
 			"comma list of the pool APIs addresses come from: kcm-split (lb.kcm-split.io IPAddressPool) and/or metallb (metallb.io/v1beta1 IPAddressPool and MetalLB's Service annotations)"),
+		app.Bound(app.CategoryController, FlagMetalLBNamespace, &o.MetalLBNamespace,
+			"namespace of the metallb.io IPAddressPools read with --pool-api=metallb: MetalLB's own namespace, whose pools its speaker announces"),
 	}
 }

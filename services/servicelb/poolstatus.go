@@ -168,7 +168,7 @@ func (c *Controller) syncMetalLBPoolStatus(ctx context.Context, key string) erro
 		return nil
 	}
 	_, objName := poolLabels(key)
-	o, exists, err := store.GetByKey(objName)
+	o, exists, err := store.GetByKey(writer.namespace + "/" + objName)
 	if err != nil || !exists {
 		return err
 	}

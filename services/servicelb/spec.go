@@ -61,7 +61,7 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 	}
 	// The MetalLB pools have their own factory: its informer gets a transform, which must
 	// be set before it starts, and it may start later than the others.
-	metalFactory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, rt.ResyncPeriod())
+	metalFactory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, rt.ResyncPeriod(), opts.MetalLBNamespace, nil)
 	newMetalInformer := func() (cache.SharedIndexInformer, error) {
 		inf := metalFactory.ForResource(MetalLBGroupVersionResource).Informer()
 		return inf, inf.SetTransform(metalLBTransform)
@@ -87,7 +87,7 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 		if metalPools, err = newMetalInformer(); err != nil {
 			return err
 		}
-		c.AddMetalLBInformer(metalPools, dyn)
+		c.AddMetalLBInformer(metalPools, dyn, opts.MetalLBNamespace)
 	}
 	run := func(ctx context.Context) error {
 		// The discovery watch ends with ctx, before the informers are shut down.
@@ -111,7 +111,7 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 						rt.Logger.Info("MetalLB's IPAddressPool API is now served; watching its pools")
 						inf, err := newMetalInformer()
 						if err == nil {
-							err = c.SetMetalLBInformer(ctx, inf, dyn)
+							err = c.SetMetalLBInformer(ctx, inf, dyn, opts.MetalLBNamespace)
 						}
 						if err != nil {
 							utilruntime.HandleErrorWithContext(ctx, err, "Cannot watch MetalLB's IPAddressPools")
