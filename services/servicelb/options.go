@@ -85,10 +85,10 @@ type Options struct {
 // DefaultOptions returns upstream's defaults.
 func DefaultOptions() Options {
 	return Options{
-		ConcurrentSyncs: 1,
-		MinRetryDelay:   5 * time.Second,
-		MaxRetryDelay:   300 * time.Second,
-		PoolStatusDelay: time.Second,
+		ConcurrentSyncs:  1,
+		MinRetryDelay:    5 * time.Second,
+		MaxRetryDelay:    300 * time.Second,
+		PoolStatusDelay:  time.Second,
 		PoolAPI:          PoolAPIKCMSplit,
 		MetalLBNamespace: DefaultMetalLBNamespace,
 	}
