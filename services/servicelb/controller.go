@@ -107,6 +107,8 @@ type Controller struct {
 	gaugeMu      sync.Mutex
 	gaugesShown  uint64
 	pendingShown uint64
+	// The label sets shown, so that a pool's series go when the pool does.
+	shownPools, shownFree, shownUnverified, shownPending map[[3]string]bool
 	// nodeSet is the last eligible node set, sorted; nil before the first node sync.
 	nodeSet atomic.Pointer[[]string]
 	now     func() time.Time

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -29,6 +30,7 @@ import (
 
 	"github.com/kcm-split/kcm-split/services/servicelb"
 	"github.com/kcm-split/kcm-split/services/servicelb/api/v1alpha1"
+	"github.com/kcm-split/kcm-split/shared/testenv"
 )
 
 const metalLBCRDName = "ipaddresspools.metallb.io"
@@ -175,17 +177,27 @@ func (f *fixture) wantIPs(name string, want ...string) {
 // the CRD and a pool containing it appear, it is verified in place and new Services are
 // served.
 func TestMetalLBCRDMissing(t *testing.T) {
+	testenv.Require(t, env)
 	deleteMetalLBCRD(t)
-	f := setup(t, "--pool-api=metallb")
+	// A class of its own: Services other tests leave behind (finalizer, address, namespace
+	// going away) are none of this controller's business, so the unverified count is ours.
+	const cls = "kcm-split.io/metallb-test"
+	f := setup(t, "--pool-api=metallb", "--load-balancer-class="+cls)
 	// A Service that MetalLB's controller served before the switch.
-	s := f.service("old")
+	s := f.service("old", class(cls))
 	s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: f.v4(7)}}
 	if _, err := f.c.CoreV1().Services(f.ns).UpdateStatus(context.Background(), s, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	f.waitEvent("old", servicelb.ReasonAddressUnverified)
-	f.service("new")
+	f.service("new", class(cls))
 	f.waitEvent("new", servicelb.ReasonAllocationFailed)
+	if v := f.metricSum("kcm_split_servicelb_pending_services", `api="metallb"`, `reason="PoolAPIUnavailable"`); v != 1 {
+		t.Errorf("pending for want of the pool API = %v, want 1", v)
+	}
+	if v := f.metricSum("kcm_split_servicelb_unverified_addresses", `api="metallb"`, `pool=""`); v != 1 {
+		t.Errorf("unverified addresses = %v, want 1", v)
+	}
 	if got := ingressIPs(f.wait("old", "kept", func(s *corev1.Service) bool { return s != nil })); !slices.Equal(got, []string{f.v4(7)}) {
 		t.Fatalf("old shows %v while the pool API is missing, want [%s]", got, f.v4(7))
 	}
@@ -202,6 +214,7 @@ func TestMetalLBCRDMissing(t *testing.T) {
 // TestMetalLBSelection: MetalLB's pool choice (priority, namespaces, namespace and service
 // selectors, autoAssign, avoidBuggyIPs) and its annotations, current and legacy.
 func TestMetalLBSelection(t *testing.T) {
+	testenv.Require(t, env)
 	installMetalLBCRD(t)
 	metallbNamespace(t)
 	f := setup(t, "--pool-api=metallb")
@@ -242,7 +255,7 @@ func TestMetalLBSelection(t *testing.T) {
 	f.service("ip-legacy", annotate(servicelb.LegacyAnnotationMetalLBLBIPs, f.v4(39)))
 	f.wantIPs("ip-legacy", f.v4(39))
 	// An address outside the pool the Service names is refused, as MetalLB does.
-	f.service("ip-wrong-pool", annotate(servicelb.AnnotationMetalLBLoadBalancerIPs, f.v4(40)), annotate(servicelb.AnnotationMetalLBAddressPool, f.ns+"-web"))
+	f.service("ip-wrong-pool", annotate(servicelb.AnnotationMetalLBLoadBalancerIPs, f.v4(40)), annotate(servicelb.AnnotationMetalLBAddressPool, f.ns+"-low"))
 	f.waitEvent("ip-wrong-pool", servicelb.ReasonAllocationFailed)
 	// kcm-split's own annotation is not read with --pool-api=metallb.
 	f.service("own", annotate(servicelb.AnnotationAddressPool, manual))
@@ -251,6 +264,27 @@ func TestMetalLBSelection(t *testing.T) {
 	// The labelled pool admits app=e only once the namespace carries the label.
 	f.service("e", svcLabel("app", "e"), annotate(servicelb.AnnotationMetalLBAddressPool, labelled))
 	f.waitEvent("e", servicelb.ReasonAllocationFailed)
+	// The pending gauge says which pool each waits for and why.
+	for _, c := range []struct {
+		labels []string
+		want   float64
+	}{
+		{[]string{`api="metallb"`, `pool=""`, `reason="PoolExhausted"`}, 2}, // plain2, own
+		{[]string{`pool="` + f.ns + `-low"`, `reason="RequestedIPNotInPool"`}, 1},
+		{[]string{`pool="` + labelled + `"`, `reason="NoMatchingPool"`}, 1},
+		{[]string{`api="metallb"`, `family="IPv4"`, `pool="` + manual + `"`}, 4},
+	} {
+		name := "kcm_split_servicelb_pending_services"
+		if strings.Contains(strings.Join(c.labels, ","), "family") {
+			name = "kcm_split_servicelb_addresses_assigned"
+		}
+		err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			return f.metricSum(name, c.labels...) == c.want, nil
+		})
+		if err != nil {
+			t.Errorf("%s%v = %v, want %v", name, c.labels, f.metricSum(name, c.labels...), c.want)
+		}
+	}
 	ns, err := f.c.CoreV1().Namespaces().Get(context.Background(), f.ns, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -274,6 +308,7 @@ func TestMetalLBSelection(t *testing.T) {
 // TestMetalLBSharingAndOnePool: MetalLB's sharing annotation (both names) and one pool for
 // all of a dual-stack Service's addresses, which MetalLB's speaker needs.
 func TestMetalLBSharingAndOnePool(t *testing.T) {
+	testenv.Require(t, env)
 	installMetalLBCRD(t)
 	metallbNamespace(t)
 	f := setup(t, "--pool-api=metallb")
@@ -295,6 +330,7 @@ func TestMetalLBSharingAndOnePool(t *testing.T) {
 // TestBothPoolAPIs: --pool-api=kcm-split,metallb reads both; each API's annotation names its
 // own pools, and a Service naming none is served by the API listed first.
 func TestBothPoolAPIs(t *testing.T) {
+	testenv.Require(t, env)
 	installMetalLBCRD(t)
 	metallbNamespace(t)
 	f := setup(t, "--pool-api=kcm-split,metallb")
@@ -309,4 +345,38 @@ func TestBothPoolAPIs(t *testing.T) {
 	f.service("o", annotate(servicelb.AnnotationAddressPool, f.ns+"-own"), annotate(servicelb.AnnotationAllowSharedIP, "x"))
 	f.waitEvent("o", servicelb.ReasonAllocationFailed)
 	_ = v1alpha1.Kind
+}
+
+// metricSum adds up the samples of the metric called name whose labels contain every one of
+// labels (`key="value"`): the gauges carry pool labels, and tests mostly want their total.
+func (f *fixture) metricSum(name string, labels ...string) float64 {
+	f.t.Helper()
+	_, body := f.ctrl.Get("/metrics")
+	sum := 0.0
+	for _, line := range strings.Split(body, "\n") {
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || (rest != "" && rest[0] != '{' && rest[0] != ' ') {
+			continue
+		}
+		series, value, ok := strings.Cut(strings.TrimSpace(rest), " ")
+		if !ok {
+			series, value = "", strings.TrimSpace(rest)
+		}
+		if !allIn(series, labels) {
+			continue
+		}
+		if v, err := strconv.ParseFloat(strings.TrimSpace(value), 64); err == nil {
+			sum += v
+		}
+	}
+	return sum
+}
+
+func allIn(s string, subs []string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
 }

@@ -28,6 +28,8 @@ type assignment struct {
 	newBadInput   bool // badInput differs from what was last reported
 	pendingWhy    error
 	newlyPending  bool
+	// waitReason is the reason of pendingWhy (a Wait* constant).
+	waitReason string
 	// effects are the queue adds and gauges that follow, for after the lock.
 	effects effects
 }
@@ -136,11 +138,16 @@ func (s *allocations) assign(logger klog.Logger, key string, svc *v1.Service, ad
 	switch {
 	case len(missing) == 0:
 	case !known:
+		firstReason(&plan.waitReason, WaitPoolAPIUnavailable)
 		for _, f := range missing {
 			failures = append(failures, fmt.Errorf("%s: the IPAddressPool API is not available or not synced yet", f))
 		}
 		missing = nil
 	case reqErr != nil || poolErr != nil:
+		if reqErr == nil {
+			firstReason(&plan.waitReason, WaitNoMatchingPool)
+		}
+		firstReason(&plan.waitReason, WaitInvalidRequest)
 		for _, f := range missing {
 			failures = append(failures, fmt.Errorf("%s: the Service's request is invalid", f))
 		}
@@ -158,6 +165,7 @@ func (s *allocations) assign(logger klog.Logger, key string, svc *v1.Service, ad
 			pools = slices.DeleteFunc(pools, func(p string) bool { return p != named })
 		}
 		if len(pools) == 0 {
+			firstReason(&plan.waitReason, WaitRequestedIPNotInPool)
 			if named != "" {
 				failures = append(failures, fmt.Errorf("%s is not in pool %s named by the Service, or that pool does not admit it", want, displayPool(named)))
 			} else {
@@ -166,10 +174,12 @@ func (s *allocations) assign(logger klog.Logger, key string, svc *v1.Service, ad
 			continue
 		}
 		if onePool != "" && pools[0] != onePool || onePool == "" && len(kept) > 0 && isMetalLBPool(pools[0]) {
+			firstReason(&plan.waitReason, WaitRequestedIPNotInPool)
 			failures = append(failures, fmt.Errorf("%s is in pool %s, not in the pool of the Service's other address: MetalLB announces only a Service whose addresses are all in one pool", want, displayPool(pools[0])))
 			continue
 		}
 		if err := s.alloc.Claim(key, want, props); err != nil {
+			firstReason(&plan.waitReason, WaitSharingConflict)
 			failures = append(failures, err)
 			continue
 		}
@@ -180,6 +190,10 @@ func (s *allocations) assign(logger klog.Logger, key string, svc *v1.Service, ad
 		}
 	}
 	if len(auto) > 0 {
+		if len(candidates) == 0 {
+			firstReason(&plan.waitReason, WaitNoMatchingPool)
+		}
+		firstReason(&plan.waitReason, WaitPoolExhausted)
 		failures = append(failures, s.allocateAuto(key, auto, need-len(kept), candidates, onePool, len(kept) > 0, props, kept)...)
 	}
 
@@ -199,6 +213,8 @@ func (s *allocations) assign(logger klog.Logger, key string, svc *v1.Service, ad
 		}
 		s.pending[key] = true
 		plan.pendingWhy = errors.Join(failures...)
+		firstReason(&plan.waitReason, WaitPoolExhausted)
+		s.waitingAs[key] = s.pendingLabelsOf(svc, plan.waitReason)
 		plan.newlyPending = !wasPending
 	} else {
 		s.stopWaitingFor(key, &plan.effects)
@@ -225,6 +241,16 @@ func (s *allocations) assign(logger klog.Logger, key string, svc *v1.Service, ad
 }
 
 // The helpers below expect mu held (assign's).
+
+// pendingLabelsOf are the pending gauge's labels of svc waiting for reason: the pool it
+// names ("" if none) and that pool's API, or the API read first when it names none.
+func (s *allocations) pendingLabelsOf(svc *v1.Service, reason string) pendingLabels {
+	if named, _ := namedPool(svc, s.apis); named != "" {
+		api, pool := poolLabels(named)
+		return pendingLabels{api: api, pool: pool, reason: reason}
+	}
+	return pendingLabels{api: s.apis[0], reason: reason}
+}
 
 // allocateAuto allocates addresses of fams for key from candidates, into kept. MetalLB pools
 // give all of them or, when the Service accepts fewer (PreferDualStack), the first pool in
