@@ -598,6 +598,9 @@ func (c *Controller) ensure(ctx context.Context, key string, svc *v1.Service) er
 	if hasFinalizer(svc) && !statusChange {
 		c.report(svc, plan)
 		c.deleteClaims(ctx, key, plan.freed)
+		if _, err := c.syncCondition(ctx, svc, plan); err != nil {
+			return fmt.Errorf("updating the %s condition: %w", ConditionLoadBalancerPending, err)
+		}
 		return nil
 	}
 	if statusChange {
@@ -632,7 +635,8 @@ func (c *Controller) ensure(ctx context.Context, key string, svc *v1.Service) er
 			}
 			c.recorder.Eventf(svc, v1.EventTypeWarning, ReasonAddressReassigned, "Address %s is no longer valid for this Service (%s); moved to %s", m.from, m.why, plan.describe())
 		}
-		if err := c.patchIngress(ctx, svc, plan.ingress); err != nil {
+		out, err := c.patchStatus(ctx, svc, map[string]any{"loadBalancer": map[string]any{"ingress": nilIfEmpty(plan.ingress)}})
+		if err != nil {
 			if apierrors.IsConflict(err) {
 				// Someone wrote the Service after the version this decision was made on.
 				c.metrics.conflicts.WithLabelValues(conflictStale).Inc()
@@ -640,6 +644,7 @@ func (c *Controller) ensure(ctx context.Context, key string, svc *v1.Service) er
 			c.rollback(key, svc)
 			return fmt.Errorf("updating load balancer status: %w", err)
 		}
+		svc = out
 		c.state.wrote(key, plan.ingress)
 		logger.V(2).Info("Updated load balancer status", "addresses", plan.describe())
 		c.metrics.lbSync.Inc()
@@ -652,6 +657,9 @@ func (c *Controller) ensure(ctx context.Context, key string, svc *v1.Service) er
 		c.recorder.Eventf(svc, v1.EventTypeNormal, ReasonEnsured, "Ensured load balancer: %s", plan.describe())
 	}
 	c.report(svc, plan)
+	if _, err := c.syncCondition(ctx, svc, plan); err != nil {
+		return fmt.Errorf("updating the %s condition: %w", ConditionLoadBalancerPending, err)
+	}
 	return nil
 }
 

@@ -380,3 +380,55 @@ func allIn(s string, subs []string) bool {
 	}
 	return true
 }
+
+// pendingCondition returns the Service's LoadBalancerPending condition, or nil.
+func pendingCondition(s *corev1.Service) *metav1.Condition {
+	if s == nil {
+		return nil
+	}
+	for i := range s.Status.Conditions {
+		if s.Status.Conditions[i].Type == servicelb.ConditionLoadBalancerPending {
+			return &s.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// TestPendingCondition: with --service-pending-condition a Service waiting for an address
+// says why in status.conditions, written once per cause, and loses it once served.
+func TestPendingCondition(t *testing.T) {
+	f := setup(t, "--service-pending-condition")
+	f.pool("one", []string{f.v4(1) + "/32"})
+	f.service("a")
+	f.waitAddress("a")
+	f.service("b")
+	s := f.wait("b", "has the pending condition", func(s *corev1.Service) bool { return pendingCondition(s) != nil })
+	c := pendingCondition(s)
+	if c.Status != metav1.ConditionTrue || c.Reason != servicelb.WaitPoolExhausted || !strings.Contains(c.Message, "no address available") {
+		t.Fatalf("condition %+v", c)
+	}
+	f.service("c", annotate(servicelb.AnnotationLoadBalancerIPs, f.v4(9)))
+	if c := pendingCondition(f.wait("c", "has the pending condition", func(s *corev1.Service) bool { return pendingCondition(s) != nil })); c.Reason != servicelb.WaitRequestedIPNotInPool {
+		t.Fatalf("c: condition %+v", c)
+	}
+	// Services synced again for another reason write nothing: the cause is the same.
+	before := f.writesTo([]string{"b"})
+	f.service("d") // pending as well: the pool is full
+	f.wait("d", "has the pending condition", func(s *corev1.Service) bool { return pendingCondition(s) != nil })
+	f.settle("marker")
+	if n := f.writesTo([]string{"b"}); n != before {
+		t.Fatalf("b written %d times more while its cause did not change", n-before)
+	}
+	// b alone waits for the address a frees.
+	for _, n := range []string{"c", "d", "marker"} {
+		f.delete(n)
+		f.wait(n, "went away", func(s *corev1.Service) bool { return s == nil })
+	}
+	f.delete("a")
+	served := f.wait("b", "served without the condition", func(s *corev1.Service) bool {
+		return s != nil && len(s.Status.LoadBalancer.Ingress) > 0 && pendingCondition(s) == nil
+	})
+	if got := ingressIPs(served); !slices.Equal(got, []string{f.v4(1)}) {
+		t.Fatalf("b got %v", got)
+	}
+}

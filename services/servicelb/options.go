@@ -37,6 +37,8 @@ const (
 	FlagPoolAPI = "pool-api"
 	// FlagMetalLBNamespace is kcm-split's own: where MetalLB's pools are read from.
 	FlagMetalLBNamespace = "metallb-namespace"
+	// FlagPendingCondition is kcm-split's own: the LoadBalancerPending Service condition.
+	FlagPendingCondition = "service-pending-condition"
 )
 
 // DefaultMetalLBNamespace is the namespace MetalLB's manifests and chart install into.
@@ -80,6 +82,10 @@ type Options struct {
 	// MetalLBNamespace is the namespace of the MetalLB pools read: MetalLB's controller and
 	// speaker read only their own namespace's.
 	MetalLBNamespace string
+	// PendingCondition sets the LoadBalancerPending condition on Services waiting for an
+	// address. Off by default: upstream writes no Service condition, and others may read
+	// status.conditions.
+	PendingCondition bool
 }
 
 // DefaultOptions returns upstream's defaults.
@@ -149,5 +155,7 @@ func (o *Options) Flags() []cli.Flag {
 			"comma list of the pool APIs addresses come from: kcm-split (lb.kcm-split.io IPAddressPool) and/or metallb (metallb.io/v1beta1 IPAddressPool and MetalLB's Service annotations)"),
 		app.Bound(app.CategoryController, FlagMetalLBNamespace, &o.MetalLBNamespace,
 			"namespace of the metallb.io IPAddressPools read with --pool-api=metallb: MetalLB's own namespace, whose pools its speaker announces"),
+		app.Bound(app.CategoryController, FlagPendingCondition, &o.PendingCondition,
+			"set the status condition LoadBalancerPending (reason and message: why) on a LoadBalancer Service waiting for an address, removed once it has one; off: upstream, which writes no Service condition"),
 	}
 }
