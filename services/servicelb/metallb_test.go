@@ -56,7 +56,9 @@ func TestMetalLBPoolOrder(t *testing.T) {
 }
 
 func TestMetalLBAdmits(t *testing.T) {
-	sel := func(k, v string) metav1.LabelSelector { return metav1.LabelSelector{MatchLabels: map[string]string{k: v}} }
+	sel := func(k, v string) metav1.LabelSelector {
+		return metav1.LabelSelector{MatchLabels: map[string]string{k: v}}
+	}
 	pi := parseMetalLBPool(metal("p", &mlb.ServiceAllocation{
 		Namespaces:         []string{testNS},
 		NamespaceSelectors: []metav1.LabelSelector{sel("team", "a")},
