@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
@@ -63,7 +64,8 @@ func (c *Controller) apply(e effects) {
 	c.showGauges(e.gauges)
 }
 
-// showGauges sets the gauges to g unless a later decision's numbers were shown already.
+// showGauges sets the gauges to g unless a later decision's numbers were shown already. A
+// series whose pool (or reason) is gone is deleted, not left at its last value.
 func (c *Controller) showGauges(g gauges) {
 	if g.level == gaugesNone {
 		return
@@ -72,16 +74,50 @@ func (c *Controller) showGauges(g gauges) {
 	defer c.gaugeMu.Unlock()
 	if g.level == gaugesAll && g.seq > c.gaugesShown {
 		c.gaugesShown = g.seq
-		c.metrics.assigned.WithLabelValues("IPv4").Set(float64(g.stats.AssignedIPv4))
-		c.metrics.assigned.WithLabelValues("IPv6").Set(float64(g.stats.AssignedIPv6))
-		c.metrics.available.WithLabelValues("IPv4").Set(float64(g.stats.AvailableIPv4))
-		c.metrics.available.WithLabelValues("IPv6").Set(float64(g.stats.AvailableIPv6))
-		c.metrics.unverified.Set(float64(g.unverified))
+		pools := map[[3]string]float64{}
+		free := map[[3]string]float64{}
+		for key, st := range g.pools {
+			api, pool := poolLabels(key)
+			pools[[3]string{"IPv4", api, pool}] = float64(st.AssignedIPv4)
+			pools[[3]string{"IPv6", api, pool}] = float64(st.AssignedIPv6)
+			free[[3]string{"IPv4", api, pool}] = float64(st.AvailableIPv4)
+			free[[3]string{"IPv6", api, pool}] = float64(st.AvailableIPv6)
+		}
+		c.shownPools = showVec(c.metrics.assigned, 3, c.shownPools, pools)
+		c.shownFree = showVec(c.metrics.available, 3, c.shownFree, free)
+		unverified := map[[3]string]float64{}
+		for key, n := range g.unverified {
+			api, pool := c.state.apis[0], ""
+			if key != "" {
+				api, pool = poolLabels(key)
+			}
+			unverified[[3]string{api, pool}] += float64(n)
+		}
+		c.shownUnverified = showVec(c.metrics.unverified, 2, c.shownUnverified, unverified)
 	}
 	if g.seq > c.pendingShown {
 		c.pendingShown = g.seq
-		c.metrics.pending.Set(float64(g.pending))
+		pending := map[[3]string]float64{}
+		for l, n := range g.pending {
+			pending[[3]string{l.api, l.pool, l.reason}] += float64(n)
+		}
+		c.shownPending = showVec(c.metrics.pending, 3, c.shownPending, pending)
 	}
+}
+
+// showVec sets vec's series to values (the first n of each key are its label values) and deletes those of shown that are no longer there; it returns what is shown.
+func showVec(vec *prometheus.GaugeVec, n int, shown map[[3]string]bool, values map[[3]string]float64) map[[3]string]bool {
+	now := make(map[[3]string]bool, len(values))
+	for k, v := range values {
+		vec.WithLabelValues(k[:n]...).Set(v)
+		now[k] = true
+	}
+	for k := range shown {
+		if !now[k] {
+			vec.DeleteLabelValues(k[:n]...)
+		}
+	}
+	return now
 }
 
 func (c *Controller) namespaceLabels(name string) labels.Set {

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	networkinginformers "k8s.io/client-go/informers/networking/v1"
 	"k8s.io/client-go/kubernetes"
@@ -83,6 +84,13 @@ type Controller struct {
 	poolStore  cache.Store
 	poolSynced func() bool
 	poolAPI    bool
+	// ownAPI and metalAPI say which pool APIs --pool-api enables. The metal* fields are
+	// the MetalLB IPAddressPool cache, as the pool* ones are the project's own.
+	ownAPI, metalLBAPI bool
+	metalStore         cache.Store
+	metalSynced        func() bool
+	metalServed        bool
+	metalStatus        *metalLBStatusWriter
 	// handlers are the event-handler registrations; Run returns their failure, if any.
 	handlers informer.Handlers
 
@@ -99,6 +107,8 @@ type Controller struct {
 	gaugeMu      sync.Mutex
 	gaugesShown  uint64
 	pendingShown uint64
+	// The label sets shown, so that a pool's series go when the pool does.
+	shownPools, shownFree, shownUnverified, shownPending map[[3]string]bool
 	// nodeSet is the last eligible node set, sorted; nil before the first node sync.
 	nodeSet atomic.Pointer[[]string]
 	now     func() time.Time
@@ -119,7 +129,13 @@ func New(
 	opts Options,
 	reg prometheus.Registerer,
 ) *Controller {
+	apis, err := opts.PoolAPIs()
+	if err != nil {
+		apis = []string{PoolAPIKCMSplit} // Validate ran before: only a test gets here
+	}
 	c := &Controller{
+		ownAPI:     slices.Contains(apis, PoolAPIKCMSplit),
+		metalLBAPI: slices.Contains(apis, PoolAPIMetalLB),
 		client:     client,
 		pools:      poolClient,
 		recorder:   recorder,
@@ -150,9 +166,10 @@ func New(
 			// the default retry cap; the next allocation change queues the pool again.
 			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[string](poolRetryMin, poolRetryMax),
 		}),
-		stale: writecache.New[*v1.Service](),
-		state: newAllocations(),
-		now:   time.Now,
+		stale:      writecache.New[*v1.Service](),
+		state:      newAllocations(apis...),
+		metalStore: cache.NewStore(cache.MetaNamespaceKeyFunc),
+		now:        time.Now,
 	}
 	c.handlers.Add(services.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueueService,
@@ -212,11 +229,74 @@ func (c *Controller) SetPoolAPIServed(served bool) {
 	}
 }
 
-// poolsKnown reports whether the pool cache is synced and its API served.
+// poolsKnown reports whether every enabled pool API is served and its cache synced. One
+// unknown source makes all pools unknown: a Service may be a candidate of either.
 func (c *Controller) poolsKnown() bool {
 	c.storeMu.Lock()
 	defer c.storeMu.Unlock()
-	return c.poolAPI && c.poolSynced != nil && c.poolSynced()
+	own := !c.ownAPI || c.poolAPI && c.poolSynced != nil && c.poolSynced()
+	metal := !c.metalLBAPI || c.metalServed && c.metalSynced != nil && c.metalSynced()
+	return own && metal
+}
+
+// AddMetalLBInformer hands the controller the metallb.io IPAddressPool informer (with
+// metalLBTransform set) before Run, and the dynamic client its status is written with: Run
+// waits for it as for the other caches.
+func (c *Controller) AddMetalLBInformer(pools cache.SharedIndexInformer, dyn dynamic.Interface, namespace string) {
+	c.handlers.Add(pools, c.metalHandlers())
+	c.useMetalLB(pools, dyn, namespace)
+}
+
+// SetMetalLBInformer is AddMetalLBInformer once the CRD appears after the start; the caller
+// starts the informer after this call. The pools are refreshed once its objects have been
+// handled, so a Service waits for no event that may never come.
+func (c *Controller) SetMetalLBInformer(ctx context.Context, pools cache.SharedIndexInformer, dyn dynamic.Interface, namespace string) error {
+	reg, err := pools.AddEventHandler(c.metalHandlers())
+	if err != nil {
+		return err
+	}
+	c.useMetalLB(pools, dyn, namespace)
+	go func() {
+		if cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
+			c.refreshPools()
+		}
+	}()
+	return nil
+}
+
+func (c *Controller) metalHandlers() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.refreshPools() },
+		UpdateFunc: c.onPoolUpdate,
+		DeleteFunc: func(any) { c.refreshPools() },
+	}
+}
+
+func (c *Controller) useMetalLB(pools cache.SharedIndexInformer, dyn dynamic.Interface, namespace string) {
+	c.storeMu.Lock()
+	c.metalStore = pools.GetStore()
+	c.metalSynced = pools.HasSynced
+	c.metalServed = true
+	c.metalStatus = newMetalLBStatusWriter(dyn, namespace)
+	c.storeMu.Unlock()
+}
+
+// SetMetalLBAPIServed tells the controller whether discovery lists metallb.io/v1beta1
+// IPAddressPool; while it does not, every pool is unknown (see poolsKnown).
+func (c *Controller) SetMetalLBAPIServed(served bool) {
+	c.storeMu.Lock()
+	changed := c.metalServed != served
+	c.metalServed = served
+	c.storeMu.Unlock()
+	if changed {
+		c.refreshPools()
+	}
+}
+
+func (c *Controller) metalCache() (cache.Store, *metalLBStatusWriter) {
+	c.storeMu.Lock()
+	defer c.storeMu.Unlock()
+	return c.metalStore, c.metalStatus
 }
 
 // SetPoolInformer hands the controller an IPAddressPool informer once the CRD has been
@@ -518,6 +598,9 @@ func (c *Controller) ensure(ctx context.Context, key string, svc *v1.Service) er
 	if hasFinalizer(svc) && !statusChange {
 		c.report(svc, plan)
 		c.deleteClaims(ctx, key, plan.freed)
+		if _, err := c.syncCondition(ctx, svc, plan); err != nil {
+			return fmt.Errorf("updating the %s condition: %w", ConditionLoadBalancerPending, err)
+		}
 		return nil
 	}
 	if statusChange {
@@ -552,7 +635,8 @@ func (c *Controller) ensure(ctx context.Context, key string, svc *v1.Service) er
 			}
 			c.recorder.Eventf(svc, v1.EventTypeWarning, ReasonAddressReassigned, "Address %s is no longer valid for this Service (%s); moved to %s", m.from, m.why, plan.describe())
 		}
-		if err := c.patchIngress(ctx, svc, plan.ingress); err != nil {
+		out, err := c.patchStatus(ctx, svc, map[string]any{"loadBalancer": map[string]any{"ingress": nilIfEmpty(plan.ingress)}})
+		if err != nil {
 			if apierrors.IsConflict(err) {
 				// Someone wrote the Service after the version this decision was made on.
 				c.metrics.conflicts.WithLabelValues(conflictStale).Inc()
@@ -560,6 +644,7 @@ func (c *Controller) ensure(ctx context.Context, key string, svc *v1.Service) er
 			c.rollback(key, svc)
 			return fmt.Errorf("updating load balancer status: %w", err)
 		}
+		svc = out
 		c.state.wrote(key, plan.ingress)
 		logger.V(2).Info("Updated load balancer status", "addresses", plan.describe())
 		c.metrics.lbSync.Inc()
@@ -572,6 +657,9 @@ func (c *Controller) ensure(ctx context.Context, key string, svc *v1.Service) er
 		c.recorder.Eventf(svc, v1.EventTypeNormal, ReasonEnsured, "Ensured load balancer: %s", plan.describe())
 	}
 	c.report(svc, plan)
+	if _, err := c.syncCondition(ctx, svc, plan); err != nil {
+		return fmt.Errorf("updating the %s condition: %w", ConditionLoadBalancerPending, err)
+	}
 	return nil
 }
 

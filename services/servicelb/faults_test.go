@@ -84,7 +84,7 @@ func TestUnverifiableAddressIsKept(t *testing.T) {
 			if got := f.c.state.alloc.Holders(netipAddr("192.0.2.1")); !slices.Equal(got, []string{testNS + "/web"}) {
 				t.Fatalf("holders of the kept address = %v", got)
 			}
-			if v := testutil.ToFloat64(f.c.metrics.unverified); v != 1 {
+			if v := gaugeSum(f.c.metrics.unverified); v != 1 {
 				t.Fatalf("unverified gauge = %v", v)
 			}
 		})
@@ -111,7 +111,7 @@ func TestUnverifiedAddressIsNotHandedOut(t *testing.T) {
 	if err := f.sync("web"); err != nil || len(f.writes()) != 0 {
 		t.Fatalf("web: %v %v", err, f.writes())
 	}
-	if v := testutil.ToFloat64(f.c.metrics.unverified); v != 0 {
+	if v := gaugeSum(f.c.metrics.unverified); v != 0 {
 		t.Fatalf("unverified gauge = %v", v)
 	}
 }

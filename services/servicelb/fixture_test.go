@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	v1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -285,4 +286,18 @@ func ips(s *v1.Service) []string {
 		out = append(out, in.IP)
 	}
 	return out
+}
+
+// gaugeSum adds up every series of a gauge vector (0 when it has none).
+func gaugeSum(vec *prometheus.GaugeVec) float64 {
+	ch := make(chan prometheus.Metric, 64)
+	go func() { vec.Collect(ch); close(ch) }()
+	sum := 0.0
+	for m := range ch {
+		var pb dto.Metric
+		if err := m.Write(&pb); err == nil && pb.Gauge != nil {
+			sum += pb.Gauge.GetValue()
+		}
+	}
+	return sum
 }

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/tools/cache"
@@ -75,8 +75,8 @@ func (c *Controller) onNamespaceUpdate(oldObj, newObj any) {
 // onPoolUpdate refreshes the pools when a spec changed; status writes (ours), metadata edits
 // and resyncs do not bump the generation and need nothing.
 func (c *Controller) onPoolUpdate(oldObj, newObj any) {
-	old, okOld := oldObj.(*unstructured.Unstructured)
-	cur, okCur := newObj.(*unstructured.Unstructured)
+	old, okOld := oldObj.(metav1.Object)
+	cur, okCur := newObj.(metav1.Object)
 	if okOld && okCur && old.GetGeneration() == cur.GetGeneration() {
 		return
 	}

@@ -69,10 +69,10 @@ func (f *fixture) writesTo(names []string) int {
 func (f *fixture) waitUnverified(step string, want float64) {
 	f.t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
-		return f.ctrl.Metric("kcm_split_servicelb_unverified_addresses") == want, nil
+		return f.metricSum("kcm_split_servicelb_unverified_addresses") == want, nil
 	})
 	if err != nil {
-		f.t.Fatalf("%s: unverified addresses %v, want %v", step, f.ctrl.Metric("kcm_split_servicelb_unverified_addresses"), want)
+		f.t.Fatalf("%s: unverified addresses %v, want %v", step, f.metricSum("kcm_split_servicelb_unverified_addresses"), want)
 	}
 }
 
@@ -122,7 +122,7 @@ func TestPoolAPIFaults(t *testing.T) {
 		f.waitEvent(n, servicelb.ReasonAddressUnverified)
 	}
 	// Services of other tests whose pools are gone keep theirs unverified too: others.
-	v := f.ctrl.Metric("kcm_split_servicelb_unverified_addresses")
+	v := f.metricSum("kcm_split_servicelb_unverified_addresses")
 	if v < float64(len(names)) {
 		t.Fatalf("unverified addresses gauge %v, want >= %d", v, len(names))
 	}
@@ -190,7 +190,7 @@ func TestPoolAPIFaults(t *testing.T) {
 	f.service("sentinel4")
 	f.waitEvent("sentinel4", servicelb.ReasonAllocationFailed)
 	err = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
-		return f.ctrl.Metric("kcm_split_servicelb_unverified_addresses") >= float64(len(names)), nil
+		return f.metricSum("kcm_split_servicelb_unverified_addresses") >= float64(len(names)), nil
 	})
 	if err != nil {
 		t.Fatal("the kept addresses were never reported as unverified")
@@ -199,7 +199,7 @@ func TestPoolAPIFaults(t *testing.T) {
 	t.Logf("write conflicts: stale %v overwritten %v; unverified addresses %v",
 		f.ctrl.Metric(`kcm_split_servicelb_write_conflicts_total{kind="stale"}`),
 		f.ctrl.Metric(`kcm_split_servicelb_write_conflicts_total{kind="overwritten"}`),
-		f.ctrl.Metric("kcm_split_servicelb_unverified_addresses"))
+		f.metricSum("kcm_split_servicelb_unverified_addresses"))
 }
 
 // TestSplitBrain runs two controllers with --leader-elect=false on the same pool while

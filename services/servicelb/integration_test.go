@@ -276,11 +276,16 @@ func TestAddressFinalizerAndRelease(t *testing.T) {
 	for _, series := range []string{
 		`service_controller_loadbalancer_sync_total`,
 		`workqueue_adds_total{name="service"}`,
-		`kcm_split_servicelb_addresses_assigned{family="IPv4"}`,
 	} {
 		if v := f.ctrl.Metric(series); v < 1 {
 			t.Errorf("%s = %v, want >= 1", series, v)
 		}
+	}
+	if v := f.ctrl.Metric(`kcm_split_servicelb_addresses_assigned{api="kcm-split",family="IPv4",pool="` + f.ns + `-main"}`); v != 1 {
+		t.Errorf("addresses assigned in the pool = %v, want 1", v)
+	}
+	if v := f.ctrl.Metric(`kcm_split_servicelb_addresses_available{api="kcm-split",family="IPv4",pool="` + f.ns + `-main"}`); v != 1 {
+		t.Errorf("addresses available in the pool = %v, want 1", v)
 	}
 	if v := f.ctrl.Metric(`service_controller_nodesync_error_total`); v != 0 {
 		t.Errorf("nodesync errors = %v", v)

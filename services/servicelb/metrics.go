@@ -13,11 +13,11 @@ type controllerMetrics struct {
 	nodeSyncError  prometheus.Counter
 	nodeSyncTime   prometheus.Histogram
 	hostUpdate     prometheus.Histogram
-	pending        prometheus.Gauge
+	pending        *prometheus.GaugeVec
 	nodes          prometheus.Gauge
 	assigned       *prometheus.GaugeVec
 	available      *prometheus.GaugeVec
-	unverified     prometheus.Gauge
+	unverified     *prometheus.GaugeVec
 	conflicts      *prometheus.CounterVec
 	claimConflicts prometheus.Counter
 }
@@ -54,26 +54,26 @@ func newMetrics(reg prometheus.Registerer) *controllerMetrics {
 			Help:    "Time to update one load balancer's hosts after the eligible node set changed.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 		}),
-		pending: f.NewGauge(prometheus.GaugeOpts{
+		pending: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "kcm_split_servicelb_pending_services",
-			Help: "LoadBalancer Services waiting for an address.",
-		}),
+			Help: "LoadBalancer Services waiting for an address, by the pool they name (\"\" if none) and its api (the api read first if none), and the reason they wait (PoolExhausted, NoMatchingPool, RequestedIPNotInPool, SharingConflict, InvalidRequest, PoolAPIUnavailable).",
+		}, []string{"api", "pool", "reason"}),
 		nodes: f.NewGauge(prometheus.GaugeOpts{
 			Name: "kcm_split_servicelb_eligible_nodes",
 			Help: "Nodes eligible for load balancing (not excluded by label, not being deleted).",
 		}),
 		assigned: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "kcm_split_servicelb_addresses_assigned",
-			Help: "Addresses of valid pools held by Services, by family (a shared address counts once).",
-		}, []string{"family"}),
+			Help: "Addresses of valid pools held by Services, by family, pool API (kcm-split, metallb) and pool (a shared address counts once).",
+		}, []string{"family", "api", "pool"}),
 		available: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "kcm_split_servicelb_addresses_available",
-			Help: "Free addresses of valid pools, by family (saturates at 2^63-1).",
-		}, []string{"family"}),
-		unverified: f.NewGauge(prometheus.GaugeOpts{
+			Help: "Free addresses of valid pools, by family, pool API and pool (saturates at 2^63-1).",
+		}, []string{"family", "api", "pool"}),
+		unverified: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "kcm_split_servicelb_unverified_addresses",
-			Help: "Addresses kept in Service status (and reserved) that no pool vouches for now: pool API absent or not synced, pool deleted or invalid.",
-		}),
+			Help: "Addresses kept in Service status (and reserved) that no pool vouches for now (pool API absent or not synced, pool deleted or invalid), by the pool that last did (\"\" if none) and its api.",
+		}, []string{"api", "pool"}),
 		conflicts: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "kcm_split_servicelb_write_conflicts_total",
 			Help: "Writes that met another writer, by kind: stale (a conditioned write got a conflict), overwritten (our status was changed by someone else), pool_status.",
@@ -85,10 +85,6 @@ func newMetrics(reg prometheus.Registerer) *controllerMetrics {
 	}
 	for _, k := range []string{conflictStale, conflictOverwritten, conflictPoolStatus} {
 		m.conflicts.WithLabelValues(k)
-	}
-	for _, f := range []string{"IPv4", "IPv6"} {
-		m.assigned.WithLabelValues(f)
-		m.available.WithLabelValues(f)
 	}
 	return m
 }

@@ -2,6 +2,8 @@ package servicelb
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -31,6 +33,23 @@ const (
 const (
 	FlagConcurrentSyncs   = "concurrent-service-syncs"
 	FlagLoadBalancerClass = "load-balancer-class"
+	// FlagPoolAPI is kcm-split's own: which pool APIs addresses come from.
+	FlagPoolAPI = "pool-api"
+	// FlagMetalLBNamespace is kcm-split's own: where MetalLB's pools are read from.
+	FlagMetalLBNamespace = "metallb-namespace"
+	// FlagPendingCondition is kcm-split's own: the LoadBalancerPending Service condition.
+	FlagPendingCondition = "service-pending-condition"
+)
+
+// DefaultMetalLBNamespace is the namespace MetalLB's manifests and chart install into.
+const DefaultMetalLBNamespace = "metallb-system"
+
+// Pool APIs --pool-api accepts.
+const (
+	// PoolAPIKCMSplit is lb.kcm-split.io/v1alpha1 IPAddressPool, the project's own.
+	PoolAPIKCMSplit = "kcm-split"
+	// PoolAPIMetalLB is metallb.io/v1beta1 IPAddressPool, with MetalLB's Service annotations.
+	PoolAPIMetalLB = "metallb"
 )
 
 // Default client budget of this binary: the defaults of --kube-api-qps and --kube-api-burst.
@@ -58,15 +77,26 @@ type Options struct {
 	// PoolStatusDelay batches pool status updates: many allocations in a burst make one
 	// status write per pool.
 	PoolStatusDelay time.Duration
+	// PoolAPI is the comma list of pool APIs to read (PoolAPIKCMSplit, PoolAPIMetalLB).
+	PoolAPI string
+	// MetalLBNamespace is the namespace of the MetalLB pools read: MetalLB's controller and
+	// speaker read only their own namespace's.
+	MetalLBNamespace string
+	// PendingCondition sets the LoadBalancerPending condition on Services waiting for an
+	// address. Off by default: upstream writes no Service condition, and others may read
+	// status.conditions.
+	PendingCondition bool
 }
 
 // DefaultOptions returns upstream's defaults.
 func DefaultOptions() Options {
 	return Options{
-		ConcurrentSyncs: 1,
-		MinRetryDelay:   5 * time.Second,
-		MaxRetryDelay:   300 * time.Second,
-		PoolStatusDelay: time.Second,
+		ConcurrentSyncs:  1,
+		MinRetryDelay:    5 * time.Second,
+		MaxRetryDelay:    300 * time.Second,
+		PoolStatusDelay:  time.Second,
+		PoolAPI:          PoolAPIKCMSplit,
+		MetalLBNamespace: DefaultMetalLBNamespace,
 	}
 }
 
@@ -81,7 +111,36 @@ func (o Options) Validate() error {
 			return &app.FlagError{Flag: FlagLoadBalancerClass, Err: fmt.Errorf("%q: %v", o.LoadBalancerClass, errs[0])}
 		}
 	}
+	if _, err := o.PoolAPIs(); err != nil {
+		return err
+	}
+	if errs := validation.IsDNS1123Label(o.MetalLBNamespace); len(errs) > 0 {
+		return &app.FlagError{Flag: FlagMetalLBNamespace, Err: fmt.Errorf("%q: %v", o.MetalLBNamespace, errs[0])}
+	}
 	return nil
+}
+
+// PoolAPIs parses PoolAPI: the APIs in the order given, without repeats. An empty list or
+// an unknown name is an *app.FlagError.
+func (o Options) PoolAPIs() ([]string, error) {
+	var out []string
+	for _, s := range strings.Split(o.PoolAPI, ",") {
+		s = strings.TrimSpace(s)
+		switch s {
+		case "":
+			continue
+		case PoolAPIKCMSplit, PoolAPIMetalLB:
+			if !slices.Contains(out, s) {
+				out = append(out, s)
+			}
+		default:
+			return nil, &app.FlagError{Flag: FlagPoolAPI, Err: fmt.Errorf("%q is not a pool API; use a comma list of %q and %q", s, PoolAPIKCMSplit, PoolAPIMetalLB)}
+		}
+	}
+	if len(out) == 0 {
+		return nil, &app.FlagError{Flag: FlagPoolAPI, Err: fmt.Errorf("empty; use a comma list of %q and %q", PoolAPIKCMSplit, PoolAPIMetalLB)}
+	}
+	return out, nil
 }
 
 // Flags returns the controller's flags, each bound to its field of o; their defaults are o's
@@ -92,5 +151,11 @@ func (o *Options) Flags() []cli.Flag {
 			"number of Services synced concurrently; more is faster but costs CPU and API calls"),
 		app.Bound(app.CategoryController, FlagLoadBalancerClass, &o.LoadBalancerClass,
 			"spec.loadBalancerClass of the Services to serve; empty serves Services with no class"),
+		app.Bound(app.CategoryController, FlagPoolAPI, &o.PoolAPI,
+			"comma list of the pool APIs addresses come from: kcm-split (lb.kcm-split.io IPAddressPool) and/or metallb (metallb.io/v1beta1 IPAddressPool and MetalLB's Service annotations)"),
+		app.Bound(app.CategoryController, FlagMetalLBNamespace, &o.MetalLBNamespace,
+			"namespace of the metallb.io IPAddressPools read with --pool-api=metallb: MetalLB's own namespace, whose pools its speaker announces"),
+		app.Bound(app.CategoryController, FlagPendingCondition, &o.PendingCondition,
+			"set the status condition LoadBalancerPending (reason and message: why) on a LoadBalancer Service waiting for an address, removed once it has one; off: upstream, which writes no Service condition"),
 	}
 }

@@ -12,22 +12,24 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/klog/v2"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
 	"github.com/kcm-split/kcm-split/services/servicelb/api/v1alpha1"
 )
 
-// poolAPIServedNow asks discovery once whether the IPAddressPool resource is served. An
-// error other than NotFound (the group is not there) means "cannot tell".
-func poolAPIServedNow(ctx context.Context, dc discovery.DiscoveryInterface) (bool, error) {
-	list, err := dc.ServerResourcesForGroupVersion(v1alpha1.GroupVersionResource.GroupVersion().String())
+// apiServedNow asks discovery once whether gvr is served. An error other than NotFound (the
+// group is not there) means "cannot tell".
+func apiServedNow(ctx context.Context, dc discovery.DiscoveryInterface, gvr schema.GroupVersionResource) (bool, error) {
+	list, err := dc.ServerResourcesForGroupVersion(gvr.GroupVersion().String())
 	if apierrors.IsNotFound(err) {
 		return false, nil
 	}
 	if err != nil {
-		klog.FromContext(ctx).V(2).Info("Asking for the IPAddressPool API", "err", err)
+		klog.FromContext(ctx).V(2).Info("Asking for a pool API", "groupVersion", gvr.GroupVersion().String(), "err", err)
 		return false, err
 	}
 	for _, r := range list.APIResources {
-		if r.Name == v1alpha1.Resource {
+		if r.Name == gvr.Resource {
 			return true, nil
 		}
 	}
@@ -35,10 +37,10 @@ func poolAPIServedNow(ctx context.Context, dc discovery.DiscoveryInterface) (boo
 }
 
 // waitPoolAPI polls discovery every second until the API is served or timeout passes.
-func waitPoolAPI(ctx context.Context, dc discovery.DiscoveryInterface, timeout time.Duration) (bool, error) {
+func waitPoolAPI(ctx context.Context, dc discovery.DiscoveryInterface, gvr schema.GroupVersionResource, timeout time.Duration) (bool, error) {
 	var last error
 	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
-		ok, err := poolAPIServedNow(ctx, dc)
+		ok, err := apiServedNow(ctx, dc, gvr)
 		last = err
 		return ok, nil
 	})
@@ -49,6 +51,11 @@ func waitPoolAPI(ctx context.Context, dc discovery.DiscoveryInterface, timeout t
 // when the answer differs from the last one (an unanswered question counts as "not
 // served": the pools are then unknown, which keeps every address).
 func watchPoolAPI(ctx context.Context, dc discovery.DiscoveryInterface, served bool, changed func(bool)) {
+	watchAPI(ctx, dc, v1alpha1.GroupVersionResource, served, changed)
+}
+
+// watchAPI is watchPoolAPI for any resource gvr.
+func watchAPI(ctx context.Context, dc discovery.DiscoveryInterface, gvr schema.GroupVersionResource, served bool, changed func(bool)) {
 	delay := poolAPIRecheck
 	if !served {
 		delay = poolAPIRetryMin
@@ -59,7 +66,7 @@ func watchPoolAPI(ctx context.Context, dc discovery.DiscoveryInterface, served b
 			return
 		case <-time.After(delay):
 		}
-		now, err := poolAPIServedNow(ctx, dc)
+		now, err := apiServedNow(ctx, dc, gvr)
 		if ctx.Err() != nil {
 			return
 		}

@@ -22,7 +22,11 @@ import (
 // contains any more are moved, and those waiting try again.
 func (c *Controller) refreshPools() {
 	var objs []*v1alpha1.IPAddressPool
-	for _, o := range c.poolCache().List() {
+	var own []any
+	if c.ownAPI {
+		own = c.poolCache().List()
+	}
+	for _, o := range own {
 		u, ok := o.(*unstructured.Unstructured)
 		if !ok {
 			continue
@@ -34,7 +38,21 @@ func (c *Controller) refreshPools() {
 		}
 		objs = append(objs, p)
 	}
-	infos := parsePools(objs)
+	var parsed []parsedPool
+	for _, o := range objs {
+		parsed = append(parsed, parsedPool{created: o.CreationTimestamp, info: parsePool(o)})
+	}
+	if c.metalLBAPI {
+		store, _ := c.metalCache()
+		metal, err := metalLBPoolsFrom(store.List())
+		if err != nil {
+			utilruntime.HandleError(err)
+		}
+		for _, o := range metal {
+			parsed = append(parsed, parsedPool{created: o.CreationTimestamp, info: parseMetalLBPool(o)})
+		}
+	}
+	infos := checkOverlaps(parsed)
 	var pools []addrpool.Pool
 	for _, pi := range infos {
 		if pi.valid {
@@ -59,6 +77,12 @@ func (c *Controller) refreshPools() {
 
 // syncPoolStatus writes a pool's counts and Valid condition when they changed.
 func (c *Controller) syncPoolStatus(ctx context.Context, name string) error {
+	if isMetalLBPool(name) {
+		return c.syncMetalLBPoolStatus(ctx, name)
+	}
+	if !c.ownAPI {
+		return nil
+	}
 	o, exists, err := c.poolCache().GetByKey(name)
 	if err != nil || !exists {
 		return err
@@ -134,4 +158,44 @@ func poolStatusEqual(a, b v1alpha1.IPAddressPoolStatus) bool {
 		}
 	}
 	return true
+}
+
+// syncMetalLBPoolStatus writes a MetalLB pool's four counters when they changed, as MetalLB's
+// own controller does; an invalid pool counts nothing (MetalLB's would not load it).
+func (c *Controller) syncMetalLBPoolStatus(ctx context.Context, key string) error {
+	store, writer := c.metalCache()
+	if writer == nil {
+		return nil
+	}
+	_, objName := poolLabels(key)
+	o, exists, err := store.GetByKey(writer.namespace + "/" + objName)
+	if err != nil || !exists {
+		return err
+	}
+	cur, err := asMetalLBPool(o)
+	if err != nil {
+		return err
+	}
+	pi, stats := c.state.poolStatus(key)
+	if pi == nil {
+		return nil
+	}
+	if !pi.valid {
+		stats = addrpool.Stats{}
+	}
+	desired := cur.DeepCopy()
+	desired.Status.AssignedIPv4, desired.Status.AvailableIPv4 = stats.AssignedIPv4, stats.AvailableIPv4
+	desired.Status.AssignedIPv6, desired.Status.AvailableIPv6 = stats.AssignedIPv6, stats.AvailableIPv6
+	if desired.Status == cur.Status {
+		return nil
+	}
+	err = writer.update(ctx, desired)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if apierrors.IsConflict(err) {
+		c.metrics.conflicts.WithLabelValues(conflictPoolStatus).Inc()
+		return fmt.Errorf("updating MetalLB pool status: %w", err)
+	}
+	return err
 }

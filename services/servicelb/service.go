@@ -47,7 +47,7 @@ func hasFinalizer(svc *v1.Service) bool {
 // propsOf returns what decides whether svc may share an address.
 func propsOf(svc *v1.Service) addrpool.Props {
 	p := addrpool.Props{
-		SharingKey:    strings.TrimSpace(svc.Annotations[AnnotationAllowSharedIP]),
+		SharingKey:    sharingKey(svc),
 		TrafficPolicy: string(svc.Spec.ExternalTrafficPolicy),
 		Backends:      labels.Set(svc.Spec.Selector).String(),
 	}
@@ -87,16 +87,15 @@ func families(svc *v1.Service) ([]addrpool.Family, int) {
 	return out, need
 }
 
-// requestedIPs returns the addresses svc asks for by annotation or spec.loadBalancerIP, by
-// family. An error means the request can never be met as written.
+// requestedIPs is requestedIPsFor with the project's own pool API only: the annotation, else
+// spec.loadBalancerIP. An error means the request can never be met as written.
 func requestedIPs(svc *v1.Service, fams []addrpool.Family) (map[addrpool.Family]netip.Addr, error) {
-	raw, source := svc.Annotations[AnnotationLoadBalancerIPs], "annotation "+AnnotationLoadBalancerIPs
-	if strings.TrimSpace(raw) == "" {
-		raw, source = svc.Spec.LoadBalancerIP, "spec.loadBalancerIP"
-	}
-	if strings.TrimSpace(raw) == "" {
-		return nil, nil
-	}
+	return requestedIPsFor(svc, fams, []string{PoolAPIKCMSplit})
+}
+
+// parseRequested parses raw, a comma list of at most one address per family of fams, taken
+// from source.
+func parseRequested(svc *v1.Service, raw, source string, fams []addrpool.Family) (map[addrpool.Family]netip.Addr, error) {
 	out := map[addrpool.Family]netip.Addr{}
 	for _, s := range strings.Split(raw, ",") {
 		a, err := addrpool.ParseAddr(strings.TrimSpace(s))

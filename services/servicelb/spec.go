@@ -2,6 +2,7 @@ package servicelb
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -45,9 +46,28 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 		informers.WithTransform(informer.DropManagedFields),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = claimSelector().String() }))
 	dynFactory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, rt.ResyncPeriod())
-	served, _ := waitPoolAPI(ctx, dc, crdWait)
+	apis, err := opts.PoolAPIs()
+	if err != nil {
+		return err
+	}
+	own, metal := slices.Contains(apis, PoolAPIKCMSplit), slices.Contains(apis, PoolAPIMetalLB)
+	served := false
+	if own {
+		served, _ = waitPoolAPI(ctx, dc, v1alpha1.GroupVersionResource, crdWait)
+	}
+	metalServed := false
+	if metal {
+		metalServed, _ = waitPoolAPI(ctx, dc, MetalLBGroupVersionResource, crdWait)
+	}
+	// The MetalLB pools have their own factory: its informer gets a transform, which must
+	// be set before it starts, and it may start later than the others.
+	metalFactory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, rt.ResyncPeriod(), opts.MetalLBNamespace, nil)
+	newMetalInformer := func() (cache.SharedIndexInformer, error) {
+		inf := metalFactory.ForResource(MetalLBGroupVersionResource).Informer()
+		return inf, inf.SetTransform(metalLBTransform)
+	}
 	var pools cache.SharedIndexInformer
-	if served {
+	if own && served {
 		pools = dynFactory.ForResource(v1alpha1.GroupVersionResource).Informer()
 	}
 	c := New(
@@ -62,12 +82,53 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 		opts,
 		rt.Registry,
 	)
+	var metalPools cache.SharedIndexInformer
+	if metal && metalServed {
+		if metalPools, err = newMetalInformer(); err != nil {
+			return err
+		}
+		c.AddMetalLBInformer(metalPools, dyn, opts.MetalLBNamespace)
+	}
 	run := func(ctx context.Context) error {
 		// The discovery watch ends with ctx, before the informers are shut down.
 		var bg sync.WaitGroup
 		ctx, cancel := context.WithCancel(ctx)
 		defer bg.Wait()
 		defer cancel()
+		if metal {
+			if !metalServed {
+				rt.Logger.Error(nil, "MetalLB's IPAddressPool API is not served: install MetalLB's CRDs. Until then no Service gets an address, addresses in Service status are kept, cleanups still run.",
+					"groupVersion", MetalLBGroupVersionResource.GroupVersion().String())
+			}
+			bg.Go(func() {
+				watchAPI(ctx, dc, MetalLBGroupVersionResource, metalServed, func(served bool) {
+					if !served {
+						rt.Logger.Error(nil, "MetalLB's IPAddressPool API is no longer served (or discovery fails); keeping every address, handing out none")
+						c.SetMetalLBAPIServed(false)
+						return
+					}
+					if metalPools == nil {
+						rt.Logger.Info("MetalLB's IPAddressPool API is now served; watching its pools")
+						inf, err := newMetalInformer()
+						if err == nil {
+							err = c.SetMetalLBInformer(ctx, inf, dyn, opts.MetalLBNamespace)
+						}
+						if err != nil {
+							utilruntime.HandleErrorWithContext(ctx, err, "Cannot watch MetalLB's IPAddressPools")
+							return
+						}
+						metalPools = inf
+						metalFactory.Start(ctx.Done())
+						return
+					}
+					rt.Logger.Info("MetalLB's IPAddressPool API is served again")
+					c.SetMetalLBAPIServed(true)
+				})
+			})
+		}
+		if !own {
+			return c.Run(ctx, opts.ConcurrentSyncs)
+		}
 		if !served {
 			rt.Logger.Error(nil, "The IPAddressPool API is not served: install the CRD from charts/kcm-split/crds/. Until then no Service gets an address, addresses in Service status are kept, cleanups still run.",
 				"groupVersion", v1alpha1.GroupVersionResource.GroupVersion().String())
@@ -95,5 +156,5 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 		})
 		return c.Run(ctx, opts.ConcurrentSyncs)
 	}
-	return rt.RunControllers(ctx, []app.Controller{{Name: ControllerID, HasSynced: c.HasSynced, Run: run}}, factory, claimFactory, dynFactory)
+	return rt.RunControllers(ctx, []app.Controller{{Name: ControllerID, HasSynced: c.HasSynced, Run: run}}, factory, claimFactory, dynFactory, metalFactory)
 }

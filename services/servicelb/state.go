@@ -32,8 +32,12 @@ type allocations struct {
 	seq   uint64
 	alloc *addrpool.Allocator
 	pools map[string]*poolInfo
-	// pending are the Services waiting for an address.
-	pending map[string]bool
+	// apis are the pool APIs read, in --pool-api's order; it decides which annotations
+	// count and the order of candidate pools. Set at construction.
+	apis []string
+	// pending are the Services waiting for an address; waitingAs their gauge labels.
+	pending   map[string]bool
+	waitingAs map[string]pendingLabels
 	// badInput is the last invalid request reported per Service, to report it once.
 	badInput map[string]string
 	// restored: the state was rebuilt from Service status and claims.
@@ -51,11 +55,16 @@ type allocations struct {
 	overwrites  map[string]*overwriteEpisode
 }
 
-func newAllocations() *allocations {
+func newAllocations(apis ...string) *allocations {
+	if len(apis) == 0 {
+		apis = []string{PoolAPIKCMSplit}
+	}
 	return &allocations{
+		apis:        apis,
 		alloc:       addrpool.New(),
 		pools:       map[string]*poolInfo{},
 		pending:     map[string]bool{},
+		waitingAs:   map[string]pendingLabels{},
 		badInput:    map[string]string{},
 		origin:      map[netip.Addr]string{},
 		unverified:  map[string]map[netip.Addr]string{},
@@ -121,7 +130,7 @@ func (s *allocations) seal(e *effects) effects {
 		// Only the count: summing the pools' usage costs a pass over every address.
 		s.seq++
 		e.gauges.seq = s.seq
-		e.gauges.pending = len(s.pending)
+		e.gauges.pending = s.pendingByLabels()
 	case gaugesAll:
 		s.seq++
 		e.gauges.seq = s.seq
@@ -398,6 +407,7 @@ func (s *allocations) stopWaiting(key string) bool {
 		return false
 	}
 	delete(s.pending, key)
+	delete(s.waitingAs, key)
 	return true
 }
 
@@ -420,39 +430,39 @@ func (s *allocations) validPoolContaining(a netip.Addr) string {
 	return ""
 }
 
-// totals are the numbers the gauges show.
+// totals are the numbers the gauges show: usage per valid pool (by key), waiting Services
+// by labels, unverified addresses by the pool last vouching for them ("" unknown).
 type totals struct {
-	stats      addrpool.Stats
-	pending    int
-	unverified int
+	pools      map[string]addrpool.Stats
+	pending    map[pendingLabels]int
+	unverified map[string]int
 }
 
-// totals sums the valid pools' usage and counts the waiting Services and unverified
+// totals takes the valid pools' usage and counts the waiting Services and unverified
 // addresses.
 func (s *allocations) totals() totals {
-	var t totals
+	t := totals{pools: map[string]addrpool.Stats{}, unverified: map[string]int{}}
 	for name, pi := range s.pools {
-		if !pi.valid {
-			continue
+		if pi.valid {
+			t.pools[name] = s.alloc.Stats(name)
 		}
-		ps := s.alloc.Stats(name)
-		t.stats.AssignedIPv4 += ps.AssignedIPv4
-		t.stats.AvailableIPv4 += ps.AvailableIPv4
-		t.stats.AssignedIPv6 += ps.AssignedIPv6
-		t.stats.AvailableIPv6 = addSat(t.stats.AvailableIPv6, ps.AvailableIPv6)
 	}
-	t.pending = len(s.pending)
+	t.pending = s.pendingByLabels()
 	for _, m := range s.unverified {
-		t.unverified += len(m)
+		for a := range m {
+			t.unverified[s.origin[a]]++
+		}
 	}
 	return t
 }
 
-func addSat(x, y int64) int64 {
-	if x > (1<<63-1)-y {
-		return 1<<63 - 1
+// pendingByLabels counts the waiting Services by their gauge labels.
+func (s *allocations) pendingByLabels() map[pendingLabels]int {
+	out := map[pendingLabels]int{}
+	for key := range s.pending {
+		out[s.waitingAs[key]]++
 	}
-	return x + y
+	return out
 }
 
 // ---- Overwrite backoff: a decision of its own (it takes mu) ----

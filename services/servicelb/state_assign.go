@@ -9,7 +9,6 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
-	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -29,6 +28,8 @@ type assignment struct {
 	newBadInput   bool // badInput differs from what was last reported
 	pendingWhy    error
 	newlyPending  bool
+	// waitReason is the reason of pendingWhy (a Wait* constant).
+	waitReason string
 	// effects are the queue adds and gauges that follow, for after the lock.
 	effects effects
 }
@@ -59,11 +60,11 @@ func (s *allocations) assign(logger klog.Logger, key string, svc *v1.Service, ad
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	wasPending := s.pending[key]
-	requested, reqErr := requestedIPs(svc, fams)
+	requested, reqErr := requestedIPsFor(svc, fams, s.apis)
 	var candidates []string
 	var poolErr error
 	if known {
-		candidates, poolErr = candidatePools(s.pools, svc, nsLabels)
+		candidates, poolErr = candidatePoolsFor(s.pools, svc, nsLabels, s.apis)
 	}
 	plan.badInput = errors.Join(reqErr, poolErr)
 	if plan.badInput == nil {
@@ -117,41 +118,83 @@ func (s *allocations) assign(logger klog.Logger, key string, svc *v1.Service, ad
 	}
 	prev := maps.Clone(kept)
 
-	// Allocate what is missing.
+	// Allocate what is missing. A MetalLB pool gives all of a Service's addresses: its
+	// speaker announces an address only when every address of the Service is in one of its
+	// pools. onePool is that pool once one address comes from it.
+	onePool := ""
+	for _, a := range kept {
+		if p := s.origin[a]; isMetalLBPool(p) {
+			onePool = p
+		}
+	}
+	named, _ := namedPool(svc, s.apis)
 	var failures []error
+	var missing []addrpool.Family
 	for _, f := range fams {
-		if _, ok := kept[f]; ok {
-			continue
+		if _, ok := kept[f]; !ok {
+			missing = append(missing, f)
 		}
-		if !known {
+	}
+	switch {
+	case len(missing) == 0:
+	case !known:
+		firstReason(&plan.waitReason, WaitPoolAPIUnavailable)
+		for _, f := range missing {
 			failures = append(failures, fmt.Errorf("%s: the IPAddressPool API is not available or not synced yet", f))
-			continue
 		}
-		if reqErr != nil || poolErr != nil {
+		missing = nil
+	case reqErr != nil || poolErr != nil:
+		if reqErr == nil {
+			firstReason(&plan.waitReason, WaitNoMatchingPool)
+		}
+		firstReason(&plan.waitReason, WaitInvalidRequest)
+		for _, f := range missing {
 			failures = append(failures, fmt.Errorf("%s: the Service's request is invalid", f))
+		}
+		missing = nil
+	}
+	var auto []addrpool.Family
+	for _, f := range missing {
+		want, ok := requested[f]
+		if !ok {
+			auto = append(auto, f)
 			continue
 		}
-		if want, ok := requested[f]; ok {
-			pools := s.admittingPoolsContaining(svc, want, nsLabels)
-			if len(pools) == 0 {
+		pools := s.admittingPoolsContaining(svc, want, nsLabels)
+		if named != "" {
+			pools = slices.DeleteFunc(pools, func(p string) bool { return p != named })
+		}
+		if len(pools) == 0 {
+			firstReason(&plan.waitReason, WaitRequestedIPNotInPool)
+			if named != "" {
+				failures = append(failures, fmt.Errorf("%s is not in pool %s named by the Service, or that pool does not admit it", want, displayPool(named)))
+			} else {
 				failures = append(failures, fmt.Errorf("%s is in no pool this Service may use", want))
-				continue
 			}
-			if err := s.alloc.Claim(key, want, props); err != nil {
-				failures = append(failures, err)
-				continue
-			}
-			s.origin[want] = pools[0]
-			kept[f] = want
 			continue
 		}
-		a, pool, err := s.alloc.Allocate(key, f, candidates, props)
-		if err != nil {
+		if onePool != "" && pools[0] != onePool || onePool == "" && len(kept) > 0 && isMetalLBPool(pools[0]) {
+			firstReason(&plan.waitReason, WaitRequestedIPNotInPool)
+			failures = append(failures, fmt.Errorf("%s is in pool %s, not in the pool of the Service's other address: MetalLB announces only a Service whose addresses are all in one pool", want, displayPool(pools[0])))
+			continue
+		}
+		if err := s.alloc.Claim(key, want, props); err != nil {
+			firstReason(&plan.waitReason, WaitSharingConflict)
 			failures = append(failures, err)
 			continue
 		}
-		s.origin[a] = pool
-		kept[f] = a
+		s.origin[want] = pools[0]
+		kept[f] = want
+		if isMetalLBPool(pools[0]) {
+			onePool = pools[0]
+		}
+	}
+	if len(auto) > 0 {
+		if len(candidates) == 0 {
+			firstReason(&plan.waitReason, WaitNoMatchingPool)
+		}
+		firstReason(&plan.waitReason, WaitPoolExhausted)
+		failures = append(failures, s.allocateAuto(key, auto, need-len(kept), candidates, onePool, len(kept) > 0, props, kept)...)
 	}
 
 	if len(kept) < need || len(kept) == 0 {
@@ -170,6 +213,8 @@ func (s *allocations) assign(logger klog.Logger, key string, svc *v1.Service, ad
 		}
 		s.pending[key] = true
 		plan.pendingWhy = errors.Join(failures...)
+		firstReason(&plan.waitReason, WaitPoolExhausted)
+		s.waitingAs[key] = s.pendingLabelsOf(svc, plan.waitReason)
 		plan.newlyPending = !wasPending
 	} else {
 		s.stopWaitingFor(key, &plan.effects)
@@ -197,6 +242,111 @@ func (s *allocations) assign(logger klog.Logger, key string, svc *v1.Service, ad
 
 // The helpers below expect mu held (assign's).
 
+// pendingLabelsOf are the pending gauge's labels of svc waiting for reason: the pool it
+// names ("" if none) and that pool's API, or the API read first when it names none.
+func (s *allocations) pendingLabelsOf(svc *v1.Service, reason string) pendingLabels {
+	if named, _ := namedPool(svc, s.apis); named != "" {
+		api, pool := poolLabels(named)
+		return pendingLabels{api: api, pool: pool, reason: reason}
+	}
+	return pendingLabels{api: s.apis[0], reason: reason}
+}
+
+// allocateAuto allocates addresses of fams for key from candidates, into kept. MetalLB pools
+// give all of them or, when the Service accepts fewer (PreferDualStack), the first pool in
+// order that gives at least need; a pool of the project's own API may give each family from
+// another pool, as before. onePool, when set, is the MetalLB pool the Service already holds
+// an address of: only it may give more. held says the Service holds an address already.
+func (s *allocations) allocateAuto(key string, fams []addrpool.Family, need int, candidates []string, onePool string, held bool, props addrpool.Props, kept map[addrpool.Family]netip.Addr) []error {
+	var failures []error
+	perFamily := func(pools []string) {
+		for _, f := range fams {
+			if _, ok := kept[f]; ok {
+				continue
+			}
+			a, pool, err := s.alloc.Allocate(key, f, pools, props)
+			if err != nil {
+				failures = append(failures, err)
+				continue
+			}
+			s.origin[a] = pool
+			kept[f] = a
+		}
+	}
+	if onePool != "" {
+		perFamily([]string{onePool})
+		return failures
+	}
+	var own, metal []string
+	for _, p := range candidates {
+		if isMetalLBPool(p) {
+			metal = append(metal, p)
+		} else {
+			own = append(own, p)
+		}
+	}
+	if held {
+		// What the Service holds is from the project's own API: MetalLB pools cannot join.
+		perFamily(own)
+		return failures
+	}
+	wholePool := func() bool {
+		fallback := ""
+		for _, name := range metal {
+			got := map[addrpool.Family]netip.Addr{}
+			for _, f := range fams {
+				if a, _, err := s.alloc.Allocate(key, f, []string{name}, props); err == nil {
+					got[f] = a
+				}
+			}
+			if len(got) == len(fams) {
+				for f, a := range got {
+					s.origin[a] = name
+					kept[f] = a
+				}
+				return true
+			}
+			for _, a := range got {
+				s.alloc.ReleaseAddr(key, a)
+			}
+			if len(got) >= max(need, 1) && fallback == "" {
+				fallback = name
+			}
+		}
+		if fallback == "" {
+			return false
+		}
+		for _, f := range fams {
+			if a, _, err := s.alloc.Allocate(key, f, []string{fallback}, props); err == nil {
+				s.origin[a] = fallback
+				kept[f] = a
+			}
+		}
+		return len(kept) > 0
+	}
+	// The API listed first in --pool-api goes first.
+	metalFirst := len(candidates) > 0 && isMetalLBPool(candidates[0])
+	if metalFirst && wholePool() {
+		return nil
+	}
+	if len(own) > 0 {
+		perFamily(own)
+		if len(kept) > 0 {
+			return failures
+		}
+	}
+	if !metalFirst && len(metal) > 0 && wholePool() {
+		return nil
+	}
+	if len(metal) > 0 {
+		failures = append(failures, fmt.Errorf("no MetalLB pool this Service may use has free addresses of families %v: %w", fams, addrpool.ErrExhausted))
+	}
+	if len(candidates) == 0 {
+		perFamily(nil) // says no pool had a free address
+	}
+	return failures
+}
+
 // keepOrRelease says whether svc may keep a. An empty why keeps it, verified. A why with
 // release=false keeps it although it cannot be verified now (the pools are unknown, or the
 // pool it came from was deleted or is invalid): clearing it on such a guess would take a
@@ -215,7 +365,7 @@ func (s *allocations) keepOrRelease(svc *v1.Service, a netip.Addr, fams []addrpo
 	if !known {
 		return "the IPAddressPool API is not available or not synced", false
 	}
-	if name := strings.TrimSpace(svc.Annotations[AnnotationAddressPool]); name != "" {
+	if name, _ := namedPool(svc, s.apis); name != "" {
 		pi := s.pools[name]
 		switch {
 		case pi == nil:

@@ -103,7 +103,7 @@ func TestWaitingAndForgetService(t *testing.T) {
 	if got := slices.Sorted(slices.Values(s.waiting())); !slices.Equal(got, []string{"ns/a", "ns/b"}) {
 		t.Fatalf("waiting %v", got)
 	}
-	if tot := s.totals(); tot.pending != 2 || tot.unverified != 1 {
+	if tot := s.totals(); tot.pendingSum() != 2 || tot.unverifiedSum() != 1 {
 		t.Fatalf("totals %+v", tot)
 	}
 	for _, tc := range []struct {
@@ -329,7 +329,7 @@ func TestAssignRetriesTheWaitingWhenItFreesAnAddress(t *testing.T) {
 	if len(plan.freed) != 1 || !slices.Equal(plan.effects.requeue, []string{"ns/other"}) {
 		t.Fatalf("freed %v, requeue %v", plan.freed, plan.effects.requeue)
 	}
-	if plan.effects.gauges.pending != 1 {
+	if plan.effects.gauges.pendingSum() != 1 {
 		t.Fatalf("gauges %+v", plan.effects.gauges)
 	}
 }
@@ -345,7 +345,7 @@ func TestRelease(t *testing.T) {
 	if !slices.Equal(got, []netip.Addr{a}) || !slices.Equal(freed, []netip.Addr{a}) {
 		t.Fatalf("held %v freed %v", got, freed)
 	}
-	if !slices.Equal(e.requeue, []string{"ns/other"}) || !slices.Equal(e.pools, []string{"p"}) || e.gauges.level != gaugesAll || e.gauges.stats.AssignedIPv4 != 0 {
+	if !slices.Equal(e.requeue, []string{"ns/other"}) || !slices.Equal(e.pools, []string{"p"}) || e.gauges.level != gaugesAll || e.gauges.pools["p"].AssignedIPv4 != 0 {
 		t.Fatalf("effects %+v", e)
 	}
 	if _, ok := s.origin[a]; ok || len(s.lastWritten) != 0 {
@@ -403,10 +403,31 @@ func TestRestore(t *testing.T) {
 	if r.fromStatus != 1 || r.fromClaims != 1 || !slices.Equal(notKept, []string{"ns/new"}) {
 		t.Fatalf("restored %+v, not kept %v", r, notKept)
 	}
-	if !slices.Equal(r.requeue, []string{"ns/waiting"}) || r.gauges.level != gaugesAll || r.gauges.stats.AssignedIPv4 != 2 {
+	if !slices.Equal(r.requeue, []string{"ns/waiting"}) || r.gauges.level != gaugesAll || r.gauges.assignedIPv4Sum() != 2 {
 		t.Fatalf("effects %+v", r.effects)
 	}
 	if len(s.alloc.Holders(c)) != 0 || s.origin[a] != "gone" || s.origin[b] != "p" || !s.restored {
 		t.Fatalf("holders of c %v, origins %v, restored %v", s.alloc.Holders(c), s.origin, s.restored)
 	}
+}
+
+func (t totals) pendingSum() (n int) {
+	for _, v := range t.pending {
+		n += v
+	}
+	return n
+}
+
+func (t totals) unverifiedSum() (n int) {
+	for _, v := range t.unverified {
+		n += v
+	}
+	return n
+}
+
+func (t totals) assignedIPv4Sum() (n int64) {
+	for _, st := range t.pools {
+		n += st.AssignedIPv4
+	}
+	return n
 }

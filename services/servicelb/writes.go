@@ -58,22 +58,37 @@ func (c *Controller) removeFinalizer(ctx context.Context, svc *v1.Service) error
 
 // patchIngress replaces status.loadBalancer.ingress; a merge patch replaces the whole list.
 func (c *Controller) patchIngress(ctx context.Context, svc *v1.Service, ingress []v1.LoadBalancerIngress) error {
-	var value any = ingress
-	if len(ingress) == 0 {
-		value = nil
-	}
-	// The resourceVersion makes the write conditional: a decision made on an outdated
-	// Service (another writer came first) fails with a conflict instead of overwriting.
+	_, err := c.patchStatus(ctx, svc, map[string]any{"loadBalancer": map[string]any{"ingress": nilIfEmpty(ingress)}})
+	return err
+}
+
+// patchConditions replaces status.conditions with conds (svc's own, with ours changed).
+func (c *Controller) patchConditions(ctx context.Context, svc *v1.Service, conds []metav1.Condition) (*v1.Service, error) {
+	return c.patchStatus(ctx, svc, map[string]any{"conditions": nilIfEmpty(conds)})
+}
+
+// patchStatus merge-patches svc's status with status. The resourceVersion makes the write
+// conditional: a decision made on an outdated Service (another writer came first) fails with
+// a conflict instead of overwriting.
+func (c *Controller) patchStatus(ctx context.Context, svc *v1.Service, status map[string]any) (*v1.Service, error) {
 	patch, err := json.Marshal(map[string]any{
 		"metadata": map[string]any{"resourceVersion": svc.ResourceVersion},
-		"status":   map[string]any{"loadBalancer": map[string]any{"ingress": value}},
+		"status":   status,
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	out, err := c.client.CoreV1().Services(svc.Namespace).Patch(ctx, svc.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 	c.recordOwnWrite(svc, out, err)
-	return err
+	return out, err
+}
+
+// nilIfEmpty makes an empty list a JSON null, which a merge patch reads as "remove".
+func nilIfEmpty[T any](l []T) any {
+	if len(l) == 0 {
+		return nil
+	}
+	return l
 }
 
 // ---- pools ----
