@@ -45,6 +45,7 @@ const versionVar = "github.com/kcm-split/kcm-split/shared/app.Version"
 type options struct {
 	root, out, version, revision, source, registry string
 	platforms, nodePlatform, only, agnhost, tags   string
+	metallb                                        string
 	epoch                                          int64
 	push                                           bool
 }
@@ -61,6 +62,7 @@ func main() {
 	flag.StringVar(&o.nodePlatform, "node-platform", "linux/"+runtime.GOARCH, "platform of the pause and agnhost images")
 	flag.StringVar(&o.only, "only", "", "comma-separated images to build (binary names, pause, agnhost, nginx); empty: every controller and pause, plus agnhost and nginx if -agnhost is set")
 	flag.StringVar(&o.agnhost, "agnhost", "", "a built agnhost binary (node platform) to make "+AgnhostRef+" of")
+	flag.StringVar(&o.metallb, "metallb", "", "a directory holding MetalLB's metallb-controller and metallb-speaker (node platform) to make "+MetalLBControllerRef+" and "+MetalLBSpeakerRef+" of")
 	flag.Int64Var(&o.epoch, "epoch", envEpoch(), "creation time and file mtime, Unix seconds (default $SOURCE_DATE_EPOCH, else 0)")
 	flag.StringVar(&o.tags, "extra-tags", "", "comma-separated tags the controllers' images also get besides -version (the release adds the chart's appVersion, without the v)")
 	flag.BoolVar(&o.push, "push", false, "also push each controller's index to <registry>/<binary>:<version> (and each extra tag); credentials from the Docker config, as docker login writes it")
@@ -238,6 +240,13 @@ func targets(root string, o options) ([]target, error) {
 			name: "nginx", prebuilt: abs, path: "/agnhost", refs: []string{NginxRef}, platforms: node,
 			user: "0:0", args: []string{"netexec", "--http-port=80", "--udp-port=-1"},
 		})
+	}
+	if o.metallb != "" {
+		ml, err := metallbTargets(o.metallb, node)
+		if err != nil {
+			return nil, err
+		}
+		ts = append(ts, ml...)
 	}
 	if o.only == "" {
 		return ts, nil
