@@ -70,6 +70,17 @@ func (c *NetnsClient) dial(ctx context.Context, network, addr string) (net.Conn,
 			res <- dialResult{err: fmt.Errorf("setns: %w", err)}
 			return
 		}
+		// The thread's namespace must now be the client's: a request that left from the
+		// node's own namespace would prove nothing about the link.
+		var want, got unix.Stat_t
+		if err := unix.Fstat(c.fd, &want); err != nil {
+			res <- dialResult{err: err}
+			return
+		}
+		if err := unix.Stat("/proc/thread-self/ns/net", &got); err != nil || got.Ino != want.Ino || got.Dev != want.Dev {
+			res <- dialResult{err: fmt.Errorf("this thread is not in the client's network namespace (%v)", err)}
+			return
+		}
 		var d net.Dialer
 		conn, err := d.DialContext(ctx, network, addr)
 		res <- dialResult{conn, err}
