@@ -37,14 +37,16 @@ const (
 	releaseNS = "kube-system"
 
 	// The client's side of the world: a network namespace and a veth in the documentation
-	// range 192.0.2.0/24; the pool is the top of the same subnet, so the client reaches it by
-	// ARP on the link and nothing else routes it.
+	// range 203.0.113.0/24 (192.0.2.0/24 can be the machine's own uplink, as on the VMs here,
+	// and the real node's Pods take 198.51.100.0/24); the pool is the top of the same subnet, so
+	// the client reaches it by ARP on the link and nothing else routes it.
 	netnsName = "kcm-lbe2e"
 	hostLink  = "kcmlb0"
 	peerLink  = "kcmlb1"
-	hostAddr  = "192.0.2.1/24"
-	peerAddr  = "192.0.2.2/24"
-	poolRange = "192.0.2.200-192.0.2.250"
+	hostAddr  = "203.0.113.1/24"
+	peerAddr  = "203.0.113.2/24"
+	poolRange = "203.0.113.200-203.0.113.250"
+	linkNet   = "203.0.113.0/24"
 	poolName  = "lb-e2e"
 
 	// Services measured for created -> first answer.
@@ -135,6 +137,19 @@ func (s *suite) link() {
 		t.Helper()
 		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
 			t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	// The subnet must be nobody's on this machine: no address in it, no route into it but the
+	// default one. Otherwise the node would send the test's packets elsewhere.
+	for _, c := range [][]string{{"-4", "-o", "addr", "show", "to", linkNet}, {"-4", "route", "show", "match", linkNet}} {
+		out, err := exec.Command("ip", c...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("ip %s: %v\n%s", strings.Join(c, " "), err, out)
+		}
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if l != "" && !strings.HasPrefix(l, "default ") {
+				t.Fatalf("%s is in use on this machine (%s): the test needs it for its own link", linkNet, l)
+			}
 		}
 	}
 	t.Cleanup(func() {
@@ -597,7 +612,7 @@ func (s *suite) createService(name, ip string) string {
 	if err != nil {
 		t.Fatalf("Service %s got no address in 90s", name)
 	}
-	if !strings.HasPrefix(got, "192.0.2.") {
+	if !strings.HasPrefix(got, "203.0.113.") {
 		t.Fatalf("Service %s got %s, outside the pool %s", name, got, poolRange)
 	}
 	return got
@@ -655,7 +670,7 @@ func (s *suite) firstAnswer(ip string, start time.Time, limit time.Duration) (st
 	var wg sync.WaitGroup
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
-	var lastErr atomic.Value
+	var errs errCounts
 loop:
 	for {
 		select {
@@ -680,7 +695,7 @@ loop:
 			defer rcancel()
 			answer, err := s.client.Get(rctx, "http://"+ip+"/hostname")
 			if err != nil {
-				lastErr.Store(err.Error())
+				errs.add(err)
 				return
 			}
 			select {
@@ -695,8 +710,59 @@ loop:
 		return r.answer, r.at.Sub(start)
 	default:
 	}
-	s.t.Fatalf("no answer from http://%s/hostname within %v (last error: %v)", ip, limit, lastErr.Load())
+	s.diagnose(ip)
+	s.t.Fatalf("no answer from http://%s/hostname within %v (errors: %v)", ip, limit, errs.summary())
 	return "", 0
+}
+
+// errCounts counts request errors by message, for a failure's report.
+type errCounts struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (e *errCounts) add(err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.n == nil {
+		e.n = map[string]int{}
+	}
+	e.n[err.Error()]++
+}
+
+func (e *errCounts) summary() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []string
+	for m, n := range e.n {
+		out = append(out, fmt.Sprintf("%dx %s", n, m))
+	}
+	sort.Strings(out)
+	return strings.Join(out, "; ")
+}
+
+// diagnose logs what tells where packets to ip stop: the client's neighbour table, the link's
+// counters, kube-proxy's rules for the address, the speaker's last log lines.
+func (s *suite) diagnose(ip string) {
+	t := s.t
+	for _, c := range [][]string{
+		{"ip", "-n", netnsName, "neigh", "show"},
+		{"ip", "-n", netnsName, "-s", "link", "show", peerLink},
+		{"ip", "-s", "link", "show", hostLink},
+		{"sh", "-c", "iptables-save -t nat | grep -F " + ip},
+		{"sh", "-c", "sysctl net.ipv4.ip_forward net.ipv4.conf.all.rp_filter net.ipv4.conf." + hostLink + ".rp_filter; iptables -S FORWARD | head -5"},
+	} {
+		out, err := exec.Command(c[0], c[1:]...).CombinedOutput()
+		t.Logf("diagnose: %s (%v):\n%s", strings.Join(c, " "), err, out)
+	}
+	pods, err := s.cs.CoreV1().Pods(mlNS).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	for _, p := range pods.Items {
+		b, err := s.cs.CoreV1().Pods(mlNS).GetLogs(p.Name, &corev1.PodLogOptions{TailLines: ptr(int64(40))}).DoRaw(context.Background())
+		t.Logf("diagnose: logs of %s (%v):\n%s", p.Name, err, b)
+	}
 }
 
 // stopsAnswering waits until 10 requests in a row to ip fail (the final state: a single failure
