@@ -7,7 +7,7 @@ SHELL := /bin/bash
 
 ROOT     := $(abspath .)
 BIN      := $(ROOT)/bin
-MODULES  := shared $(patsubst %/go.mod,%,$(wildcard services/*/go.mod)) deploy/tests/chart deploy/tests/chart/dashboards deploy/tests/drills deploy/images deploy/tests/scale
+MODULES  := shared $(patsubst %/go.mod,%,$(wildcard services/*/go.mod)) deploy/tests/chart deploy/tests/chart/dashboards deploy/tests/drills deploy/images deploy/tests/scale deploy/tests/lb
 # One binary per services/<alias>/cmd/<name>.
 CMDS     := $(wildcard services/*/cmd/*)
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -58,7 +58,7 @@ images-push: ## Build the controllers' images and push them to ghcr.io/kcm-split
 		-revision "$(REVISION)" -epoch $(SOURCE_DATE_EPOCH) -only $(IMAGE_BINARIES) -push $(IMAGES_FLAGS)
 
 .PHONY: test
-test: tools lint helm-lint test-e2e dashboards-e2e test-go migration-drill chart-e2e ## Run lint and every test (unit, integration on a real apiserver, make-up smoke, the switch from KCM, then the chart on a real node), all modules
+test: tools lint helm-lint test-e2e dashboards-e2e test-go migration-drill chart-e2e lb-e2e ## Run lint and every test (unit, integration on a real apiserver, make-up smoke, every dashboard panel on live data, the switch from KCM, the chart, then LoadBalancer traffic on a real node), all modules
 
 .PHONY: test-go
 test-go: ## Run go test -race in every module (needs bin/etcd and bin/kube-apiserver); logs in .test-logs/
@@ -76,6 +76,10 @@ chart-e2e: tools ## The chart end to end on a real node (root): make up + node-u
 dashboards-e2e: tools ## Every dashboard panel against live data: make up, Prometheus scraping each binary as the chart authorizes it, a workload, every query (about 5 minutes, make up 3 of them; part of test); log in .test-logs/dashboards-e2e.log
 	@mkdir -p .test-logs
 	@bash deploy/tests/chart/dashboards-e2e.sh 2>&1 | tee $(ROOT)/.test-logs/dashboards-e2e.log
+
+.PHONY: lb-e2e
+lb-e2e: tools ## LoadBalancer traffic on a real node (root): MetalLB's speaker, a client netns reaching the address by ARP; MetalLB's controller, then service-lb (LB_E2E_CONTROLLERS); figures in .test-logs/lb-e2e.log
+	@LB_E2E_CONTROLLERS="$(LB_E2E_CONTROLLERS)" bash deploy/tests/lb/e2e.sh
 
 .PHONY: test-unit
 test-unit: ## Run only the unit tests (-short skips the real control plane)

@@ -47,6 +47,7 @@ type options struct {
 	root, out, version, revision, source, registry string
 	platforms, nodePlatform, only, agnhost, tags   string
 	debList, debsDir                               string
+	metallb                                        string
 	epoch                                          int64
 	push                                           bool
 }
@@ -65,6 +66,7 @@ func main() {
 	flag.StringVar(&o.agnhost, "agnhost", "", "a built agnhost binary (node platform) to make "+AgnhostRef+" of")
 	flag.StringVar(&o.debList, "agnhost-debs", "", "the list of Debian packages that make the agnhost image's userland (default <root>/deploy/images/agnhost-debs.txt)")
 	flag.StringVar(&o.debsDir, "agnhost-debs-dir", "", "where those packages are kept, fetched by apt-get download when missing (default agnhost-debs/ beside -agnhost)")
+	flag.StringVar(&o.metallb, "metallb", "", "a directory holding MetalLB's metallb-controller and metallb-speaker (node platform) to make "+MetalLBControllerRef+" and "+MetalLBSpeakerRef+" of")
 	flag.Int64Var(&o.epoch, "epoch", envEpoch(), "creation time and file mtime, Unix seconds (default $SOURCE_DATE_EPOCH, else 0)")
 	flag.StringVar(&o.tags, "extra-tags", "", "comma-separated tags the controllers' images also get besides -version (the release adds the chart's appVersion, without the v)")
 	flag.BoolVar(&o.push, "push", false, "also push each controller's index to <registry>/<binary>:<version> (and each extra tag); credentials from the Docker config, as docker login writes it")
@@ -255,6 +257,13 @@ func targets(root string, o options) ([]target, error) {
 			name: "nginx", prebuilt: abs, path: "/agnhost", refs: []string{NginxRef}, platforms: node,
 			user: "0:0", args: []string{"netexec", "--http-port=80", "--udp-port=-1"},
 		})
+	}
+	if o.metallb != "" {
+		ml, err := metallbTargets(o.metallb, node)
+		if err != nil {
+			return nil, err
+		}
+		ts = append(ts, ml...)
 	}
 	if o.only == "" {
 		return ts, nil

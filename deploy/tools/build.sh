@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the real control plane and helper tools into bin/ (git-ignored), skipping what is present.
 # Usage: deploy/tools/build.sh [BIN_DIR]
-# TOOLS_ONLY="name ..." builds only those (make images: agnhost; make lint: staticcheck actionlint).
+# TOOLS_ONLY="name ..." builds only those (make images: agnhost; make lint: staticcheck actionlint;
+# make lb-e2e: metallb-controller metallb-speaker).
 # Everything comes from the Go module proxy; nothing else is downloaded.
 set -euo pipefail
 
@@ -93,5 +94,12 @@ fi
 # name (make images wraps it in an image), so that make tools and make test do not build it.
 if [[ " ${TOOLS_ONLY:-} " == *" agnhost "* ]]; then
   build agnhost k8s.io/kubernetes/test/images/agnhost
+fi
+# MetalLB v0.15.2's controller and speaker (make lb-e2e wraps them in images): only when asked for.
+if [[ " ${TOOLS_ONLY:-} " == *" metallb-controller "* ]]; then
+  build_in metallb metallb-controller go.universe.tf/metallb/controller
+fi
+if [[ " ${TOOLS_ONLY:-} " == *" metallb-speaker "* ]]; then
+  build_in metallb metallb-speaker go.universe.tf/metallb/speaker
 fi
 echo "tools: done ($bin)"
