@@ -85,7 +85,12 @@ func (c *Controller) showGauges(g gauges) {
 		}
 		c.shownPools = showVec(c.metrics.assigned, 3, c.shownPools, pools)
 		c.shownFree = showVec(c.metrics.available, 3, c.shownFree, free)
+		// Each pool API always shows an unknown-pool series (0 when none), so a dashboard or an
+		// alert sees 0, not "no data", when nothing is unverified.
 		unverified := map[[3]string]float64{}
+		for _, api := range c.state.apis {
+			unverified[[3]string{api, ""}] += 0
+		}
 		for key, n := range g.unverified {
 			api, pool := c.state.apis[0], ""
 			if key != "" {
@@ -97,7 +102,11 @@ func (c *Controller) showGauges(g gauges) {
 	}
 	if g.seq > c.pendingShown {
 		c.pendingShown = g.seq
+		// As above: per pool API, a series without pool and reason is 0 while nothing waits.
 		pending := map[[3]string]float64{}
+		for _, api := range c.state.apis {
+			pending[[3]string{api, "", ""}] += 0
+		}
 		for l, n := range g.pending {
 			pending[[3]string{l.api, l.pool, l.reason}] += float64(n)
 		}
