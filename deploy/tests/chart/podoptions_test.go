@@ -400,7 +400,9 @@ func TestPodOptionsOnRealAPIServer(t *testing.T) {
 			_, err = admin.CoreV1().Secrets(ns).Create(ctx, x, metav1.CreateOptions{})
 		case *rbacv1.ClusterRoleBinding:
 			_, err = admin.RbacV1().ClusterRoleBindings().Create(ctx, x, metav1.CreateOptions{})
-			t.Cleanup(func() { _ = admin.RbacV1().ClusterRoleBindings().Delete(context.Background(), x.Name, metav1.DeleteOptions{}) })
+			t.Cleanup(func() {
+				_ = admin.RbacV1().ClusterRoleBindings().Delete(context.Background(), x.Name, metav1.DeleteOptions{})
+			})
 		default:
 			t.Fatalf("metrics-scraper.yaml renders a %s", o.Kind)
 		}
