@@ -383,7 +383,7 @@ func TestPodOptionsOnRealAPIServer(t *testing.T) {
 	// The scraper token (the ServiceMonitor's default authorization): a TokenRequest for the
 	// chart's scraper ServiceAccount stands for the Secret's token (same subject).
 	out, err := exec.Command(c.Helm, "template", release, c.Dir, "--namespace", ns, "--api-versions", "monitoring.coreos.com/v1/ServiceMonitor",
-		"--set", "controllers.endpoints.enabled=true", "--set", "serviceMonitor.enabled=true", "--show-only", "templates/metrics-scraper.yaml").CombinedOutput()
+		"--set", "controllers.endpoints.enabled=true", "--set", "serviceMonitor.enabled=true", "--show-only", "templates/metrics-scraper.yaml").Output() // stdout only: helm logs to stderr
 	if err != nil {
 		t.Fatalf("helm template: %v\n%s", err, out)
 	}
