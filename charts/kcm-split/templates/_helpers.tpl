@@ -58,7 +58,12 @@ app.kubernetes.io/component: {{ .c.binary }}
 {{- $d := .root.Values.defaults.image -}}
 {{- $repo := .c.image.repository | default (printf "%s/%s" $d.registry .c.binary) -}}
 {{- $tag := .c.image.tag | default $d.tag | default .root.Chart.AppVersion -}}
+{{- /* A digest pins the image whatever the tag says: it wins over the tag. */ -}}
+{{- if .c.image.digest -}}
+{{- printf "%s@%s" $repo .c.image.digest -}}
+{{- else -}}
 {{- printf "%s:%s" $repo $tag -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "kcm-split.leaseName" -}}

@@ -65,8 +65,18 @@ scheme: https
 tlsConfig:
   {{- toYaml . | nindent 2 }}
 {{- end }}
+{{- /* bearerTokenFile (deprecated by Prometheus Operator) only when set; else a token from a
+Secret through authorization (kcm-split.scraper.secretName). */}}
 {{- with .root.Values.serviceMonitor.bearerTokenFile }}
 bearerTokenFile: {{ . }}
+{{- else }}
+{{- if .root.Values.serviceMonitor.authorization.enabled }}
+authorization:
+  type: Bearer
+  credentials:
+    name: {{ include "kcm-split.scraper.secretName" .root }}
+    key: {{ .root.Values.serviceMonitor.authorization.credentials.key | default "token" }}
+{{- end }}
 {{- end }}
 {{- end -}}
 

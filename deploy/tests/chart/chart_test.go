@@ -231,8 +231,9 @@ func checkDeployment(t *testing.T, d *appsv1.Deployment, cv ControllerValues, ns
 		sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0 {
 		t.Errorf("container securityContext %+v: want read-only root, no privilege escalation, all capabilities dropped", sc)
 	}
-	if want := "ghcr.io/kcm-split/" + cv.Binary + ":"; !strings.HasPrefix(ctr.Image, want) || strings.HasSuffix(ctr.Image, ":") {
-		t.Errorf("image %q, want %s<tag>", ctr.Image, want)
+	// A tag, or a digest (controllers.<alias>.image.digest) which wins over it.
+	if repo := "ghcr.io/kcm-split/" + cv.Binary; !(strings.HasPrefix(ctr.Image, repo+":") || strings.HasPrefix(ctr.Image, repo+"@sha256:")) || strings.HasSuffix(ctr.Image, ":") {
+		t.Errorf("image %q, want %s:<tag> or %s@<digest>", ctr.Image, repo, repo)
 	}
 	if len(ctr.Ports) != 1 || int(ctr.Ports[0].ContainerPort) != cv.Port {
 		t.Errorf("ports %+v, want one on %d", ctr.Ports, cv.Port)
@@ -651,9 +652,9 @@ func TestEveryValueDocumented(t *testing.T) {
 	walk = func(prefix string, m map[string]any) {
 		for k, v := range m {
 			p := prefix + k
-			// resources and tlsConfig are Kubernetes / Prometheus Operator types, each
+			// resources, tlsConfig and the security contexts are Kubernetes / Prometheus Operator types, each
 			// documented as one value.
-			if sub, ok := v.(map[string]any); ok && len(sub) > 0 && k != "resources" && k != "tlsConfig" {
+			if sub, ok := v.(map[string]any); ok && len(sub) > 0 && k != "resources" && k != "tlsConfig" && k != "podSecurityContext" && k != "containerSecurityContext" {
 				if strings.HasPrefix(p, "controllers.") && strings.Count(p, ".") == 1 {
 					p = "controllers.<alias>"
 				}

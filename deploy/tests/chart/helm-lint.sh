@@ -87,6 +87,15 @@ if "$helm" template kcm-split "$chart" --set takeOverFromKCM.enabled=true --set 
 fi
 echo "helm-lint: take-over: ok"
 
+# Pod options: host network brings ClusterFirstWithHostNet; a bring-your-own ServiceAccount is
+# not created and every binding names it; every budget lets not-Ready Pods be evicted.
+mapfile -t a < <(all)
+out=$("$helm" template kcm-split "$chart" -n kcm-system "${a[@]}" --set defaults.hostNetwork=true --set serviceAccount.create=false)
+[ "$(lines "hostNetwork: true" <<<"$out")" = ${#aliases[@]} ] && [ "$(lines "dnsPolicy: ClusterFirstWithHostNet" <<<"$out")" = ${#aliases[@]} ] &&
+  [ "$(count ServiceAccount <<<"$out")" = 0 ] && [ "$(lines "unhealthyPodEvictionPolicy: AlwaysAllow" <<<"$out")" = ${#aliases[@]} ] ||
+  { echo "helm-lint: hostNetwork / serviceAccount.create=false / unhealthyPodEvictionPolicy: wrong render" >&2; exit 1; }
+echo "helm-lint: pod options: ok"
+
 # The schema: typos and wrong types fail, naming the key.
 bad() { # --set value, expected message part
   if msg=$("$helm" template kcm-split "$chart" --set "$1" 2>&1 >/dev/null); then
@@ -103,4 +112,10 @@ bad "defaults.topologySpread=always" "/defaults/topologySpread"
 bad "defaults.controlPlane=yes" "/defaults/controlPlane"
 bad "defaults.priorityClassName=Not_A_Class" "/defaults/priorityClassName"
 bad "leaderMigration.owner=kcm" "/leaderMigration/owner"
+bad "controllers.${aliases[0]}.dnsPolicy=ClusterFirstWithHostnet" "/controllers/${aliases[0]}/dnsPolicy"
+bad "controllers.${aliases[0]}.image.digest=latest" "/controllers/${aliases[0]}/image/digest"
+bad "defaults.hostNetwork=yes" "/defaults/hostNetwork"
+bad "podDisruptionBudget.unhealthyPodEvictionPolicy=Never" "/podDisruptionBudget/unhealthyPodEvictionPolicy"
+bad "serviceAccount.create=no" "/serviceAccount/create"
+bad "networkPolicy.apiServer.cidrs[0]=apiserver" "/networkPolicy/apiServer/cidrs/0"
 echo "helm-lint: schema rejects typos and wrong types: ok"

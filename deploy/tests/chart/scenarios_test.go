@@ -453,7 +453,8 @@ func servicelbScenario(t *testing.T, admin kubernetes.Interface, ns string, _ fu
 
 var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
-// installCRDs applies the chart's crds/ as `helm install` does, and waits until they are
+// installCRDs applies the CRDs of crds/ (which the chart renders through templates/crds.yaml
+// with service-lb, or an operator applies), and waits until they are
 // established.
 func installCRDs(t *testing.T, dir string) {
 	t.Helper()
