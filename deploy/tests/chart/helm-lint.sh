@@ -76,7 +76,7 @@ out=$("$helm" template kcm-split "$chart" -n kcm-system "${a[@]}" --set leaderMi
 echo "helm-lint: leader migration: ok"
 # Take-over from kube-controller-manager: off by default; on, every binary gets the flags and may
 # read kube-controller-manager's Pods and its one Lease; never together with Leader Migration.
-[ "$(lines "take-over-from-kcm" <<<"$out")" = 0 ] || { echo "helm-lint: take-over rendered with leader migration" >&2; exit 1; }
+[ "$(lines "- --take-over-from-kcm" <<<"$out")" = 0 ] || { echo "helm-lint: take-over rendered with leader migration" >&2; exit 1; }
 out=$("$helm" template kcm-split "$chart" -n kcm-system "${a[@]}" --set takeOverFromKCM.enabled=true)
 [ "$(lines "- --take-over-from-kcm" <<<"$out")" = ${#aliases[@]} ] &&
   [ "$(lines "- \"--kcm-pod-selector=component=kube-controller-manager\"" <<<"$out")" = ${#aliases[@]} ] &&
