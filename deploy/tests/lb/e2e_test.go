@@ -378,6 +378,8 @@ func (s *suite) runServiceLB() {
 	helm("install", release, s.cfg.chart, "-n", releaseNS,
 		"--set", "controllers.servicelb.enabled=true",
 		"--set", "controllers.servicelb.flags.pool-api=metallb",
+		// make up applied the pool CRD itself (kubectl apply): the release must not own it.
+		"--set", "crds.install=false",
 		"--set", "defaults.image.registry="+s.cfg.registry,
 		"--set", "defaults.image.tag="+s.cfg.tag,
 		"--set", "defaults.nodeSelector.kubernetes\\.io/hostname="+s.cfg.node)
