@@ -33,6 +33,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -615,6 +616,25 @@ func workload(t *testing.T, ctx context.Context, client kubernetes.Interface, ap
 			n += len(s.Addresses)
 		}
 		return n == 3, fmt.Sprintf("%d addresses", n)
+	})
+	// The endpointslice controller's per-sync histograms get their first sample during the
+	// workload, and rate() cannot see a series' first sample: one more sync, after Prometheus
+	// has scraped the series twice, gives the "added and removed per sync" panels a rate.
+	time.Sleep(2*scrapeInterval + time.Second)
+	liveDo(t, func() error {
+		_, err := client.AppsV1().Deployments(ns).Patch(ctx, "web", types.MergePatchType, []byte(`{"spec":{"replicas":4}}`), metav1.PatchOptions{})
+		return err
+	})
+	poll(t, 120*time.Second, "Endpoints web with 4 addresses after the scale-up", func() (bool, string) {
+		ep, err := client.CoreV1().Endpoints(ns).Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		n := 0
+		for _, s := range ep.Subsets {
+			n += len(s.Addresses)
+		}
+		return n == 4, fmt.Sprintf("%d addresses", n)
 	})
 	poll(t, 60*time.Second, "a mirrored EndpointSlice of custom", func() (bool, string) {
 		l, err := client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=custom"})
