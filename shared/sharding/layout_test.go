@@ -26,7 +26,7 @@ func TestLayoutBlocksOnOtherLayouts(t *testing.T) {
 	me := Shard{Index: 1, Count: 4}
 	client := fake.NewClientset(
 		lease("ep-shard-0-of-2", "a", Shard{0, 2}.LeaseLabels("ep")),
-		lease("ep-shard-1-of-2", "", Shard{1, 2}.LeaseLabels("ep")), // released
+		lease("ep-shard-1-of-2", "", Shard{1, 2}.LeaseLabels("ep")),  // released
 		lease("ep-shard-0-of-4", "c", Shard{0, 4}.LeaseLabels("ep")), // my layout
 		lease("quota-shard-0-of-2", "d", Shard{0, 2}.LeaseLabels("quota")),
 		lease("ep", "e", nil), // the unsharded Lease
