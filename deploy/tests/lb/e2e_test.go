@@ -381,7 +381,7 @@ func (s *suite) runServiceLB() {
 		// make up applied the pool CRD itself (kubectl apply): the release must not own it.
 		"--set", "crds.install=false",
 		"--set", "defaults.image.registry="+s.cfg.registry,
-		"--set", "defaults.image.tag="+s.cfg.tag,
+		"--set-string", "defaults.image.tag="+s.cfg.tag, // a commit hash can be all digits
 		"--set", "defaults.nodeSelector.kubernetes\\.io/hostname="+s.cfg.node)
 	t.Cleanup(func() {
 		out, err := exec.Command(s.cfg.helm, "uninstall", release, "-n", releaseNS, "--wait", "--timeout", "2m").CombinedOutput()

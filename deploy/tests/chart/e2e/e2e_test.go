@@ -106,7 +106,7 @@ func TestChartE2E(t *testing.T) {
 		"--set", "controllers.endpoints.enabled=true",
 		"--set", "controllers.namespace.enabled=true",
 		"--set", "defaults.image.registry="+cfg.registry,
-		"--set", "defaults.image.tag="+cfg.tag,
+		"--set-string", "defaults.image.tag="+cfg.tag, // a commit hash can be all digits
 		"--set", "defaults.nodeSelector.type=real")
 	installed = true
 	s.waitReady("endpoints-controller", 2, cfg.tag)
@@ -173,7 +173,7 @@ func TestChartE2E(t *testing.T) {
 	s.keepLogs("endpoints-controller")
 	lw := s.watchLease("endpoints-controller")
 	start = time.Now()
-	s.helm("upgrade", release, s.chart.Dir, "-n", ns, "--reuse-values", "--set", "controllers.endpoints.image.tag="+cfg.tag2)
+	s.helm("upgrade", release, s.chart.Dir, "-n", ns, "--reuse-values", "--set-string", "controllers.endpoints.image.tag="+cfg.tag2)
 	s.waitRolledOut("endpoints-controller", 2, cfg.tag2, before.podsOf("endpoints-controller"))
 	newLeader := s.waitLeader("endpoints-controller")
 	rollout := time.Since(start)
