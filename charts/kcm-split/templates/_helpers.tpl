@@ -70,6 +70,111 @@ app.kubernetes.io/component: {{ .c.binary }}
 {{- .c.leaseName | default .c.binary -}}
 {{- end -}}
 
+{{/*
+Shards (controllers.<alias>.shards: endpoints and quota only, the schema refuses it elsewhere).
+A controller of N > 1 shards renders one Deployment (and PDB) per shard, each given --shards=N
+--shard-index=I; templates that render per shard range over (until N) and call the helpers
+below with the controller context plus "shard" (dict "index" I "count" N). Without "shard" a
+helper means shard 0 of the controller's count. With N = 1 and shardLayoutFence off nothing
+of this is rendered: today's manifests, byte for byte.
+*/}}
+{{- define "kcm-split.shards" -}}
+{{- int (.c.shards | default 1) -}}
+{{- end -}}
+
+{{/* "true" when the Pods take part in the layout protocol (--shards given): N > 1, or N = 1
+with shardLayoutFence (the way back from N shards to one replica). */}}
+{{- define "kcm-split.layoutFence" -}}
+{{- or (gt (int (include "kcm-split.shards" .)) 1) (eq (toString .c.shardLayoutFence) "true") -}}
+{{- end -}}
+
+{{- define "kcm-split.shard" -}}
+{{- $s := .shard | default (dict "index" 0 "count" (int (include "kcm-split.shards" .))) -}}
+{{- toJson $s -}}
+{{- end -}}
+
+{{/* A shard's Lease: the binary's shared/sharding LeaseName, the unsharded Lease for one
+shard, <leaseName>-shard-<I>-of-<N> otherwise. The one place the chart computes it. */}}
+{{- define "kcm-split.shardLeaseName" -}}
+{{- $s := include "kcm-split.shard" . | fromJson -}}
+{{- $base := include "kcm-split.leaseName" . -}}
+{{- if gt (int $s.count) 1 -}}
+{{- printf "%s-shard-%d-of-%d" $base (int $s.index) (int $s.count) -}}
+{{- else -}}
+{{- $base -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Every Lease of the controller's layout, as a JSON list (use with fromJsonArray): one per
+shard, the one unsharded Lease with one shard. */}}
+{{- define "kcm-split.leaseNames" -}}
+{{- $n := int (include "kcm-split.shards" .) -}}
+{{- $names := list -}}
+{{- range $i := until $n -}}
+{{- $names = append $names (include "kcm-split.shardLeaseName" (dict "root" $.root "alias" $.alias "c" $.c "shard" (dict "index" $i "count" $n))) -}}
+{{- end -}}
+{{- toJson $names -}}
+{{- end -}}
+
+{{/*
+Leases of another layout of this controller that are held now (JSON list; empty in helm
+template, where lookup sees no cluster). helm upgrade writes the Role before it deletes the old
+layout's Deployments: without these names the old shards, still draining, could neither renew
+nor release their Leases, and the new layout would wait for them to expire (a lease duration
+with no controller) instead of starting on their release. A released Lease drops out at the
+next upgrade. Matched by name (the unsharded Lease, or <leaseName>-shard-*), as the binary
+names them.
+*/}}
+{{- define "kcm-split.heldOldLeases" -}}
+{{- $base := include "kcm-split.leaseName" . -}}
+{{- $own := include "kcm-split.leaseNames" . | fromJsonArray -}}
+{{- $out := list -}}
+{{- $all := lookup "coordination.k8s.io/v1" "Lease" .root.Release.Namespace "" -}}
+{{- range $l := ($all.items | default list) -}}
+{{- $name := $l.metadata.name -}}
+{{- if and (or (eq $name $base) (hasPrefix (printf "%s-shard-" $base) $name)) (not (has $name $own)) (dig "spec" "holderIdentity" "" $l) -}}
+{{- $out = append $out $name -}}
+{{- end -}}
+{{- end -}}
+{{- toJson (sortAlpha $out) -}}
+{{- end -}}
+
+{{/* Object name of a shard's Deployment and PDB: the controller's name with one shard,
+<name>-shard-<I>-of-<N> otherwise (the name carries N, so changing the count replaces the
+Deployments instead of rolling the old ones into the new layout; see the chart README). The
+controller's name is shortened, never the suffix, so two shards never share a name. */}}
+{{- define "kcm-split.shardName" -}}
+{{- $s := include "kcm-split.shard" . | fromJson -}}
+{{- $name := include "kcm-split.ctrlName" . -}}
+{{- if gt (int $s.count) 1 -}}
+{{- $suffix := printf "-shard-%d-of-%d" (int $s.index) (int $s.count) -}}
+{{- printf "%s%s" ($name | trunc (int (sub 63 (len $suffix))) | trimSuffix "-") $suffix -}}
+{{- else -}}
+{{- $name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The layout labels (the same keys the binary puts on its Lease), with the layout fence only. */}}
+{{- define "kcm-split.shardLabels" -}}
+{{- if eq (include "kcm-split.layoutFence" .) "true" -}}
+{{- $s := include "kcm-split.shard" . | fromJson -}}
+kcm-split.io/shards: {{ int $s.count | quote }}
+kcm-split.io/shard-index: {{ int $s.index | quote }}
+{{- end -}}
+{{- end -}}
+
+{{/* Labels selecting one shard's Pods (Deployment selector, PDB, spreading): the controller's
+selector labels, plus the layout labels with more than one shard. Both shards and index: during
+a change of N the Deployments of both layouts run side by side and must not select each other's
+Pods. With one shard the selector stays today's (a Deployment's selector cannot change). */}}
+{{- define "kcm-split.shardSelectorLabels" -}}
+{{ include "kcm-split.selectorLabels" . }}
+{{- $s := include "kcm-split.shard" . | fromJson -}}
+{{- if gt (int $s.count) 1 }}
+{{ include "kcm-split.shardLabels" . }}
+{{- end -}}
+{{- end -}}
+
 {{- define "kcm-split.replicas" -}}
 {{- if kindIs "invalid" .c.replicas -}}{{ .root.Values.defaults.replicas }}{{- else -}}{{ .c.replicas }}{{- end -}}
 {{- end -}}
@@ -83,6 +188,11 @@ takes the last value of a repeated flag, so extraArgs override everything.
 {{- $d := .root.Values.defaults -}}
 - --leader-elect-resource-namespace={{ .root.Release.Namespace }}
 - --leader-elect-resource-name={{ include "kcm-split.leaseName" . }}
+{{- if eq (include "kcm-split.layoutFence" .) "true" }}
+{{- $s := include "kcm-split.shard" . | fromJson }}
+- --shards={{ int $s.count }}
+- --shard-index={{ int $s.index }}
+{{- end }}
 - --leader-elect-lease-duration={{ $d.leaderElection.leaseDuration }}
 - --leader-elect-renew-deadline={{ $d.leaderElection.renewDeadline }}
 - --leader-elect-retry-period={{ $d.leaderElection.retryPeriod }}
@@ -159,7 +269,7 @@ a one-node cluster still runs every replica.
   whenUnsatisfiable: {{ eq $mode "hard" | ternary "DoNotSchedule" "ScheduleAnyway" }}
   labelSelector:
     matchLabels:
-      {{- include "kcm-split.selectorLabels" . | nindent 6 }}
+      {{- include "kcm-split.shardSelectorLabels" . | nindent 6 }}
   matchLabelKeys: [pod-template-hash]
 {{- end -}}
 {{- end -}}
@@ -179,14 +289,14 @@ podAntiAffinity:
         topologyKey: kubernetes.io/hostname
         labelSelector:
           matchLabels:
-            {{- include "kcm-split.selectorLabels" . | nindent 12 }}
+            {{- include "kcm-split.shardSelectorLabels" . | nindent 12 }}
 {{- else if eq $d.podAntiAffinity "hard" -}}
 podAntiAffinity:
   requiredDuringSchedulingIgnoredDuringExecution:
     - topologyKey: kubernetes.io/hostname
       labelSelector:
         matchLabels:
-          {{- include "kcm-split.selectorLabels" . | nindent 10 }}
+          {{- include "kcm-split.shardSelectorLabels" . | nindent 10 }}
 {{- end -}}
 {{- end -}}
 
