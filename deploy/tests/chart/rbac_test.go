@@ -266,17 +266,19 @@ func exportedByAny(name string, families map[string]map[string]bool) bool {
 }
 
 // runUnderChartRBAC runs alias under the chart's RBAC and returns its /metrics, scraped
-// during and after the scenario.
-func runUnderChartRBAC(t *testing.T, c *Chart, v *Values, alias string, sc scenario) []string {
+// during and after the scenario. values are more --set arguments; with shards, one process
+// runs per rendered Deployment (each shard with its own command line), all under the one
+// ServiceAccount, and the scenario's namespace is served by whichever shard owns it.
+func runUnderChartRBAC(t *testing.T, c *Chart, v *Values, alias string, sc scenario, values ...string) []string {
 	ctx := context.Background()
 	admin := env.Client(t)
 	cv := v.Controllers[alias]
 	release := env.Namespace(t) // the release namespace: ServiceAccount, Role, Lease
-	objs := render(t, c, "ct-"+alias, release, v.Only(alias)...)
+	objs := render(t, c, "ct-"+alias, release, append(v.Only(alias), values...)...)
 
 	var (
 		sa     *corev1.ServiceAccount
-		dep    *appsv1.Deployment
+		deps   []*appsv1.Deployment
 		grants []rbacv1.PolicyRule
 		lease  string
 	)
@@ -315,10 +317,10 @@ func runUnderChartRBAC(t *testing.T, c *Chart, v *Values, alias string, sc scena
 			})
 			t.Cleanup(func() { _ = admin.RbacV1().RoleBindings(obj.Namespace).Delete(ctx, obj.Name, metav1.DeleteOptions{}) })
 		case *appsv1.Deployment:
-			dep = obj
+			deps = append(deps, obj)
 		}
 	}
-	if sa == nil || dep == nil || len(grants) == 0 {
+	if sa == nil || len(deps) == 0 || len(grants) == 0 {
 		t.Fatalf("the chart rendered no ServiceAccount, Deployment or roles for %s", alias)
 	}
 
@@ -337,31 +339,50 @@ func runUnderChartRBAC(t *testing.T, c *Chart, v *Values, alias string, sc scena
 
 	// The chart's command line, serving HTTPS on a free port (the chart's port is fixed per
 	// binary); StartController adds plain HTTP on another free port for the test's scrapes.
-	securePort, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var args []string
-	for _, a := range dep.Spec.Template.Spec.Containers[0].Args {
-		if strings.HasPrefix(a, "--secure-port=") {
-			a = fmt.Sprintf("--secure-port=%d", securePort)
-		}
-		if name, ok := strings.CutPrefix(a, "--leader-elect-resource-name="); ok {
-			lease = name
-		}
-		args = append(args, a)
-	}
-	args = append(args, "--kubeconfig="+kubeconfig, "--log-level=2")
-	args = append(args, sc.args...)
+	// The first process's port and Lease are the ones checked below.
 	bin := buildBinary(t, alias, cv.Binary)
-	ctrl := env.StartController(t, bin, cv.Binary, args...)
-	ctrl.WaitLeadingAndSynced(lease, 60*time.Second)
-
-	// It leads with its own Lease, in the release namespace, under its ServiceAccount.
-	l, err := admin.CoordinationV1().Leases(release).Get(ctx, lease, metav1.GetOptions{})
-	if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
-		t.Fatalf("Lease %s/%s: %v %+v", release, lease, err, l)
+	var ctrls []*testenv.Controller
+	securePort := 0
+	for _, dep := range deps {
+		port, err := testenv.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var args []string
+		base, shard := "", ""
+		for _, a := range dep.Spec.Template.Spec.Containers[0].Args {
+			if strings.HasPrefix(a, "--secure-port=") {
+				a = fmt.Sprintf("--secure-port=%d", port)
+			}
+			if name, ok := strings.CutPrefix(a, "--leader-elect-resource-name="); ok {
+				base = name
+			}
+			if i, ok := strings.CutPrefix(a, "--shard-index="); ok {
+				shard = i
+			}
+			args = append(args, a)
+		}
+		// The Lease the binary elects on (shared/sharding LeaseName): the chart's name with
+		// one shard, <name>-shard-<I>-of-<N> otherwise.
+		own := base
+		if n := dep.Spec.Template.Labels["kcm-split.io/shards"]; n != "" && n != "1" {
+			own = fmt.Sprintf("%s-shard-%s-of-%s", base, shard, n)
+		}
+		args = append(args, "--kubeconfig="+kubeconfig, "--log-level=2")
+		args = append(args, sc.args...)
+		ctrl := env.StartController(t, bin, cv.Binary, args...)
+		ctrl.WaitLeadingAndSynced(own, 60*time.Second)
+		// It leads with its own Lease, in the release namespace, under its ServiceAccount.
+		l, err := admin.CoordinationV1().Leases(release).Get(ctx, own, metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+			t.Fatalf("Lease %s/%s: %v %+v", release, own, err, l)
+		}
+		if len(ctrls) == 0 {
+			lease, securePort = own, port
+		}
+		ctrls = append(ctrls, ctrl)
 	}
+	ctrl := ctrls[0]
 
 	var scrapes []string
 	scrape := func() string {
@@ -458,8 +479,10 @@ func runUnderChartRBAC(t *testing.T, c *Chart, v *Values, alias string, sc scena
 	if err != nil {
 		t.Logf("waiting for every permission to be used: %v", err)
 	}
-	if log, _ := os.ReadFile(ctrl.Log); strings.Contains(string(log), "forbidden") {
-		t.Errorf("%s logged a forbidden request:\n%s", alias, grepLines(string(log), "forbidden"))
+	for _, ctrl := range ctrls {
+		if log, _ := os.ReadFile(ctrl.Log); strings.Contains(string(log), "forbidden") {
+			t.Errorf("%s logged a forbidden request:\n%s", alias, grepLines(string(log), "forbidden"))
+		}
 	}
 
 	_ = scrape()
