@@ -7,7 +7,8 @@
 #   4. retags the controller images on the node (<tag> -> <tag>-next) for the upgrade step,
 #   5. runs deploy/tests/chart/e2e (go test, KCM_SPLIT_CHART_E2E=1): install, Ready, Leases,
 #      metrics, the controllers' work, upgrade adding quota, scale, upgrade of one controller,
-#      leader Pod deleted, uninstall,
+#      leader Pod deleted, uninstall; then TestChartShardsE2E (e2e/shards_test.go): endpoints in
+#      2 shards, helm upgrade to 4 and back to 1, the layout rule checked from a Lease watch,
 #   6. always: make down (the node drained and removed first) and a check that nothing is left
 #      behind (network namespaces, veths, mounts under .local, iptables chains, the node IP).
 # FIGURE lines (install to Ready, handover on upgrade, takeover) are printed and kept in
@@ -103,6 +104,6 @@ set +e
 (cd deploy/tests/chart && KCM_SPLIT_CHART_E2E=1 KUBECONFIG=$KUBECONFIG_FILE \
   KCM_SPLIT_E2E_IMAGE_REGISTRY=$registry KCM_SPLIT_E2E_IMAGE_TAG=$tag KCM_SPLIT_E2E_IMAGE_TAG2=$tag2 \
   KCM_SPLIT_E2E_NODE=$NODE_NAME KCM_SPLIT_E2E_LOG_DIR=$podlogs KCM_SPLIT_E2E_WORKLOAD_IMAGE=$workload KCM_SPLIT_E2E_WORKLOAD_ARGS=$workload_args \
-  go test -count=1 -v -timeout 30m -run '^TestChartE2E$' ./e2e/) 2>&1 | tee "$log"
+  go test -count=1 -v -timeout 30m -run '^(TestChartE2E|TestChartShardsE2E)$' ./e2e/) 2>&1 | tee "$log"
 result=${PIPESTATUS[0]}
 set -e
