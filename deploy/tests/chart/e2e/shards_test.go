@@ -51,11 +51,13 @@ type leaseLog struct {
 	acquired   map[string]time.Time // Lease -> acquireTime when first seen held by the new layout
 	layouts    map[string]int       // Lease name -> shard count of its layout
 	to         int
+	since      time.Time // acquisitions before it are an earlier install's (a Lease left expired)
 }
 
 func (s *suite) followLeases(layouts map[string]int, to int) *leaseLog {
 	s.t.Helper()
-	ll := &leaseLog{last: map[string]coordv1.Lease{}, released: map[string]time.Time{}, acquired: map[string]time.Time{}, layouts: layouts, to: to}
+	ll := &leaseLog{last: map[string]coordv1.Lease{}, released: map[string]time.Time{}, acquired: map[string]time.Time{}, layouts: layouts, to: to,
+		since: time.Now().Add(-time.Second)}
 	w, err := s.cs.CoordinationV1().Leases(ns).Watch(s.ctx, metav1.ListOptions{})
 	if err != nil {
 		s.t.Fatal(err)
@@ -90,7 +92,7 @@ func (ll *leaseLog) observe(l *coordv1.Lease) {
 		}
 		return
 	}
-	if !held(*l) || l.Spec.AcquireTime == nil {
+	if !held(*l) || l.Spec.AcquireTime == nil || l.Spec.AcquireTime.Time.Before(ll.since) {
 		return
 	}
 	acq := l.Spec.AcquireTime.Time
