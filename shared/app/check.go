@@ -233,21 +233,26 @@ func (c *checker) run(ctx context.Context, failed func(attempt int, err error)) 
 	}
 }
 
-// once is one attempt: /readyz, then each Lease; the first failure is the reason.
+// once is one attempt: /readyz, then each Lease. Every part is checked, so the reason names
+// everything that failed (a controller scaled to 0 fails both), on one line.
 func (c *checker) once(ctx context.Context) (string, error) {
-	var ok []string
+	var ok, failed []string
 	if c.readyzURL != "" {
 		if err := c.readyz(ctx); err != nil {
-			return "", err
+			failed = append(failed, err.Error())
+		} else {
+			ok = append(ok, c.readyzURL+" answered 200")
 		}
-		ok = append(ok, c.readyzURL+" answered 200")
 	}
 	for _, name := range c.leases {
-		holder, err := c.lease(ctx, name)
-		if err != nil {
-			return "", err
+		if holder, err := c.lease(ctx, name); err != nil {
+			failed = append(failed, err.Error())
+		} else {
+			ok = append(ok, fmt.Sprintf("Lease %s/%s held by %s", c.leaseNamespace, name, holder))
 		}
-		ok = append(ok, fmt.Sprintf("Lease %s/%s held by %s", c.leaseNamespace, name, holder))
+	}
+	if len(failed) > 0 {
+		return "", errors.New(strings.Join(failed, "; "))
 	}
 	return strings.Join(ok, "; "), nil
 }

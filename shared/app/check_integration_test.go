@@ -45,9 +45,9 @@ func TestCheckOnTheRealAPIServer(t *testing.T) {
 	if code != ExitFailure || !strings.Contains(out, "FAIL: lease "+ns+"/checked has no holder") {
 		t.Fatalf("after the binary released its Lease: exit %d:\n%s", code, out)
 	}
-	code, out = check("--readyz-url="+m.base+"/readyz", "--attempts=1")
-	if code != ExitFailure || !strings.Contains(out, "connection refused") {
-		t.Fatalf("after the binary stopped, /readyz: exit %d:\n%s", code, out)
+	code, out = check("--readyz-url="+m.base+"/readyz", "--lease=checked", "--attempts=1")
+	if code != ExitFailure || !strings.Contains(out, "connection refused; lease "+ns+"/checked has no holder") {
+		t.Fatalf("after the binary stopped, both parts: exit %d:\n%s", code, out)
 	}
 
 	// A holder that stopped renewing (a frozen process, a partitioned node) without releasing.

@@ -70,6 +70,15 @@ app.kubernetes.io/component: {{ .c.binary }}
 {{- .c.leaseName | default .c.binary -}}
 {{- end -}}
 
+{{/*
+Every Lease the controller's replicas elect on, in the release namespace, as a JSON list
+(read it with fromJsonArray): the one name of kcm-split.leaseName today. The one place that
+knows the names: what needs every Lease (helm test's check and its Role) ranges over it.
+*/}}
+{{- define "kcm-split.leaseNames" -}}
+{{- list (include "kcm-split.leaseName" .) | toJson -}}
+{{- end -}}
+
 {{- define "kcm-split.replicas" -}}
 {{- if kindIs "invalid" .c.replicas -}}{{ .root.Values.defaults.replicas }}{{- else -}}{{ .c.replicas }}{{- end -}}
 {{- end -}}
