@@ -195,8 +195,12 @@ func Main(spec Spec) {
 }
 
 // Run is Main without os.Exit: it returns the exit code. SIGINT and SIGTERM end ctx's work
-// gracefully; a second signal exits at once.
+// gracefully; a second signal exits at once. `<binary> check ...` checks a running controller
+// instead (see CheckCommand).
 func Run(ctx context.Context, spec Spec, args []string, stderr io.Writer) int {
+	if len(args) > 1 && args[1] == CheckCommand {
+		return runCheck(ctx, spec, args[2:], stderr)
+	}
 	o, cl, err := parse(spec, args[1:])
 	switch {
 	case err != nil:
@@ -204,6 +208,8 @@ func Run(ctx context.Context, spec Spec, args []string, stderr io.Writer) int {
 		return ExitUsage
 	case cl.help:
 		printHelp(stderr, spec, cl.flags)
+		// Last, after --help and --version: the subcommand's flags are not the controller's.
+		fmt.Fprintf(stderr, "\nCOMMANDS:\n   %s %s [options]  check a running %s (its /readyz and its Lease's holder), exit 0 or 1; --help lists its options\n", spec.ID, CheckCommand, spec.ID)
 		return ExitOK
 	case cl.version:
 		fmt.Fprintf(stderr, "%s version %s\n", spec.ID, Version)

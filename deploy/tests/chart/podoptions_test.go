@@ -304,8 +304,11 @@ func TestNetworkPolicy(t *testing.T) {
 			t.Errorf("%s policyTypes %v", o.Name, np.Spec.PolicyTypes)
 		}
 		in := np.Spec.Ingress
-		if len(in) != 1 || len(in[0].Ports) != 1 || in[0].Ports[0].Port.String() != port.Name || len(in[0].From) != 1 || in[0].From[0].NamespaceSelector == nil {
-			t.Errorf("%s ingress %+v: want only port %s from the monitoring namespace", o.Name, in, port.Name)
+		// From the monitoring namespace, and from the controller's helm test Pod (helmTest.enabled).
+		testPod := d.Spec.Selector.MatchLabels["app.kubernetes.io/component"] + "-test"
+		if len(in) != 1 || len(in[0].Ports) != 1 || in[0].Ports[0].Port.String() != port.Name || len(in[0].From) != 2 || in[0].From[0].NamespaceSelector == nil ||
+			in[0].From[1].PodSelector == nil || in[0].From[1].NamespaceSelector != nil || in[0].From[1].PodSelector.MatchLabels["app.kubernetes.io/component"] != testPod {
+			t.Errorf("%s ingress %+v: want only port %s from the monitoring namespace and its test Pod %s", o.Name, in, port.Name, testPod)
 		}
 		eg := np.Spec.Egress
 		if len(eg) != 1 || len(eg[0].Ports) != 2 || eg[0].Ports[0].Port.IntValue() != 443 || eg[0].Ports[1].Port.IntValue() != 6443 ||

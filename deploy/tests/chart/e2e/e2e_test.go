@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -149,6 +150,9 @@ func TestChartE2E(t *testing.T) {
 	samePods(t, before.pods, after.pods, "")
 	s.quotaCounts()
 
+	// --- helm test: each controller's /readyz through its Service and its Lease held ---------
+	s.helmTest()
+
 	// --- scale endpoints (2 is the default: out to 3, then to 2): standby Ready, PDB allows one
 	s.helm("upgrade", release, s.chart.Dir, "-n", ns, "--reuse-values", "--set", "controllers.endpoints.replicas=3")
 	s.waitReady("endpoints-controller", 3, cfg.tag)
@@ -247,6 +251,112 @@ func TestChartE2E(t *testing.T) {
 		})
 		t.Logf("after uninstall: Lease %s kept, %s", c, how)
 	}
+}
+
+// helmTest runs `helm test --logs` on the three installed controllers: it must pass, name each
+// controller's Lease holder and leave no test object behind. Then it must fail, naming the
+// reasons, once the namespace controller is scaled to 0 (its Service has no endpoint, its Lease
+// was released); scaled back, it passes again (removing the failed Pod).
+func (s *suite) helmTest() {
+	s.t.Helper()
+	t := s.t
+	controllers := []string{"endpoints-controller", "namespace-controller", "quota-controller"}
+	start := time.Now()
+	out := s.helm("test", release, "-n", ns, "--logs", "--timeout", "3m")
+	figure(t, "helm test, 3 controllers (a test Pod each, run one after the other)", time.Since(start))
+	for _, c := range controllers {
+		want := fmt.Sprintf("%s check: OK: https://%s-%s.%s.svc:", c, release, c, ns)
+		if !bytes.Contains(out, []byte(want)) || !bytes.Contains(out, []byte("Lease "+ns+"/"+c+" held by ")) {
+			t.Fatalf("helm test: no %q and Lease holder for %s in:\n%s", want, c, out)
+		}
+	}
+	t.Logf("helm test:\n%s", out)
+	s.noTestObjects("after a passing helm test")
+
+	// Scaled to 0: the namespace controller's test Pod fails, on /readyz and on the Lease.
+	s.helm("upgrade", release, s.chart.Dir, "-n", ns, "--reuse-values", "--set", "controllers.namespace.replicas=0")
+	s.poll("namespace-controller: no Pod left", 2*time.Minute, func() (bool, error) {
+		if n := len(s.pods("namespace-controller")); n > 0 {
+			return false, fmt.Errorf("%d Pods", n)
+		}
+		return true, nil
+	})
+	s.poll("Lease namespace-controller released or expired", time.Minute, func() (bool, error) {
+		l, err := s.cs.CoordinationV1().Leases(ns).Get(s.ctx, "namespace-controller", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+			return true, nil
+		}
+		if l.Spec.RenewTime != nil && l.Spec.LeaseDurationSeconds != nil &&
+			time.Since(l.Spec.RenewTime.Time) > time.Duration(*l.Spec.LeaseDurationSeconds+3)*time.Second {
+			return true, nil
+		}
+		return false, fmt.Errorf("held by %s", *l.Spec.HolderIdentity)
+	})
+	start = time.Now()
+	out, err := s.helmOut("test", release, "-n", ns, "--logs", "--timeout", "3m")
+	failed := time.Since(start)
+	if err == nil {
+		t.Fatalf("helm test passed with the namespace controller scaled to 0:\n%s", out)
+	}
+	reason := "namespace-controller check: FAIL: GET https://" + release + "-namespace-controller." + ns + ".svc:"
+	if !bytes.Contains(out, []byte(reason)) || !regexpLease.Match(out) {
+		t.Fatalf("helm test failed, but not with %q and the Lease's reason:\n%s", reason, out)
+	}
+	figure(t, "helm test failing on a controller scaled to 0 (its check: 4 attempts, 7 s of backoff)", failed)
+	t.Logf("helm test with namespace-controller scaled to 0 fails (%v):\n%s", err, out)
+
+	s.helm("upgrade", release, s.chart.Dir, "-n", ns, "--reuse-values", "--set", "controllers.namespace.replicas=2")
+	s.waitReady("namespace-controller", 2, s.cfg.tag)
+	s.waitLeader("namespace-controller")
+	s.helm("test", release, "-n", ns, "--logs", "--timeout", "3m")
+	s.noTestObjects("after helm test passed again")
+}
+
+// regexpLease is the Lease part of the reason a check of a controller scaled to 0 gives.
+var regexpLease = regexp.MustCompile(`lease ` + ns + `/namespace-controller (has no holder|held by \S+ expired)`)
+
+// noTestObjects: no Pod, ServiceAccount, Role or RoleBinding of a helm test is left.
+func (s *suite) noTestObjects(when string) {
+	s.t.Helper()
+	sel := instance + ",app.kubernetes.io/component in (endpoints-controller-test,namespace-controller-test,quota-controller-test)"
+	s.poll("no helm test object left "+when, time.Minute, func() (bool, error) {
+		var left []string
+		pods, err := s.cs.CoreV1().Pods(ns).List(s.ctx, metav1.ListOptions{LabelSelector: sel})
+		if err != nil {
+			return false, err
+		}
+		for _, p := range pods.Items {
+			left = append(left, "Pod/"+p.Name)
+		}
+		sas, err := s.cs.CoreV1().ServiceAccounts(ns).List(s.ctx, metav1.ListOptions{LabelSelector: sel})
+		if err != nil {
+			return false, err
+		}
+		for _, o := range sas.Items {
+			left = append(left, "ServiceAccount/"+o.Name)
+		}
+		roles, err := s.cs.RbacV1().Roles(ns).List(s.ctx, metav1.ListOptions{LabelSelector: sel})
+		if err != nil {
+			return false, err
+		}
+		for _, o := range roles.Items {
+			left = append(left, "Role/"+o.Name)
+		}
+		rbs, err := s.cs.RbacV1().RoleBindings(ns).List(s.ctx, metav1.ListOptions{LabelSelector: sel})
+		if err != nil {
+			return false, err
+		}
+		for _, o := range rbs.Items {
+			left = append(left, "RoleBinding/"+o.Name)
+		}
+		if len(left) > 0 {
+			return false, fmt.Errorf("left: %v", left)
+		}
+		return true, nil
+	})
 }
 
 // keepLogs follows the logs of the controller's Pods into KCM_SPLIT_E2E_LOG_DIR (if set), so
