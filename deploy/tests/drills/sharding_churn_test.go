@@ -3,11 +3,11 @@ package drills
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"math/bits"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,20 +18,23 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	apisharding "k8s.io/apimachinery/pkg/sharding"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kcm-split/kcm-split/shared/sharding"
 )
 
-// shardOf is the shard (of count) owning namespace, computed here from the hash alone
-// (k8s.io/apimachinery/pkg/sharding's FNV-1a, its I-th of count equal ranges) rather than
-// with the binaries' own code, so that the drill checks the binaries instead of repeating
-// them: the top 64 bits of hash*count.
+// shardOf is the shard (of count) owning namespace, computed here from the apiserver's hash
+// (k8s.io/apimachinery/pkg/sharding.HashField) rather than with the binaries' own range code,
+// so that the drill checks the binaries instead of repeating them: the I-th of count equal
+// ranges of the 64-bit space is the top 64 bits of hash*count.
 func shardOf(namespace string, count int) int {
-	h := fnv.New64a()
-	h.Write([]byte(namespace))
-	hi, _ := bits.Mul64(h.Sum64(), uint64(count))
+	h, err := strconv.ParseUint(apisharding.HashField(namespace), 16, 64)
+	if err != nil {
+		panic(err) // 16 hex digits by HashField's contract
+	}
+	hi, _ := bits.Mul64(h, uint64(count))
 	return int(hi)
 }
 
