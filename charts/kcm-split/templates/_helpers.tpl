@@ -118,7 +118,7 @@ shard, the one unsharded Lease with one shard. */}}
 
 {{/*
 Leases of another layout of this controller that are held now (JSON list; empty in helm
-template, where lookup sees no cluster). helm upgrade writes the Role before it deletes the old
+template, where lookup sees no cluster, and without the layout fence). helm upgrade writes the Role before it deletes the old
 layout's Deployments: without these names the old shards, still draining, could neither renew
 nor release their Leases, and the new layout would wait for them to expire (a lease duration
 with no controller) instead of starting on their release. A released Lease drops out at the
@@ -129,7 +129,12 @@ names them.
 {{- $base := include "kcm-split.leaseName" . -}}
 {{- $own := include "kcm-split.leaseNames" . | fromJsonArray -}}
 {{- $out := list -}}
-{{- $all := lookup "coordination.k8s.io/v1" "Lease" .root.Release.Namespace "" -}}
+{{- /* Only with the layout fence: an unsharded release never asks the cluster (its render
+stays what it was, and helm needs no right to list Leases). */ -}}
+{{- $all := dict -}}
+{{- if eq (include "kcm-split.layoutFence" .) "true" -}}
+{{- $all = lookup "coordination.k8s.io/v1" "Lease" .root.Release.Namespace "" -}}
+{{- end -}}
 {{- range $l := ($all.items | default list) -}}
 {{- $name := $l.metadata.name -}}
 {{- if and (or (eq $name $base) (hasPrefix (printf "%s-shard-" $base) $name)) (not (has $name $own)) (dig "spec" "holderIdentity" "" $l) -}}
