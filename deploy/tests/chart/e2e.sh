@@ -6,7 +6,8 @@
 #      quota): two copies under different owners would act on the same objects,
 #   4. retags the controller images on the node (<tag> -> <tag>-next) for the upgrade step,
 #   5. runs deploy/tests/chart/e2e (go test, KCM_SPLIT_CHART_E2E=1): install, Ready, Leases,
-#      metrics, the controllers' work, upgrade adding quota, scale, upgrade of one controller,
+#      metrics, the controllers' work, upgrade adding quota, helm test (passing, then failing on a
+#      controller scaled to 0, then passing again), scale, upgrade of one controller,
 #      leader Pod deleted, uninstall; then TestChartShardsE2E (e2e/shards_test.go): endpoints in
 #      2 shards, helm upgrade to 4 and back to 1, the layout rule checked from a Lease watch,
 #   6. always: make down (the node drained and removed first) and a check that nothing is left

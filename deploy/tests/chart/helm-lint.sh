@@ -27,7 +27,7 @@ mapfile -t a < <(all)
 
 for alias in "${aliases[@]}"; do
   mapfile -t a < <(only "$alias")
-  out=$("$helm" template kcm-split "$chart" -n kcm-system "${a[@]}")
+  out=$("$helm" template kcm-split "$chart" -n kcm-system --skip-tests "${a[@]}")
   [ "$(count Deployment <<<"$out")" = 1 ] || { echo "helm-lint: $alias alone does not render exactly one Deployment" >&2; exit 1; }
   # The defaults survive a node loss: 2 replicas spread over nodes, a PodDisruptionBudget,
   # kube-controller-manager's priority class.
@@ -36,27 +36,33 @@ for alias in "${aliases[@]}"; do
     [ "$(lines "whenUnsatisfiable: ScheduleAnyway" <<<"$out")" = 1 ] &&
     [ "$(lines "priorityClassName: system-cluster-critical" <<<"$out")" = 1 ] ||
     { echo "helm-lint: $alias alone: not 2 replicas spread over nodes with a PodDisruptionBudget and system-cluster-critical" >&2; exit 1; }
-  out=$("$helm" template kcm-split "$chart" -n kcm-system "${a[@]}" --set "controllers.$alias.replicas=1" \
+  out=$("$helm" template kcm-split "$chart" -n kcm-system --skip-tests "${a[@]}" --set "controllers.$alias.replicas=1" \
         --set serviceMonitor.enabled=true --api-versions monitoring.coreos.com/v1/ServiceMonitor)
   [ "$(count PodDisruptionBudget <<<"$out")" = 0 ] && [ "$(count ServiceMonitor <<<"$out")" = 1 ] ||
     { echo "helm-lint: $alias with 1 replica and a ServiceMonitor: wrong objects (a PodDisruptionBudget?)" >&2; exit 1; }
   echo "helm-lint: template $alias alone: ok"
 done
 mapfile -t a < <(all)
-out=$("$helm" template kcm-split "$chart" -n kcm-system "${a[@]}")
+out=$("$helm" template kcm-split "$chart" -n kcm-system --skip-tests "${a[@]}")
 [ "$(count Deployment <<<"$out")" = ${#aliases[@]} ] || { echo "helm-lint: all enabled: wrong number of Deployments" >&2; exit 1; }
 echo "helm-lint: template all ${#aliases[@]} controllers: ok"
+# The renders here are what an install creates (--skip-tests); `helm test` adds a Pod per
+# controller (helmtest_test.go checks them in depth).
+tests=$("$helm" template kcm-split "$chart" -n kcm-system "${a[@]}" --show-only templates/tests/check.yaml)
+[ "$(count Pod <<<"$tests")" = ${#aliases[@]} ] && [ "$(lines "- check" <<<"$tests")" = ${#aliases[@]} ] ||
+  { echo "helm-lint: helm test: not one check Pod per controller" >&2; exit 1; }
+echo "helm-lint: helm test, a check Pod per controller: ok"
 # Control-plane placement is off by default and, turned on, selects and tolerates the role.
 [ "$(lines "node-role.kubernetes.io/control-plane" <<<"$out")" = 0 ] ||
   { echo "helm-lint: control-plane placement rendered by default" >&2; exit 1; }
-out=$("$helm" template kcm-split "$chart" -n kcm-system "${a[@]}" --set defaults.controlPlane=true)
+out=$("$helm" template kcm-split "$chart" -n kcm-system --skip-tests "${a[@]}" --set defaults.controlPlane=true)
 [ "$(lines 'node-role.kubernetes.io/control-plane: ""' <<<"$out")" = ${#aliases[@]} ] &&
   [ "$(lines "key: node-role.kubernetes.io/control-plane" <<<"$out")" = ${#aliases[@]} ] ||
   { echo "helm-lint: defaults.controlPlane=true: not every Deployment has the control-plane selector and toleration" >&2; exit 1; }
 echo "helm-lint: control-plane placement: ok"
 # A serving Secret is passed to every controller and mounted whole: the kubelet never updates a
 # subPath mount, and the binaries reload the certificate when the files change.
-out=$("$helm" template kcm-split "$chart" -n kcm-system "${a[@]}" --set serving.tlsSecretName=serving-cert)
+out=$("$helm" template kcm-split "$chart" -n kcm-system --skip-tests "${a[@]}" --set serving.tlsSecretName=serving-cert)
 [ "$(lines "secretName: serving-cert" <<<"$out")" = ${#aliases[@]} ] &&
   [ "$(lines "--tls-cert-file=/etc/kcm-split/tls/tls.crt" <<<"$out")" = ${#aliases[@]} ] &&
   [ "$(lines "--tls-private-key-file=/etc/kcm-split/tls/tls.key" <<<"$out")" = ${#aliases[@]} ] &&
@@ -67,7 +73,7 @@ echo "helm-lint: serving Secret: ok"
 # kube-controller-manager's controllers with the chosen owner, and may hold the migration Lease
 # in kube-controller-manager's namespace.
 [ "$(lines "leader-migration" <<<"$out")" = 0 ] || { echo "helm-lint: leader migration rendered by default" >&2; exit 1; }
-out=$("$helm" template kcm-split "$chart" -n kcm-system "${a[@]}" --set leaderMigration.enabled=true --set leaderMigration.owner=kcm-split)
+out=$("$helm" template kcm-split "$chart" -n kcm-system --skip-tests "${a[@]}" --set leaderMigration.enabled=true --set leaderMigration.owner=kcm-split)
 [ "$(lines "- --enable-leader-migration" <<<"$out")" = ${#aliases[@]} ] &&
   [ "$(lines "mountPath: /etc/kcm-split/leader-migration" <<<"$out")" = ${#aliases[@]} ] &&
   [ "$(lines "kind: LeaderMigrationConfiguration" <<<"$out")" = 1 ] && [ "$(lines "component: kcm-split" <<<"$out")" = 10 ] &&
@@ -77,7 +83,7 @@ echo "helm-lint: leader migration: ok"
 # Take-over from kube-controller-manager: off by default; on, every binary gets the flags and may
 # read kube-controller-manager's Pods and its one Lease; never together with Leader Migration.
 [ "$(lines "- --take-over-from-kcm" <<<"$out")" = 0 ] || { echo "helm-lint: take-over rendered with leader migration" >&2; exit 1; }
-out=$("$helm" template kcm-split "$chart" -n kcm-system "${a[@]}" --set takeOverFromKCM.enabled=true)
+out=$("$helm" template kcm-split "$chart" -n kcm-system --skip-tests "${a[@]}" --set takeOverFromKCM.enabled=true)
 [ "$(lines "- --take-over-from-kcm" <<<"$out")" = ${#aliases[@]} ] &&
   [ "$(lines "- \"--kcm-pod-selector=component=kube-controller-manager\"" <<<"$out")" = ${#aliases[@]} ] &&
   [ "$(lines "resourceNames: [\"kube-controller-manager\"]" <<<"$out")" = ${#aliases[@]} ] ||
@@ -90,7 +96,7 @@ echo "helm-lint: take-over: ok"
 # Pod options: host network brings ClusterFirstWithHostNet; a bring-your-own ServiceAccount is
 # not created and every binding names it; every budget lets not-Ready Pods be evicted.
 mapfile -t a < <(all)
-out=$("$helm" template kcm-split "$chart" -n kcm-system "${a[@]}" --set defaults.hostNetwork=true --set serviceAccount.create=false)
+out=$("$helm" template kcm-split "$chart" -n kcm-system --skip-tests "${a[@]}" --set defaults.hostNetwork=true --set serviceAccount.create=false)
 [ "$(lines "hostNetwork: true" <<<"$out")" = ${#aliases[@]} ] && [ "$(lines "dnsPolicy: ClusterFirstWithHostNet" <<<"$out")" = ${#aliases[@]} ] &&
   [ "$(count ServiceAccount <<<"$out")" = 0 ] && [ "$(lines "unhealthyPodEvictionPolicy: AlwaysAllow" <<<"$out")" = ${#aliases[@]} ] ||
   { echo "helm-lint: hostNetwork / serviceAccount.create=false / unhealthyPodEvictionPolicy: wrong render" >&2; exit 1; }
@@ -118,4 +124,5 @@ bad "defaults.hostNetwork=yes" "/defaults/hostNetwork"
 bad "podDisruptionBudget.unhealthyPodEvictionPolicy=Never" "/podDisruptionBudget/unhealthyPodEvictionPolicy"
 bad "serviceAccount.create=no" "/serviceAccount/create"
 bad "networkPolicy.apiServer.cidrs[0]=apiserver" "/networkPolicy/apiServer/cidrs/0"
+bad "helmTest.enabled=yes" "/helmTest/enabled"
 echo "helm-lint: schema rejects typos and wrong types: ok"

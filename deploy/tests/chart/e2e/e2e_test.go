@@ -1,8 +1,8 @@
 // Package e2e installs the chart on the local control plane's real node, as an operator would,
 // and checks what an operator relies on: Pods Ready, one Lease holder per controller, metrics
 // behind the chart's metrics-reader role, the controllers doing their job, an upgrade that adds
-// a controller, scaling, an upgrade of one controller alone, a leader Pod deleted, and an
-// uninstall that leaves nothing of the release. `make chart-e2e` (deploy/tests/chart/e2e.sh) brings
+// a controller, `helm test` passing and failing when it should, scaling, an upgrade of one
+// controller alone, a leader Pod deleted, and an uninstall that leaves nothing of the release. `make chart-e2e` (deploy/tests/chart/e2e.sh) brings
 // the cluster and the node up, runs this with KCM_SPLIT_CHART_E2E=1 and tears everything down.
 // Timings are printed as FIGURE lines, never asserted.
 package e2e
