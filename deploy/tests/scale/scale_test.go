@@ -120,14 +120,50 @@ type cluster struct {
 	svcs      *benchkit.Observer[*corev1.Service]
 	renewer   *renewer
 	nsNext    int // next namespace index to delete
-	runID     atomic.Int64
-	logf      func(string, ...any)
+	// hotServices (sharded runs) Services of podsPerService Pods each in hotNS; their Pods are
+	// in hotPods, not in pods, so that the churns pick the size's Pods as before.
+	hotServices int
+	hotPods     []podRef
+	// flipNext and notReady (by Pod IP, guarded by mu): the sharded runs' ramp and takeover
+	// flips, each Pod turned to the opposite of what the harness last set.
+	flipNext int
+	mu       sync.Mutex
+	notReady map[int]bool
+	bins     map[string]string // built binaries by alias
+	runID    atomic.Int64
+	logf     func(string, ...any)
 }
 
 type podRef struct{ ns, name, svc, ip string }
 
-func appNS(i int) string   { return fmt.Sprintf("app-%04d", i) }
+// appNS names application namespaces counter first: KEP-5866 shards hash the namespace with
+// FNV-1a, which keeps the high bits of names differing only at the end, so "app-NNNN" put 300
+// of M's 400 namespaces in one of 4 shards and none in two; "NNNN-app" spreads them 96 / 107 /
+// 94 / 103 (TestShards prints the spread of each run). Unsharded runs are unaffected.
+func appNS(i int) string   { return fmt.Sprintf("%04d-app", i) }
 func otherNS(i int) string { return fmt.Sprintf("team-%04d", i) }
+
+// hotNS is the sharded runs' hot namespace (hotServices Services of podsPerService Pods).
+const hotNS = "hot-app"
+
+// isAppKey reports whether an informer key ("namespace/name") is in an application namespace.
+func isAppKey(k string) bool {
+	ns, _, _ := strings.Cut(k, "/")
+	return strings.HasSuffix(ns, "-app")
+}
+
+// appNamespaces lists every namespace holding Services, Pods and a quota: the size's and, in
+// a sharded run, the hot one.
+func (c *cluster) appNamespaces() []string {
+	out := make([]string, 0, c.sz.appNamespaces()+1)
+	for i := range c.sz.appNamespaces() {
+		out = append(out, appNS(i))
+	}
+	if c.hotServices > 0 {
+		out = append(out, hotNS)
+	}
+	return out
+}
 
 func TestScale(t *testing.T) {
 	name := os.Getenv("SCALE_SIZE")
@@ -407,6 +443,9 @@ func (c *cluster) createFixtures(ctx context.Context, t *testing.T) {
 	})
 	installPoolCRD(ctx, t, c.env)
 	benchkit.CreateNamespaces(ctx, t, cl, burstNS)
+	if c.hotServices > 0 {
+		c.createHot(ctx, t, step)
+	}
 }
 
 func replicaSet(ns, app string, replicas int32) *appsv1.ReplicaSet {

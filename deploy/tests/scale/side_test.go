@@ -138,18 +138,19 @@ func (c *cluster) prepare(ctx context.Context, t *testing.T, active []controller
 	for _, ch := range active {
 		switch ch.alias {
 		case "endpoints":
-			err := benchkit.Parallel(ctx, c.sz.appNamespaces(), 8, func(ctx context.Context, i int) error {
-				if err := c.client.CoreV1().Endpoints(appNS(i)).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+			nss := c.appNamespaces()
+			err := benchkit.Parallel(ctx, len(nss), 8, func(ctx context.Context, i int) error {
+				if err := c.client.CoreV1().Endpoints(nss[i]).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 					return err
 				}
-				return c.client.DiscoveryV1().EndpointSlices(appNS(i)).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+				return c.client.DiscoveryV1().EndpointSlices(nss[i]).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
 			})
 			if err != nil {
 				t.Fatalf("clearing Endpoints: %v", err)
 			}
 			<-c.endpoints.WhenAll(func(m map[string]*corev1.Endpoints) bool {
 				for k := range m {
-					if strings.HasPrefix(k, "app-") {
+					if isAppKey(k) {
 						return false
 					}
 				}
@@ -159,11 +160,11 @@ func (c *cluster) prepare(ctx context.Context, t *testing.T, active []controller
 			conds = append(conds, c.endpoints.WhenAll(func(m map[string]*corev1.Endpoints) bool {
 				n := 0
 				for k, ep := range m {
-					if strings.HasPrefix(k, "app-") && len(ips(ep, true))+len(ips(ep, false)) == want {
+					if isAppKey(k) && len(ips(ep, true))+len(ips(ep, false)) == want {
 						n++
 					}
 				}
-				return n == c.sz.services
+				return n == c.sz.services+c.hotServices
 			}))
 		case "nodelifecycle":
 			// Every Node back to what registration leaves (the
@@ -207,8 +208,9 @@ func (c *cluster) prepare(ctx context.Context, t *testing.T, active []controller
 				return true
 			}))
 		case "quota":
-			err := benchkit.Parallel(ctx, c.sz.appNamespaces(), 8, func(ctx context.Context, i int) error {
-				_, err := c.client.CoreV1().ResourceQuotas(appNS(i)).Patch(ctx, "compute", types.MergePatchType, []byte(`{"status":null}`), metav1.PatchOptions{}, "status")
+			nss := c.appNamespaces()
+			err := benchkit.Parallel(ctx, len(nss), 8, func(ctx context.Context, i int) error {
+				_, err := c.client.CoreV1().ResourceQuotas(nss[i]).Patch(ctx, "compute", types.MergePatchType, []byte(`{"status":null}`), metav1.PatchOptions{}, "status")
 				return err
 			})
 			if err != nil {
@@ -228,7 +230,7 @@ func (c *cluster) prepare(ctx context.Context, t *testing.T, active []controller
 						return false
 					}
 				}
-				return len(m) >= c.sz.appNamespaces()
+				return len(m) >= len(c.appNamespaces())
 			}))
 		}
 	}

@@ -1,0 +1,678 @@
+package scale
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kcm-split/kcm-split/shared/benchkit"
+	"github.com/kcm-split/kcm-split/shared/sharding"
+	"github.com/kcm-split/kcm-split/shared/testenv"
+)
+
+// Sharded runs (issue 35 item 5): endpoints-controller and quota-controller as N static shards
+// (--shards=N --shard-index=I, each one replica, leader election on), N from SCALE_SHARDS, on an
+// apiserver with the ShardedListAndWatch gate on or off (SCALE_GATE), against the same fixtures
+// as TestScale plus a hot namespace. Figures are printed, never asserted.
+
+// hotPodsTotal is the hot namespace's Pod count: 3,000 Pods in one namespace, so one shard
+// holds a namespace far larger than the others.
+const hotPodsTotal = 3000
+
+// Capacity ramp: flips/s per step, each step lasting rampStep; a step whose p99 passes
+// rampLimit ends the ramp. A reaction not seen within rampWait counts as rampWait.
+var rampRates = []float64{15, 30, 45, 60, 90, 120, 180, 240}
+
+const (
+	rampStep     = 6 * time.Second
+	rampLimit    = 2 * time.Second
+	rampWait     = 30 * time.Second
+	rampInFlight = 64
+	takeoverWait = 90 * time.Second
+	layoutBudget = 10 * time.Minute
+)
+
+// defaultBudget is each binary's default --kube-api-qps / --kube-api-burst (services/endpoints'
+// options.go; quota has the shared default).
+var defaultBudget = map[string][2]int{"endpoints": {60, 90}, "quota": {20, 30}}
+
+// layoutResult is what one layout (N shards of one binary) measured.
+type layoutResult struct {
+	Controller string `json:"controller"`
+	Shards     int    `json:"shards"`
+	Gate       string `json:"gate"`
+	// QPS / Burst per shard in the main phase: the single replica's default divided by N, so
+	// the shards together have one replica's budget.
+	QPS   float64 `json:"qpsPerShard"`
+	Burst int     `json:"burstPerShard"`
+	// Modes is each shard's kcm_split_shard_info mode (resource=mode, ...).
+	Modes        []string  `json:"modes"`
+	LoadStart    string    `json:"loadavgStart"`
+	LoadEnd      string    `json:"loadavgEnd"`
+	ColdSeconds  float64   `json:"coldStartExpectedStateSeconds"`
+	SettledSecs  float64   `json:"coldStartSettledSeconds"`
+	IdleRSSMiB   []float64 `json:"idleRSSMiB"`
+	PeakRSSMiB   []float64 `json:"peakRSSMiB"`
+	ChurnP50ms   float64   `json:"churnP50ms"`
+	ChurnP99ms   float64   `json:"churnP99ms"`
+	SliceP99ms   float64   `json:"sliceP99ms,omitempty"`
+	ChurnSamples int       `json:"churnSamples"`
+	ChurnRate    float64   `json:"churnSentPerSecond,omitempty"`
+	// WatchEvents / WatchBytes: apiserver_watch_events_total / _sizes_sum by resource, the
+	// apiserver's count of events it sent to every watcher during the churn (the harness's own
+	// informers watch Endpoints, EndpointSlices and ResourceQuotas, not Pods).
+	WatchEvents map[string]float64 `json:"watchEventsDuringChurn"`
+	WatchBytes  map[string]float64 `json:"watchBytesDuringChurn"`
+	// PodWrites is the churn's Pod writes (flips; quota: creates and deletes).
+	PodWrites int `json:"podWritesDuringChurn"`
+	// Capacity phase (endpoints): each shard at the default budget.
+	CapQPS      float64    `json:"capacityQPSPerShard,omitempty"`
+	Ramp        []rampStat `json:"ramp,omitempty"`
+	Capacity    float64    `json:"capacityFlipsPerSecond,omitempty"`
+	TakeoverSec float64    `json:"takeoverSeconds,omitempty"`
+	TakeoverOf  int        `json:"takeoverShard,omitempty"`
+	HotShard    int        `json:"hotShard"`
+}
+
+type rampStat struct {
+	Asked   float64 `json:"asked"`
+	Sent    float64 `json:"sent"`
+	Samples int     `json:"samples"`
+	P50ms   float64 `json:"p50ms"`
+	P99ms   float64 `json:"p99ms"`
+}
+
+// shardProc is one running shard process and its metrics URL.
+type shardProc struct {
+	*benchkit.Process
+	url   string
+	index int
+}
+
+func TestShards(t *testing.T) {
+	counts := os.Getenv("SCALE_SHARDS")
+	if counts == "" {
+		t.Skip("run by `make scale-shards SIZE=M SHARDS=1,2,4 GATE=on|off` (SCALE_SHARDS unset)")
+	}
+	sz, ok := sizes[os.Getenv("SCALE_SIZE")]
+	if !ok {
+		t.Fatalf("SCALE_SIZE=%q: want XS, S, M or L", os.Getenv("SCALE_SIZE"))
+	}
+	var ns []int
+	for _, f := range strings.Split(counts, ",") {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			t.Fatalf("SCALE_SHARDS: %q is not a shard count", f)
+		}
+		ns = append(ns, n)
+	}
+	gate := os.Getenv("SCALE_GATE")
+	if gate != "on" && gate != "off" {
+		t.Fatalf("SCALE_GATE=%q: want on or off", gate)
+	}
+	ctls := strings.Split(cmp.Or(os.Getenv("SCALE_CONTROLLERS"), "endpoints,quota"), ",")
+	for _, a := range ctls {
+		if _, ok := defaultBudget[a]; !ok {
+			t.Fatalf("SCALE_CONTROLLERS: %q is not sharded; want endpoints, quota", a)
+		}
+	}
+	logf := benchkit.Progress("shards " + sz.name + " gate " + gate)
+	args := []string{"--max-requests-inflight=800", "--max-mutating-requests-inflight=400", "--audit-log-maxsize=100000"}
+	if gate == "on" {
+		args = append(args, "--feature-gates=ShardedListAndWatch=true")
+	}
+	env, err := testenv.Start(testenv.Options{ExtraAPIServerArgs: args})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(env.Stop)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := &cluster{sz: sz, env: env, client: fastClient(t, env, "fixtures"), logf: logf, hotServices: hotPodsTotal / sz.podsPerService}
+	startKwok(t, env)
+	start := time.Now()
+	c.createFixtures(ctx, t)
+	logf("fixtures done in %s (load average %s)", time.Since(start).Round(time.Second), loadavg())
+	watch := fastClient(t, env, "watch")
+	c.endpoints = benchkit.NewObserver[*corev1.Endpoints](ctx, t, watch, "", func(f informers.SharedInformerFactory) cache.SharedIndexInformer {
+		return f.Core().V1().Endpoints().Informer()
+	})
+	c.slices = benchkit.NewObserver[*discoveryv1.EndpointSlice](ctx, t, watch, "", func(f informers.SharedInformerFactory) cache.SharedIndexInformer {
+		return f.Discovery().V1().EndpointSlices().Informer()
+	})
+	c.quotas = benchkit.NewObserver[*corev1.ResourceQuota](ctx, t, watch, "", func(f informers.SharedInformerFactory) cache.SharedIndexInformer {
+		return f.Core().V1().ResourceQuotas().Informer()
+	})
+	spread := c.spread(ns)
+	fmt.Fprint(os.Stderr, spread)
+
+	c.notReady, c.bins = map[int]bool{}, map[string]string{}
+	base := c.watchBaseline(ctx, t)
+	logf("Pod watch events per Pod status write with no controller running: %.2f (kwok's watch)", base)
+	var results []*layoutResult
+	write := func(final bool) {
+		out := shardsReport(sz, gate, spread, base, results, final)
+		if final {
+			fmt.Println(out)
+		}
+		dir := os.Getenv("SCALE_OUT")
+		if dir == "" {
+			return
+		}
+		base := filepath.Join(dir, fmt.Sprintf("results-%s-shards-gate-%s", sz.name, gate))
+		if err := os.WriteFile(base+".md", []byte(out), 0o644); err != nil {
+			t.Error(err)
+		}
+		raw, _ := json.MarshalIndent(map[string]any{"size": sz.name, "gate": gate, "partial": !final, "layouts": results}, "", " ")
+		_ = os.WriteFile(base+".json", raw, 0o644)
+	}
+	for _, alias := range ctls {
+		ctl := controllers[slices.IndexFunc(controllers, func(x controller) bool { return x.alias == alias })]
+		for _, n := range ns {
+			// A layout takes up to about 8 minutes at M: skip rather than be cut off by the
+			// timeout, which would leave the processes running (no cleanup runs then).
+			if deadline, ok := t.Deadline(); ok && time.Until(deadline) < layoutBudget {
+				t.Logf("skipping %s at N=%d: under %s left before the test's timeout", alias, n, layoutBudget)
+				continue
+			}
+			results = append(results, c.runLayout(ctx, t, ctl, n, gate))
+			write(false)
+		}
+	}
+	write(true)
+}
+
+func loadavg() string {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(raw))
+	return strings.Join(f[:3], " ")
+}
+
+// createHot fills hotNS: hotServices Services with their ReplicaSets and Pods, and a quota.
+func (c *cluster) createHot(ctx context.Context, t *testing.T, step func(string, int, func(context.Context, int) error)) {
+	cl := c.client
+	benchkit.CreateNamespaces(ctx, t, cl, hotNS)
+	step("hot Services", c.hotServices, func(ctx context.Context, i int) error {
+		_, err := cl.CoreV1().Services(hotNS).Create(ctx, benchkit.RealisticService(hotNS, hotSvc(i)), metav1.CreateOptions{})
+		return err
+	})
+	uids := make([]types.UID, c.hotServices)
+	step("hot ReplicaSets", c.hotServices, func(ctx context.Context, i int) error {
+		created, err := cl.AppsV1().ReplicaSets(hotNS).Create(ctx, replicaSet(hotNS, hotSvc(i), int32(c.sz.podsPerService)), metav1.CreateOptions{})
+		if err == nil {
+			uids[i] = created.UID
+		}
+		return err
+	})
+	n := c.hotServices * c.sz.podsPerService
+	c.hotPods = make([]podRef, n)
+	step("hot Pods", n, func(ctx context.Context, i int) error {
+		s := i / c.sz.podsPerService
+		// 10.200.0.0/16 and up: apart from the size's Pods (10.64.0.0 and up, L ends in 10.65).
+		ref := podRef{ns: hotNS, name: fmt.Sprintf("%s-%d", hotSvc(s), i%c.sz.podsPerService), svc: hotSvc(s), ip: fmt.Sprintf("10.%d.%d.%d", 200+i/65536, (i/256)%256, i%256)}
+		c.hotPods[i] = ref
+		p := benchkit.RealisticPod(ref.ns, ref.name, ref.svc, fmt.Sprintf("node-%05d", i%c.sz.nodes), ref.ip)
+		p.OwnerReferences[0].Name, p.OwnerReferences[0].UID = ref.svc+"-"+p.Labels["pod-template-hash"], uids[s]
+		status := p.Status
+		created, err := cl.CoreV1().Pods(ref.ns).Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		created.Status = status
+		_, err = cl.CoreV1().Pods(ref.ns).UpdateStatus(ctx, created, metav1.UpdateOptions{})
+		return err
+	})
+	q := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Namespace: hotNS, Name: "compute"}, Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{
+		corev1.ResourcePods: resource.MustParse("10000"), corev1.ResourceServices: resource.MustParse("1000"), corev1.ResourceConfigMaps: resource.MustParse("10000"),
+	}}}
+	if _, err := cl.CoreV1().ResourceQuotas(hotNS).Create(ctx, q, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func hotSvc(i int) string { return fmt.Sprintf("hot-%04d", i) }
+
+// spread says, for each layout, how many application namespaces and Pods each shard owns
+// (k8s.io/apimachinery/pkg/sharding's hash through shared/sharding, as the binaries use it),
+// and which shard holds the hot namespace.
+func (c *cluster) spread(counts []int) string {
+	var b strings.Builder
+	b.WriteString("| shards | application namespaces per shard | Pods per shard (hot namespace included) | hot namespace in shard |\n|---|---|---|---|\n")
+	perNS := servicesPerNS * c.sz.podsPerService
+	for _, n := range counts {
+		nss, pods := make([]string, n), make([]string, n)
+		hot := -1
+		for i := range n {
+			s := sharding.Shard{Index: i, Count: n}
+			var k, p int
+			for j := range c.sz.appNamespaces() {
+				if s.Owns(appNS(j)) {
+					k++
+					p += perNS
+				}
+			}
+			if s.Owns(hotNS) {
+				hot = i
+				p += len(c.hotPods)
+			}
+			nss[i], pods[i] = strconv.Itoa(k), strconv.Itoa(p)
+		}
+		fmt.Fprintf(&b, "| %d | %s | %s | %d |\n", n, strings.Join(nss, " / "), strings.Join(pods, " / "), hot)
+	}
+	return b.String()
+}
+
+// startShards starts the N shard processes of ctl together, each with budget qps/burst.
+func (c *cluster) startShards(t *testing.T, bin string, ctl controller, n int, qps float64, burst int, only int) []*shardProc {
+	var out []*shardProc
+	for i := range n {
+		if only >= 0 && i != only {
+			continue
+		}
+		args, url, err := benchkit.OursArgs(c.env.Kubeconfig, "--leader-elect=true", fmt.Sprintf("--shards=%d", n), fmt.Sprintf("--shard-index=%d", i),
+			fmt.Sprintf("--kube-api-qps=%g", qps), fmt.Sprintf("--kube-api-burst=%d", burst))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := benchkit.Start(t, fmt.Sprintf("%s[%d-of-%d]", ctl.binary, i, n), bin, args...)
+		out = append(out, &shardProc{Process: p, url: url, index: i})
+	}
+	return out
+}
+
+// runLayout runs ctl as n shards: a main phase at one replica's budget split n ways (cold
+// start, idle, churn), then for endpoints a capacity phase with each shard at the full default
+// budget (ramp, takeover).
+func (c *cluster) runLayout(ctx context.Context, t *testing.T, ctl controller, n int, gate string) *layoutResult {
+	id := c.runID.Add(1)
+	budget := defaultBudget[ctl.alias]
+	r := &layoutResult{Controller: ctl.alias, Shards: n, Gate: gate, QPS: float64(budget[0]) / float64(n), Burst: max(1, int(math.Ceil(float64(budget[1])/float64(n)))), LoadStart: loadavg()}
+	for i := range n {
+		if (sharding.Shard{Index: i, Count: n}).Owns(hotNS) {
+			r.HotShard = i
+		}
+	}
+	logf := benchkit.Progress(fmt.Sprintf("%s x%d", ctl.alias, n))
+	bin := c.bins[ctl.alias]
+	if bin == "" {
+		bin = benchkit.BuildShipped(t, "github.com/kcm-split/kcm-split/services/"+ctl.pkg)
+		c.bins[ctl.alias] = bin
+	}
+	converged := c.prepare(ctx, t, []controller{ctl})
+	procs := c.startShards(t, bin, ctl, n, r.QPS, r.Burst, -1)
+	at := procs[0].Await(converged, settleTimeoutFor(c.sz), "the cold start's expected state")
+	r.ColdSeconds = at.Sub(procs[0].Started).Seconds()
+	var settled time.Duration
+	for _, p := range procs {
+		settled = max(settled, settle(t, p.Process, settleTimeoutFor(c.sz)))
+	}
+	r.SettledSecs = settled.Seconds()
+	logf("QPS %g / burst %d per shard: expected state after %.1fs, settled after %.1fs", r.QPS, r.Burst, r.ColdSeconds, r.SettledSecs)
+	time.Sleep(idleWindow)
+	for _, p := range procs {
+		r.IdleRSSMiB = append(r.IdleRSSMiB, benchkit.MiB(p.Memory().RSS))
+		r.Modes = append(r.Modes, shardModes(p.url))
+	}
+	logf("idle RSS per shard %v MiB; modes %v", r.IdleRSSMiB, r.Modes)
+
+	before := watchMetrics(ctx, t, c)
+	lat, also, rate := c.churnOf(ctx, t, ctl.alias, id)
+	after := watchMetrics(ctx, t, c)
+	r.WatchEvents, r.WatchBytes = map[string]float64{}, map[string]float64{}
+	for k, v := range after {
+		res, kind, _ := strings.Cut(k, "|")
+		if d := v - before[k]; d > 0 {
+			if kind == "events" {
+				r.WatchEvents[res] = d
+			} else {
+				r.WatchBytes[res] = d
+			}
+		}
+	}
+	r.ChurnSamples, r.ChurnRate = len(lat), rate
+	r.PodWrites = c.sz.flips
+	if ctl.alias == "quota" {
+		r.PodWrites = 2 * min(c.sz.quotaOps, c.sz.appNamespaces())
+	}
+	r.ChurnP50ms, r.ChurnP99ms = benchkit.Millis(benchkit.Percentile(lat, 50)), benchkit.Millis(benchkit.Percentile(lat, 99))
+	if s := also["slices"]; len(s) > 0 {
+		r.SliceP99ms = benchkit.Millis(benchkit.Percentile(s, 99))
+	}
+	for _, p := range procs {
+		r.PeakRSSMiB = append(r.PeakRSSMiB, benchkit.MiB(p.Memory().HWM))
+	}
+	logf("churn: %d samples, p50 %.0f p99 %.0f ms (sent %.1f/s); watch events %v; peak RSS %v MiB", len(lat), r.ChurnP50ms, r.ChurnP99ms, rate, r.WatchEvents, r.PeakRSSMiB)
+
+	if ctl.alias == "endpoints" {
+		r.CapQPS = float64(budget[0])
+		if n > 1 {
+			for _, p := range procs {
+				p.Shutdown()
+			}
+			procs = c.startShards(t, bin, ctl, n, float64(budget[0]), budget[1], -1)
+			for _, p := range procs {
+				p.WaitUntil(settleTimeoutFor(c.sz), "ready (leading, caches synced)", func() bool { code, _ := benchkit.Get(p.url + "/readyz"); return code == 200 })
+			}
+			for _, p := range procs {
+				settle(t, p.Process, settleTimeoutFor(c.sz))
+			}
+		}
+		r.Ramp, r.Capacity = c.ramp(ctx, t, logf)
+		r.TakeoverOf = r.HotShard
+		r.TakeoverSec = c.takeover(ctx, t, bin, ctl, n, budget, procs[r.HotShard], logf)
+	}
+	for _, p := range procs {
+		if !p.Exited() {
+			p.Shutdown()
+		}
+	}
+	r.LoadEnd = loadavg()
+	return r
+}
+
+// shardModes reads kcm_split_shard_info from a shard's metrics: "resource=mode" for each
+// series at 1.
+func shardModes(url string) string {
+	_, body := benchkit.Get(url + "/metrics")
+	var out []string
+	for _, line := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(line, "kcm_split_shard_info{") || !strings.HasSuffix(line, " 1") {
+			continue
+		}
+		out = append(out, label(line, "resource")+"="+label(line, "mode"))
+	}
+	slices.Sort(out)
+	return strings.Join(out, ",")
+}
+
+func label(line, name string) string {
+	_, rest, ok := strings.Cut(line, name+`="`)
+	if !ok {
+		return ""
+	}
+	v, _, _ := strings.Cut(rest, `"`)
+	return v
+}
+
+// watchMetrics reads the apiserver's apiserver_watch_events_total and
+// apiserver_watch_events_sizes_sum, summed by resource: "pods|events", "pods|bytes".
+func watchMetrics(ctx context.Context, t *testing.T, c *cluster) map[string]float64 {
+	raw, err := c.client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		t.Errorf("reading the apiserver's metrics: %v", err)
+		return nil
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(raw), "\n") {
+		var kind string
+		switch {
+		case strings.HasPrefix(line, "apiserver_watch_events_total{"):
+			kind = "events"
+		case strings.HasPrefix(line, "apiserver_watch_events_sizes_sum{"):
+			kind = "bytes"
+		default:
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		out[label(line, "resource")+"|"+kind] += v
+	}
+	return out
+}
+
+// nextFlip returns the next Pod for the ramp and takeover, walking the size's Pods by a
+// prime stride so that consecutive flips land in different Services and namespaces; a Pod
+// comes round again only after every other (at XS within a run: each ramp step waits for its
+// flips, so none waits behind an earlier flip of the same Pod).
+func (c *cluster) nextFlip(owns func(string) bool) podRef {
+	for {
+		i := (c.flipNext * 7919) % len(c.pods)
+		c.flipNext++
+		if ref := c.pods[i]; owns(ref.ns) {
+			return ref
+		}
+	}
+}
+
+// flip sets ref's readiness to the opposite of what the harness last set (ready at the
+// start) and returns a channel that delivers when its Endpoints show it.
+func (c *cluster) flip(ctx context.Context, ref podRef) (<-chan time.Time, time.Time, error) {
+	c.mu.Lock()
+	// ready is the state to set: the opposite of the current one (ready unless flipped).
+	ready := c.notReady[c.podIndex(ref)]
+	c.notReady[c.podIndex(ref)] = !ready
+	c.mu.Unlock()
+	seen := c.endpoints.When(ref.ns+"/"+ref.svc, func(ep *corev1.Endpoints) bool { return slices.Contains(ips(ep, ready), ref.ip) })
+	status := "False"
+	if ready {
+		status = "True"
+	}
+	now := time.Now().UTC().Format(time.RFC3339)
+	patch := fmt.Sprintf(`{"status":{"conditions":[{"type":"Ready","status":%q,"lastTransitionTime":%q},{"type":"ContainersReady","status":%q,"lastTransitionTime":%q}]}}`, status, now, status, now)
+	_, err := c.client.CoreV1().Pods(ref.ns).Patch(ctx, ref.name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
+	return seen, time.Now(), err
+}
+
+func (c *cluster) podIndex(ref podRef) int {
+	// Pod IPs are unique per run: the map is keyed by them.
+	var a, b, x, y int
+	_, _ = fmt.Sscanf(ref.ip, "%d.%d.%d.%d", &a, &b, &x, &y)
+	return b<<16 | x<<8 | y
+}
+
+// ramp raises the flip rate step by step until p99 passes rampLimit and returns each step and
+// the capacity: the highest rate sent whose p99 stayed within the limit.
+func (c *cluster) ramp(ctx context.Context, t *testing.T, logf func(string, ...any)) ([]rampStat, float64) {
+	var out []rampStat
+	var capacity float64
+	for _, rate := range rampRates {
+		k := int(rate * rampStep.Seconds())
+		var mu sync.Mutex
+		var lat []time.Duration
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, rampInFlight)
+		tk := time.NewTicker(time.Duration(float64(time.Second) / rate))
+		from := time.Now()
+		var failed error
+		for range k {
+			<-tk.C
+			ref := c.nextFlip(func(string) bool { return true })
+			sem <- struct{}{}
+			wg.Go(func() {
+				seen, at, err := c.flip(ctx, ref)
+				<-sem
+				if err != nil {
+					mu.Lock()
+					failed = err
+					mu.Unlock()
+					return
+				}
+				d := rampWait
+				select {
+				case s := <-seen:
+					d = max(0, s.Sub(at))
+				case <-time.After(rampWait):
+				}
+				mu.Lock()
+				lat = append(lat, d)
+				mu.Unlock()
+			})
+		}
+		tk.Stop()
+		sent := float64(k) / time.Since(from).Seconds()
+		wg.Wait()
+		if failed != nil {
+			t.Errorf("ramp at %g flips/s: %v", rate, failed)
+			break
+		}
+		st := rampStat{Asked: rate, Sent: sent, Samples: len(lat), P50ms: benchkit.Millis(benchkit.Percentile(lat, 50)), P99ms: benchkit.Millis(benchkit.Percentile(lat, 99))}
+		out = append(out, st)
+		logf("ramp: asked %g flips/s, sent %.1f/s, p50 %.0f p99 %.0f ms", rate, sent, st.P50ms, st.P99ms)
+		if benchkit.Percentile(lat, 99) > rampLimit {
+			break
+		}
+		capacity = sent
+		time.Sleep(2 * time.Second)
+	}
+	return out, capacity
+}
+
+// takeover starts a hot standby of shard `of`, waits until it is Ready, SIGKILLs the shard's
+// leader and at once flips a Pod of the shard's range: the time from the kill to the flip in
+// the Endpoints is the takeover.
+func (c *cluster) takeover(ctx context.Context, t *testing.T, bin string, ctl controller, n int, budget [2]int, leader *shardProc, logf func(string, ...any)) float64 {
+	standby := c.startShards(t, bin, ctl, n, float64(budget[0]), budget[1], leader.index)[0]
+	standby.WaitUntil(time.Minute, "ready (standby)", func() bool { code, _ := benchkit.Get(standby.url + "/readyz"); return code == 200 })
+	time.Sleep(5 * time.Second) // its informers listed (a standby syncs too, if it does)
+	ref := c.nextFlip(sharding.Shard{Index: leader.index, Count: n}.Owns)
+	killed := time.Now()
+	leader.Kill()
+	seen, _, err := c.flip(ctx, ref)
+	if err != nil {
+		t.Errorf("takeover flip: %v", err)
+		return 0
+	}
+	var d time.Duration
+	select {
+	case at := <-seen:
+		d = at.Sub(killed)
+	case <-time.After(takeoverWait):
+		d = takeoverWait
+	}
+	logf("takeover of shard %d (SIGKILL -> flip in %s served): %.1fs", leader.index, ref.ns, d.Seconds())
+	standby.Shutdown()
+	return d.Seconds()
+}
+
+// shardsReport writes the run's tables: per layout, per-shard idle and peak RSS (max, mean,
+// sum) with their ratios to N=1, cold start, churn, watch events, capacity and takeover.
+func shardsReport(sz size, gate, spread string, perWrite float64, rs []*layoutResult, final bool) string {
+	var b strings.Builder
+	if !final {
+		b.WriteString("**Partial**: written after each layout.\n\n")
+	}
+	fmt.Fprintf(&b, "# Sharded endpoints and quota, size %s, apiserver gate ShardedListAndWatch %s\n\n", sz.name, gate)
+	fmt.Fprintf(&b, "%d Nodes, %d Pods in %d application namespaces + %d Pods in %s; %s\n\nShard spread:\n\n%s\n", sz.nodes, sz.pods(), sz.appNamespaces(), hotPodsTotal, hotNS, time.Now().UTC().Format(time.RFC3339), spread)
+	one := map[string]*layoutResult{}
+	for _, r := range rs {
+		if r.Shards == 1 {
+			one[r.Controller] = r
+		}
+	}
+	ratio := func(v float64, base *layoutResult, get func(*layoutResult) float64) string {
+		if base == nil || get(base) == 0 {
+			return "n/a"
+		}
+		return fmt.Sprintf("%.2fx", v/get(base))
+	}
+	fmt.Fprintf(&b, "| binary | N | QPS/burst per shard | shard modes | load avg start / end | cold start -> expected state (s) | settled (s) | idle RSS per shard max / mean (MiB) | x N=1 (max) | idle sum (MiB) | x N=1 | peak RSS per shard max / mean (MiB) | x N=1 (max) | peak sum | x N=1 | hot shard: idle RSS / mean of the others |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rs {
+		base := one[r.Controller]
+		imax, imean, isum := stats(r.IdleRSSMiB)
+		pmax, pmean, psum := stats(r.PeakRSSMiB)
+		hot := "n/a"
+		if r.Shards > 1 && r.HotShard < len(r.IdleRSSMiB) {
+			var others []float64
+			for i, v := range r.IdleRSSMiB {
+				if i != r.HotShard {
+					others = append(others, v)
+				}
+			}
+			_, om, _ := stats(others)
+			hot = fmt.Sprintf("%.1f / %.1f (%.2fx)", r.IdleRSSMiB[r.HotShard], om, r.IdleRSSMiB[r.HotShard]/om)
+		}
+		fmt.Fprintf(&b, "| %s | %d | %g / %d | %s | %s / %s | %.1f | %.1f | %.1f / %.1f | %s | %.1f | %s | %.1f / %.1f | %s | %.1f | %s | %s |\n",
+			r.Controller, r.Shards, r.QPS, r.Burst, strings.Join(r.Modes, "; "), r.LoadStart, r.LoadEnd, r.ColdSeconds, r.SettledSecs,
+			imax, imean, ratio(imax, base, func(x *layoutResult) float64 { m, _, _ := stats(x.IdleRSSMiB); return m }), isum, ratio(isum, base, func(x *layoutResult) float64 { _, _, s := stats(x.IdleRSSMiB); return s }),
+			pmax, pmean, ratio(pmax, base, func(x *layoutResult) float64 { m, _, _ := stats(x.PeakRSSMiB); return m }), psum, ratio(psum, base, func(x *layoutResult) float64 { _, _, s := stats(x.PeakRSSMiB); return s }), hot)
+	}
+	fmt.Fprintf(&b, "\nChurn (the shards together get one replica's budget: QPS per shard = default / N) and the apiserver's watch events sent during it (`apiserver_watch_events_total` / `apiserver_watch_events_sizes_sum`, read before and after; the harness's informers watch Endpoints, EndpointSlices and ResourceQuotas, so the Pods' row is the controllers' and kwok's: with no controller running, each Pod status write made %.2f Pod watch events, kwok's; the column \"controllers'\" takes those off):\n\n", perWrite)
+	b.WriteString("| binary | N | total QPS | churn sent (/s) | samples | p50 (ms) | p99 (ms) | p99 x N=1 | EndpointSlices p99 (ms) | Pod watch events | controllers' Pod watch events | x N=1 | Pod watch MiB | other watch events |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rs {
+		one1 := one[r.Controller]
+		var other []string
+		for k, v := range r.WatchEvents {
+			if k == "endpoints" || k == "endpointslices" || k == "resourcequotas" {
+				other = append(other, fmt.Sprintf("%s %.0f", k, v))
+			}
+		}
+		slices.Sort(other)
+		own := func(x *layoutResult) float64 { return x.WatchEvents["pods"] - perWrite*float64(x.PodWrites) }
+		fmt.Fprintf(&b, "| %s | %d | %g | %.1f | %d | %.0f | %.0f | %s | %.0f | %.0f | %.0f | %s | %.1f | %s |\n", r.Controller, r.Shards, r.QPS*float64(r.Shards), r.ChurnRate, r.ChurnSamples, r.ChurnP50ms, r.ChurnP99ms,
+			ratio(r.ChurnP99ms, one1, func(x *layoutResult) float64 { return x.ChurnP99ms }), r.SliceP99ms, r.WatchEvents["pods"], own(r), ratio(own(r), one1, own),
+			r.WatchBytes["pods"]/(1<<20), strings.Join(other, ", "))
+	}
+	b.WriteString("\nCapacity (endpoints; each shard at the default budget): flips/s until p99 > 2 s, each step 6 s of flips of distinct Pods sent by up to 64 requests in flight; and takeover (a hot standby of the hot namespace's shard, its leader SIGKILLed, a flip in its range sent at once):\n\n")
+	b.WriteString("| N | QPS per shard | steps: asked -> sent /s, p99 ms | capacity (flips/s) | x N x N=1 | takeover (s) |\n|---|---|---|---|---|---|\n")
+	for _, r := range rs {
+		if r.Controller != "endpoints" {
+			continue
+		}
+		var steps []string
+		for _, s := range r.Ramp {
+			steps = append(steps, fmt.Sprintf("%g -> %.1f, %.0f", s.Asked, s.Sent, s.P99ms))
+		}
+		base := one[r.Controller]
+		rel := "n/a"
+		if base != nil && base.Capacity > 0 {
+			rel = fmt.Sprintf("%.2fx", r.Capacity/(float64(r.Shards)*base.Capacity))
+		}
+		fmt.Fprintf(&b, "| %d | %g | %s | %.1f | %s | %.1f (shard %d) |\n", r.Shards, r.CapQPS, strings.Join(steps, "; "), r.Capacity, rel, r.TakeoverSec, r.TakeoverOf)
+	}
+	return b.String()
+}
+
+func stats(v []float64) (mx, mean, sum float64) {
+	for _, x := range v {
+		mx = max(mx, x)
+		sum += x
+	}
+	if len(v) > 0 {
+		mean = sum / float64(len(v))
+	}
+	return
+}
+
+// watchBaseline writes the status of 50 Pods (a new lastTransitionTime on the Ready condition,
+// which stays True) with no controller running and returns the Pod watch events the apiserver
+// sent per write: what other watchers (kwok) add to every churn's count.
+func (c *cluster) watchBaseline(ctx context.Context, t *testing.T) float64 {
+	const n = 50
+	before := watchMetrics(ctx, t, c)
+	for i := range n {
+		ref := c.pods[(i*7907)%len(c.pods)]
+		now := time.Now().UTC().Format(time.RFC3339Nano)
+		patch := fmt.Sprintf(`{"status":{"conditions":[{"type":"Ready","status":"True","lastTransitionTime":%q}]}}`, now)
+		if _, err := c.client.CoreV1().Pods(ref.ns).Patch(ctx, ref.name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
+			t.Fatalf("baseline write: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(3 * time.Second)
+	after := watchMetrics(ctx, t, c)
+	return (after["pods|events"] - before["pods|events"]) / n
+}
