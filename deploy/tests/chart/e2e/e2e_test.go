@@ -67,31 +67,8 @@ func TestChartE2E(t *testing.T) {
 	if os.Getenv(enableEnv) != "1" {
 		t.Skipf("chart end-to-end needs a real node: run `make chart-e2e` (root; it sets %s=1)", enableEnv)
 	}
-	cfg := config{
-		registry: mustEnv(t, "KCM_SPLIT_E2E_IMAGE_REGISTRY"),
-		tag:      mustEnv(t, "KCM_SPLIT_E2E_IMAGE_TAG"),
-		tag2:     mustEnv(t, "KCM_SPLIT_E2E_IMAGE_TAG2"),
-		node:     mustEnv(t, "KCM_SPLIT_E2E_NODE"),
-		workload: mustEnv(t, "KCM_SPLIT_E2E_WORKLOAD_IMAGE"),
-	}
-	if a := os.Getenv("KCM_SPLIT_E2E_WORKLOAD_ARGS"); a != "" {
-		cfg.workloadArgs = strings.Fields(a)
-	}
-	rc, err := clientcmd.BuildConfigFromFlags("", mustEnv(t, "KUBECONFIG"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := chart.FindChart(os.Getenv("KCM_SPLIT_BIN_DIR"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
-	defer cancel()
-	s := &suite{t: t, cfg: cfg, cs: cs, chart: c, ctx: ctx}
+	s := newSuite(t, 25*time.Minute, true)
+	cfg := s.cfg
 
 	installed := false
 	t.Cleanup(func() {
@@ -382,6 +359,40 @@ func (s *suite) keepLogs(binary string) {
 			_, _ = io.Copy(f, rc)
 		}()
 	}
+}
+
+// newSuite reads the environment chart-e2e.sh sets, builds the clients and finds the chart:
+// the set-up every chart end-to-end test shares. tag2 says whether the test needs the second
+// image tag (the upgrade step); the context ends after timeout or with the test.
+func newSuite(t *testing.T, timeout time.Duration, tag2 bool) *suite {
+	t.Helper()
+	cfg := config{
+		registry: mustEnv(t, "KCM_SPLIT_E2E_IMAGE_REGISTRY"),
+		tag:      mustEnv(t, "KCM_SPLIT_E2E_IMAGE_TAG"),
+		node:     mustEnv(t, "KCM_SPLIT_E2E_NODE"),
+		workload: mustEnv(t, "KCM_SPLIT_E2E_WORKLOAD_IMAGE"),
+	}
+	if tag2 {
+		cfg.tag2 = mustEnv(t, "KCM_SPLIT_E2E_IMAGE_TAG2")
+	}
+	if a := os.Getenv("KCM_SPLIT_E2E_WORKLOAD_ARGS"); a != "" {
+		cfg.workloadArgs = strings.Fields(a)
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", mustEnv(t, "KUBECONFIG"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := chart.FindChart(os.Getenv("KCM_SPLIT_BIN_DIR"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	return &suite{t: t, cfg: cfg, cs: cs, chart: c, ctx: ctx}
 }
 
 func mustEnv(t *testing.T, k string) string {

@@ -9,7 +9,6 @@ package e2e
 // different shards stay right and follow a change after each step. Timings are FIGURE lines.
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"sort"
@@ -26,10 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/kcm-split/kcm-split/deploy/tests/chart"
 	"github.com/kcm-split/kcm-split/shared/sharding"
 )
 
@@ -348,30 +344,8 @@ func TestChartShardsE2E(t *testing.T) {
 	if os.Getenv(enableEnv) != "1" {
 		t.Skipf("chart end-to-end needs a real node: run `make chart-e2e` (root; it sets %s=1)", enableEnv)
 	}
-	cfg := config{
-		registry: mustEnv(t, "KCM_SPLIT_E2E_IMAGE_REGISTRY"),
-		tag:      mustEnv(t, "KCM_SPLIT_E2E_IMAGE_TAG"),
-		node:     mustEnv(t, "KCM_SPLIT_E2E_NODE"),
-		workload: mustEnv(t, "KCM_SPLIT_E2E_WORKLOAD_IMAGE"),
-	}
-	if a := os.Getenv("KCM_SPLIT_E2E_WORKLOAD_ARGS"); a != "" {
-		cfg.workloadArgs = strings.Fields(a)
-	}
-	rc, err := clientcmd.BuildConfigFromFlags("", mustEnv(t, "KUBECONFIG"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := chart.FindChart(os.Getenv("KCM_SPLIT_BIN_DIR"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	s := &suite{t: t, cfg: cfg, cs: cs, chart: c, ctx: ctx}
+	s := newSuite(t, 10*time.Minute, false)
+	cfg := s.cfg
 	begin := time.Now()
 
 	// --- install: endpoints in 2 shards, one replica per shard --------------------------------
