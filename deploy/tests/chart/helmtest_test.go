@@ -20,15 +20,7 @@ import (
 // renderWithTests is render with the helm test hooks (what `helm test` creates, too).
 func renderWithTests(t *testing.T, c *Chart, args ...string) []Object {
 	t.Helper()
-	out, err := c.Template("kcm-split", ns, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := Decode(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return objs
+	return templateObjects(t, c, "kcm-split", ns, args...)
 }
 
 // testHooks are the objects annotated helm.sh/hook: test, by kind; it fails on a test hook

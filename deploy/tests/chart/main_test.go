@@ -59,7 +59,13 @@ func render(t testing.TB, c *Chart, release, ns string, args ...string) []Object
 	t.Helper()
 	// What an install creates: without the helm test hooks (templates/tests), which only
 	// `helm test` creates; helmtest_test.go renders those.
-	out, err := c.Template(release, ns, append([]string{"--skip-tests"}, args...)...)
+	return templateObjects(t, c, release, ns, append([]string{"--skip-tests"}, args...)...)
+}
+
+// templateObjects is `helm template` with args, decoded; any error fails the test.
+func templateObjects(t testing.TB, c *Chart, release, ns string, args ...string) []Object {
+	t.Helper()
+	out, err := c.Template(release, ns, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
