@@ -1,11 +1,7 @@
 package drills
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -42,25 +38,12 @@ type drillEvent struct {
 // (shared/app's leaderClient): its identity is what precedes it.
 const leaderAgentSuffix = "/leader-election"
 
-// readAudit reads the whole audit log of e. testenv.Env.Audit keeps the request bodies out;
-// the Lease holders are in them, so this reads the file (Env.Dir holds audit.log).
+// readAudit reads the whole audit log of e, Lease holders included (Env.Audit's events keep the
+// request bodies out), ordered by completion.
 func readAudit(e *testenv.Env) ([]drillEvent, error) {
-	f, err := os.Open(filepath.Join(e.Dir, "audit.log"))
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []drillEvent
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		var ev drillEvent
-		if err := json.Unmarshal(sc.Bytes(), &ev); err == nil {
-			out = append(out, ev)
-		}
-	}
+	out, err := testenv.ReadAudit[drillEvent](e)
 	slices.SortStableFunc(out, func(a, b drillEvent) int { return a.StageTimestamp.Compare(b.StageTimestamp) })
-	return out, sc.Err()
+	return out, err
 }
 
 // term is one stretch during which a process held its Lease: from the request that took it
