@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -118,8 +119,9 @@ func mib(b uint64) string { return fmt.Sprintf("%.1f", float64(b)/(1<<20)) }
 
 // TestShardFillMemory: with the apiserver gate on, a shard (1 of 4) fills its Pod cache with
 // the shard's Pods only, says mode "server", and never lists them whole: the only lists it
-// sends are probes of one object (KCM_SPLIT_SHARD_MEMORY_GATE=off: gate off, mode "client",
-// every Pod streamed and dropped here one by one). Printed (never asserted, the heap depends on the GC's
+// sends are probes of one object; the apiserver's streaming list with the shard's selector
+// carries the shard's Pods only (KCM_SPLIT_SHARD_MEMORY_GATE=off: gate off, mode "client",
+// every Pod streamed, and dropped here one by one). Printed (never asserted, the heap depends on the GC's
 // timing): what the fill cost this process against one replica's informer (client-go's,
 // streaming) and against the same shard listing then watching (the former behaviour).
 // KCM_SPLIT_SHARD_MEMORY_PODS sets the number of Pods (default 1,200).
@@ -252,6 +254,14 @@ func TestShardFillMemory(t *testing.T) {
 		t.Errorf("the shard sent %d probes and %d streaming lists, want at least one of each", lists, streams)
 	}
 
+	// What the apiserver streams for the shard's selector, before any client-side check: with
+	// the gate on, the initial events are the shard's Pods only.
+	streamedByServer := initialEvents(t, sc, shard.Selector().String())
+	if wantServer := map[string]int{sharding.ModeServer: want, sharding.ModeClient: n}[wantMode]; streamedByServer != wantServer {
+		t.Errorf("the apiserver streamed %d initial Pods for the shard's selector, want %d (gate %s)", streamedByServer, wantServer, gate)
+	}
+	t.Logf("the apiserver streamed %d initial Pods of %d for the shard's selector (gate %s)", streamedByServer, n, gate)
+
 	t.Logf("fill of the Pod cache, %d Pods (%d in shard %s), heap MiB: allocated / peak in use / held after GC, time", n, want, shard)
 	for _, r := range []struct {
 		name string
@@ -259,4 +269,36 @@ func TestShardFillMemory(t *testing.T) {
 	}{{"one replica, streaming list (client-go informer)", whole}, {"shard, streaming list + probe (this view)", streamed}, {"shard, list then watch (before)", listed}} {
 		t.Logf("  %-50s %6d objects  %7s / %7s / %7s MiB  %s", r.name, r.f.objects, mib(r.f.alloc), mib(r.f.peak), mib(r.f.after), r.f.took.Round(time.Millisecond))
 	}
+}
+
+// initialEvents opens a streaming list of Pods with selector and counts the objects the
+// apiserver sends before the end bookmark.
+func initialEvents(t *testing.T, c kubernetes.Interface, selector string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	yes := true
+	w, err := c.CoreV1().Pods("").Watch(ctx, metav1.ListOptions{
+		SendInitialEvents: &yes, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan,
+		AllowWatchBookmarks: true, ShardSelector: selector,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	added := 0
+	for ev := range w.ResultChan() {
+		switch ev.Type {
+		case watch.Added:
+			added++
+		case watch.Bookmark:
+			if m, err := meta.Accessor(ev.Object); err == nil && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
+				return added
+			}
+		case watch.Error:
+			t.Fatalf("streaming list: %v", ev.Object)
+		}
+	}
+	t.Fatal("the streaming list ended before its end bookmark")
+	return 0
 }
