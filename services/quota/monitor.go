@@ -140,18 +140,19 @@ func (ms *monitors) newInformer(ctx context.Context, m *monitor, gvr schema.Grou
 			return ms.meta.Resource(gvr).Namespace("").Watch(ctx, o)
 		}, func() cache.SharedIndexInformer {
 			return metadatainformer.NewFilteredMetadataInformer(ms.meta, gvr, metav1.NamespaceAll, 0, indexers, nil).Informer()
-		})
+		}, sharding.WithProbe(sharding.RawProbe(ms.client.Discovery().RESTClient(), gvr)))
 		_ = m.informer.SetTransform(trimMeta)
 	}
 }
 
 // typed is the informer of one counted type: unsharded, the one whole builds (client-go's,
-// as always); sharded, one over the shard's range with the same object and indexers.
-func (ms *monitors) typed(resource string, obj runtime.Object, indexers cache.Indexers, list sharding.ListFunc, watchFn sharding.WatchFunc, whole func() cache.SharedIndexInformer) cache.SharedIndexInformer {
+// as always); sharded, one over the shard's range with the same object and indexers (opts:
+// sharding.WithProbe for metadata-only types, whose lists lose ListMeta.ShardInfo).
+func (ms *monitors) typed(resource string, obj runtime.Object, indexers cache.Indexers, list sharding.ListFunc, watchFn sharding.WatchFunc, whole func() cache.SharedIndexInformer, opts ...sharding.Option) cache.SharedIndexInformer {
 	if ms.view == nil {
 		return whole()
 	}
-	return ms.view.Informer(resource, obj, list, watchFn, nil, 0, indexers)
+	return ms.view.Informer(resource, obj, list, watchFn, nil, 0, indexers, opts...)
 }
 
 // addClassInformer adds to the claims monitor the DeviceClass informer feeding the cache of

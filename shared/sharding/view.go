@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
@@ -21,7 +22,7 @@ import (
 const (
 	ModeServer  = "server"  // the list carried ListMeta.ShardInfo: the apiserver filtered
 	ModeClient  = "client"  // it did not: the apiserver ignored the selector, this process filters
-	ModeUnknown = "unknown" // no list has come back yet
+	ModeUnknown = "unknown" // no list (or probe) has come back yet
 )
 
 // View is what a shard's namespaced informers see: they ask the apiserver for the shard's
@@ -113,24 +114,44 @@ type (
 )
 
 // ListWatch wraps list and watch of a namespaced resource (named by resource, e.g. "pods" or
-// "configmaps", in kcm_split_shard_info): both are sent with the shard's
-// selector, and what comes back is filtered to the shard's range. tweak (nil: none) edits
-// the options first, as a factory's TweakListOptions. The reflector is told not to use
-// streaming lists (WatchListClient): only a list response says, with ShardInfo, whether the
-// apiserver applied the selector.
-func (v *View) ListWatch(resource string, list ListFunc, watchFn WatchFunc, tweak func(*metav1.ListOptions)) cache.ListerWatcher {
+// "configmaps", in kcm_split_shard_info): both are sent with the shard's selector, and what
+// comes back is filtered to the shard's range. tweak (nil: none) edits the options first, as a
+// factory's TweakListOptions.
+//
+// The reflector fills the cache with a streaming list (WatchListClient, as an unsharded
+// informer does): objects arrive one by one, each transformed or dropped before the next, so
+// a shard never holds its whole range untrimmed at once. A streaming list does not say whether
+// the apiserver applied the selector (its end bookmark carries no ShardInfo), so each one is
+// preceded by a probe: a list of at most one object with the same selector, read for
+// ListMeta.ShardInfo. If the reflector falls back to a plain list (an apiserver without
+// streaming lists), that list says it itself.
+func (v *View) ListWatch(resource string, list ListFunc, watchFn WatchFunc, tweak func(*metav1.ListOptions), opts ...Option) cache.ListerWatcher {
 	v.setMode(resource, ModeUnknown)
-	return &listWatch{v: v, resource: resource, list: list, watch: watchFn, tweak: tweak}
+	l := &listWatch{v: v, resource: resource, list: list, watch: watchFn, tweak: tweak}
+	for _, o := range opts {
+		o(l)
+	}
+	return l
 }
+
+// Option changes one of a view's informers.
+type Option func(*listWatch)
+
+// WithProbe has the view read whether the apiserver applies the selector from probe's lists
+// rather than from the informer's own: for metadata-only informers, whose lists
+// (PartialObjectMetadataList) lose ListMeta.ShardInfo in the apiserver's conversion on
+// v1.36.3 although the apiserver filtered them. probe gets the same options as the informer's
+// list (selector, tweak, limit); see RawProbe.
+func WithProbe(probe ListFunc) Option { return func(l *listWatch) { l.probe = probe } }
 
 // Informer is a shared index informer over ListWatch(resource, list, watchFn, tweak) with indexers
 // (nil: by namespace, as the informer factory's); register it with the factory's InformerFor
 // before anything asks the factory for that type.
-func (v *View) Informer(resource string, obj runtime.Object, list ListFunc, watchFn WatchFunc, tweak func(*metav1.ListOptions), resync time.Duration, indexers cache.Indexers) cache.SharedIndexInformer {
+func (v *View) Informer(resource string, obj runtime.Object, list ListFunc, watchFn WatchFunc, tweak func(*metav1.ListOptions), resync time.Duration, indexers cache.Indexers, opts ...Option) cache.SharedIndexInformer {
 	if indexers == nil {
 		indexers = cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
 	}
-	return cache.NewSharedIndexInformer(v.ListWatch(resource, list, watchFn, tweak), obj, resync, indexers)
+	return cache.NewSharedIndexInformer(v.ListWatch(resource, list, watchFn, tweak, opts...), obj, resync, indexers)
 }
 
 type listWatch struct {
@@ -139,6 +160,7 @@ type listWatch struct {
 	list     ListFunc
 	watch    WatchFunc
 	tweak    func(*metav1.ListOptions)
+	probe    ListFunc // nil: list
 }
 
 func (l *listWatch) options(opts metav1.ListOptions) metav1.ListOptions {
@@ -149,9 +171,6 @@ func (l *listWatch) options(opts metav1.ListOptions) metav1.ListOptions {
 	return opts
 }
 
-// IsWatchListSemanticsUnSupported makes the reflector list then watch (see ListWatch).
-func (l *listWatch) IsWatchListSemanticsUnSupported() bool { return true }
-
 func (l *listWatch) List(opts metav1.ListOptions) (runtime.Object, error) {
 	return l.ListWithContext(context.Background(), opts)
 }
@@ -161,17 +180,17 @@ func (l *listWatch) Watch(opts metav1.ListOptions) (watch.Interface, error) {
 }
 
 // ListWithContext lists with the selector and drops every item outside the range; a list
-// the apiserver filtered (ShardInfo) is checked all the same, it costs a hash per item.
+// the apiserver filtered (ShardInfo) is checked all the same, it costs a hash per item. The
+// reflector lists only when a streaming list is not to be had.
 func (l *listWatch) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 	obj, err := l.list(ctx, l.options(opts))
 	if err != nil {
 		return nil, err
 	}
-	mode := ModeClient
-	if lm, err := meta.ListAccessor(obj); err == nil {
-		if sl, ok := lm.(metav1.ShardedListInterface); ok && sl.GetShardInfo() != nil {
-			mode = ModeServer
-		}
+	mode := modeOf(obj)
+	if l.probe != nil {
+		// This list cannot say (metadata only): ask the probe, keep what was known if it fails.
+		mode = l.probeMode(ctx)
 	}
 	items, err := meta.ExtractList(obj)
 	if err != nil {
@@ -186,13 +205,21 @@ func (l *listWatch) ListWithContext(ctx context.Context, opts metav1.ListOptions
 	if err := meta.SetList(obj, kept); err != nil {
 		return nil, fmt.Errorf("shard %s: filtering the list: %w", l.v.shard, err)
 	}
-	l.v.setMode(l.resource, mode)
+	if mode != "" {
+		l.v.setMode(l.resource, mode)
+	}
 	return obj, nil
 }
 
 // WatchWithContext watches with the selector and drops every event of an object outside
-// the range (bookmarks and errors pass).
+// the range (bookmarks and errors pass). A watch that starts with the initial events (a
+// streaming list) is preceded by a probe for the mode.
 func (l *listWatch) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	if opts.SendInitialEvents != nil && *opts.SendInitialEvents {
+		if mode := l.probeMode(ctx); mode != "" {
+			l.v.setMode(l.resource, mode)
+		}
+	}
 	w, err := l.watch(ctx, l.options(opts))
 	if err != nil {
 		return nil, err
@@ -204,6 +231,40 @@ func (l *listWatch) WatchWithContext(ctx context.Context, opts metav1.ListOption
 		}
 		return ev, true
 	}), nil
+}
+
+// probeMode lists at most one object of the range, at the latest resource version (a
+// resource version of "0" would make the watch cache ignore the limit and send the whole
+// range), and says who applied the selector; "" when the probe failed: the mode stays what
+// it was (unknown is not client), and the watch goes on, its events filtered here as always.
+func (l *listWatch) probeMode(ctx context.Context) string {
+	probe := l.probe
+	if probe == nil {
+		probe = l.list
+	}
+	obj, err := probe(ctx, l.options(metav1.ListOptions{Limit: 1}))
+	if err != nil {
+		l.v.logger.V(2).Info("Cannot probe whether the apiserver applies the shard selector; the mode stays as it was", "shard", l.v.shard.String(), "resource", l.resource, "err", err)
+		return ""
+	}
+	return modeOf(obj)
+}
+
+// modeOf says who filtered a list: ModeServer when it carries ListMeta.ShardInfo (typed or
+// unstructured), ModeClient otherwise.
+func modeOf(obj runtime.Object) string {
+	if u, ok := obj.(*unstructured.UnstructuredList); ok {
+		if _, found, _ := unstructured.NestedFieldNoCopy(u.Object, "metadata", "shardInfo"); found {
+			return ModeServer
+		}
+		return ModeClient
+	}
+	if lm, err := meta.ListAccessor(obj); err == nil {
+		if sl, ok := lm.(metav1.ShardedListInterface); ok && sl.GetShardInfo() != nil {
+			return ModeServer
+		}
+	}
+	return ModeClient
 }
 
 // owns checks one object: its namespace is in the range. An object without metadata is let

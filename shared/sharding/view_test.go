@@ -2,15 +2,17 @@ package sharding
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"testing"
-	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
@@ -112,30 +114,112 @@ func TestWatchDropsOtherShardsEvents(t *testing.T) {
 	}
 }
 
-// TestInformerUsesListThenWatch: the reflector must list (never a streaming list), since only a
-// list says whether the server applied the selector.
-func TestInformerUsesListThenWatch(t *testing.T) {
-	v := NewView(Shard{Index: 0, Count: 2}, "b", nil, logr.Discard())
-	listed := make(chan struct{}, 1)
-	inf := v.Informer("pods", &corev1.Pod{}, func(context.Context, metav1.ListOptions) (runtime.Object, error) {
-		select {
-		case listed <- struct{}{}:
-		default:
+// TestInformerStreamsAndProbes: the reflector fills the cache with a streaming list (a watch
+// with the initial events), never a whole list; a list of at most one object before it says
+// the mode; the cache holds the shard's namespaces only.
+func TestInformerStreamsAndProbes(t *testing.T) {
+	shard := Shard{Index: 0, Count: 2}
+	for _, server := range []bool{true, false} {
+		v := NewView(shard, "b", nil, logr.Discard())
+		var limits []int64
+		var mu sync.Mutex
+		fw := watch.NewFake()
+		inf := v.Informer("pods", &corev1.Pod{}, func(_ context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			mu.Lock()
+			limits = append(limits, o.Limit)
+			mu.Unlock()
+			l := &corev1.PodList{}
+			if server {
+				l.ShardInfo = &metav1.ShardInfo{Selector: o.ShardSelector}
+			}
+			return l, nil
+		}, func(_ context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			if o.SendInitialEvents == nil || !*o.SendInitialEvents {
+				return watch.NewFake(), nil
+			}
+			go func() {
+				for _, p := range pods(namespaces(40)...) {
+					p.ResourceVersion = "5"
+					fw.Add(&p)
+				}
+				fw.Action(watch.Bookmark, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+					ResourceVersion: "10", Annotations: map[string]string{metav1.InitialEventsAnnotationKey: "true"}}})
+			}()
+			return fw, nil
+		}, nil, 0, nil)
+		ctx, cancel := context.WithCancel(context.Background())
+		go inf.RunWithContext(ctx)
+		if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+			t.Fatal("not synced")
 		}
-		return &corev1.PodList{}, nil
-	}, func(context.Context, metav1.ListOptions) (watch.Interface, error) { return watch.NewFake(), nil }, nil, 0, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go inf.RunWithContext(ctx)
-	select {
-	case <-listed:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the informer never listed")
+		keys := inf.GetStore().ListKeys()
+		if len(keys) == 0 || len(keys) == 40 {
+			t.Errorf("server=%t: %d of 40 namespaces cached", server, len(keys))
+		}
+		for _, o := range inf.GetStore().List() {
+			if p := o.(*corev1.Pod); !shard.Owns(p.Namespace) {
+				t.Errorf("cached %s, not the shard's", p.Namespace)
+			}
+		}
+		mu.Lock()
+		if len(limits) == 0 {
+			t.Errorf("server=%t: no probe before the streaming list", server)
+		}
+		for _, l := range limits {
+			if l != 1 {
+				t.Errorf("server=%t: a list with limit %d (want only probes of 1)", server, l)
+			}
+		}
+		mu.Unlock()
+		want := map[bool]string{true: ModeServer, false: ModeClient}[server]
+		if v.Mode() != want {
+			t.Errorf("server=%t: mode %s, want %s", server, v.Mode(), want)
+		}
+		cancel()
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		t.Fatal("not synced")
+}
+
+// TestProbeFailureKeepsMode: a failed probe leaves the mode as it was (unknown is not client),
+// and the watch still starts.
+func TestProbeFailureKeepsMode(t *testing.T) {
+	v := NewView(Shard{Index: 1, Count: 2}, "b", nil, logr.Discard())
+	started := false
+	lw := v.ListWatch("pods", func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+		return nil, errors.New("apiserver unreachable")
+	}, func(context.Context, metav1.ListOptions) (watch.Interface, error) {
+		started = true
+		return watch.NewFake(), nil
+	}, nil)
+	yes := true
+	if _, err := cache.ToListerWatcherWithContext(lw).WatchWithContext(context.Background(), metav1.ListOptions{SendInitialEvents: &yes}); err != nil {
+		t.Fatal(err)
 	}
-	if v.Mode() != ModeClient {
-		t.Errorf("mode %s after a list without ShardInfo", v.Mode())
+	if !started || v.ResourceMode("pods") != ModeUnknown {
+		t.Errorf("watch started %t, mode %s after a failed probe (want unknown)", started, v.ResourceMode("pods"))
+	}
+}
+
+// TestWithProbeDecidesMode: an informer whose lists cannot carry ShardInfo (metadata only)
+// takes the mode from its probe, typed or unstructured.
+func TestWithProbeDecidesMode(t *testing.T) {
+	for name, probe := range map[string]runtime.Object{
+		"typed":        &metav1.List{ListMeta: metav1.ListMeta{ShardInfo: &metav1.ShardInfo{Selector: "x"}}},
+		"unstructured": &unstructured.UnstructuredList{Object: map[string]any{"metadata": map[string]any{"shardInfo": map[string]any{"selector": "x"}}}},
+	} {
+		v := NewView(Shard{Index: 0, Count: 2}, "b", nil, logr.Discard())
+		lw := v.ListWatch("configmaps", func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+			return &metav1.PartialObjectMetadataList{}, nil
+		}, nil, nil, WithProbe(func(_ context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			if o.Limit != 1 || o.ShardSelector == "" {
+				t.Errorf("%s: probe sent limit %d, selector %q", name, o.Limit, o.ShardSelector)
+			}
+			return probe, nil
+		}))
+		if _, err := cache.ToListerWatcherWithContext(lw).ListWithContext(context.Background(), metav1.ListOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if v.Mode() != ModeServer {
+			t.Errorf("%s: mode %s, want server (from the probe)", name, v.Mode())
+		}
 	}
 }
