@@ -57,8 +57,12 @@ var defaultBudget = map[string][2]int{"endpoints": {60, 90}, "quota": {20, 30}}
 // layoutResult is what one layout (N shards of one binary) measured.
 type layoutResult struct {
 	Controller string `json:"controller"`
-	Shards     int    `json:"shards"`
-	Gate       string `json:"gate"`
+	// Mean client rate-limiter and workqueue waits per shard during the churn (ms): whether a
+	// churn tail is the budget or the processing.
+	RateLimiterWaitMs []float64 `json:"churnRateLimiterWaitMs,omitempty"`
+	QueueWaitMs       []float64 `json:"churnQueueWaitMs,omitempty"`
+	Shards            int       `json:"shards"`
+	Gate              string    `json:"gate"`
 	// QPS / Burst per shard in the main phase: the single replica's default divided by N, so
 	// the shards together have one replica's budget.
 	QPS   float64 `json:"qpsPerShard"`
@@ -337,8 +341,18 @@ func (c *cluster) runLayout(ctx context.Context, t *testing.T, ctl controller, n
 	logf("idle RSS per shard %v MiB; modes %v", r.IdleRSSMiB, r.Modes)
 
 	before := watchMetrics(ctx, t, c)
+	waitsBefore := make([]map[string]float64, len(procs))
+	for i, p := range procs {
+		waitsBefore[i] = shardWaits(p.url)
+	}
 	lat, also, rate := c.churnOf(ctx, t, ctl.alias, id)
 	after := watchMetrics(ctx, t, c)
+	for i, p := range procs {
+		w := shardWaits(p.url)
+		r.RateLimiterWaitMs = append(r.RateLimiterWaitMs, meanWaitMs(waitsBefore[i], w, "rest_client_rate_limiter_duration_seconds"))
+		r.QueueWaitMs = append(r.QueueWaitMs, meanWaitMs(waitsBefore[i], w, "workqueue_queue_duration_seconds"))
+	}
+	logf("churn: mean client rate-limiter wait per shard %v ms, mean workqueue wait per shard %v ms", r.RateLimiterWaitMs, r.QueueWaitMs)
 	r.WatchEvents, r.WatchBytes = map[string]float64{}, map[string]float64{}
 	for k, v := range after {
 		res, kind, _ := strings.Cut(k, "|")
@@ -413,6 +427,37 @@ func label(line, name string) string {
 	}
 	v, _, _ := strings.Cut(rest, `"`)
 	return v
+}
+
+// shardWaits reads the _sum and _count of a shard's client rate-limiter and workqueue wait
+// histograms, summed over their labels: "<name>_sum", "<name>_count".
+func shardWaits(url string) map[string]float64 {
+	_, body := benchkit.Get(url + "/metrics")
+	out := map[string]float64{}
+	for _, line := range strings.Split(body, "\n") {
+		for _, name := range []string{"rest_client_rate_limiter_duration_seconds", "workqueue_queue_duration_seconds"} {
+			for _, suffix := range []string{"_sum", "_count"} {
+				if !strings.HasPrefix(line, name+suffix+"{") && !strings.HasPrefix(line, name+suffix+" ") {
+					continue
+				}
+				i := strings.LastIndexByte(line, ' ')
+				if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+					out[name+suffix] += v
+				}
+			}
+		}
+	}
+	return out
+}
+
+// meanWaitMs is the mean wait in ms of the observations of histogram name between two reads
+// of shardWaits (0 when none).
+func meanWaitMs(before, after map[string]float64, name string) float64 {
+	n := after[name+"_count"] - before[name+"_count"]
+	if n <= 0 {
+		return 0
+	}
+	return 1000 * (after[name+"_sum"] - before[name+"_sum"]) / n
 }
 
 // watchMetrics reads the apiserver's apiserver_watch_events_total and
