@@ -57,12 +57,12 @@ var defaultBudget = map[string][2]int{"endpoints": {60, 90}, "quota": {20, 30}}
 // layoutResult is what one layout (N shards of one binary) measured.
 type layoutResult struct {
 	Controller string `json:"controller"`
+	Shards     int    `json:"shards"`
+	Gate       string `json:"gate"`
 	// Mean client rate-limiter and workqueue waits per shard during the churn (ms): whether a
 	// churn tail is the budget or the processing.
 	RateLimiterWaitMs []float64 `json:"churnRateLimiterWaitMs,omitempty"`
 	QueueWaitMs       []float64 `json:"churnQueueWaitMs,omitempty"`
-	Shards            int       `json:"shards"`
-	Gate              string    `json:"gate"`
 	// QPS / Burst per shard in the main phase: the single replica's default divided by N, so
 	// the shards together have one replica's budget.
 	QPS   float64 `json:"qpsPerShard"`
@@ -429,6 +429,12 @@ func label(line, name string) string {
 	return v
 }
 
+// sampleValue is the value of one sample line of the Prometheus text format (no timestamp).
+func sampleValue(line string) (float64, bool) {
+	v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+	return v, err == nil
+}
+
 // shardWaits reads the _sum and _count of a shard's client rate-limiter and workqueue wait
 // histograms, summed over their labels: "<name>_sum", "<name>_count".
 func shardWaits(url string) map[string]float64 {
@@ -440,8 +446,7 @@ func shardWaits(url string) map[string]float64 {
 				if !strings.HasPrefix(line, name+suffix+"{") && !strings.HasPrefix(line, name+suffix+" ") {
 					continue
 				}
-				i := strings.LastIndexByte(line, ' ')
-				if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+				if v, ok := sampleValue(line); ok {
 					out[name+suffix] += v
 				}
 			}
@@ -479,12 +484,9 @@ func watchMetrics(ctx context.Context, t *testing.T, c *cluster) map[string]floa
 		default:
 			continue
 		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			continue
+		if v, ok := sampleValue(line); ok {
+			out[label(line, "resource")+"|"+kind] += v
 		}
-		out[label(line, "resource")+"|"+kind] += v
 	}
 	return out
 }
