@@ -63,6 +63,9 @@ type layoutResult struct {
 	// churn tail is the budget or the processing.
 	RateLimiterWaitMs []float64 `json:"churnRateLimiterWaitMs,omitempty"`
 	QueueWaitMs       []float64 `json:"churnQueueWaitMs,omitempty"`
+	// ChurnDetail is each shard's requests (method code:count), workqueue retries, and its
+	// rate-limiter waits, queue waits and item processings over 1 s during the churn.
+	ChurnDetail []string `json:"churnDetail,omitempty"`
 	// QPS / Burst per shard in the main phase: the single replica's default divided by N, so
 	// the shards together have one replica's budget.
 	QPS   float64 `json:"qpsPerShard"`
@@ -351,6 +354,8 @@ func (c *cluster) runLayout(ctx context.Context, t *testing.T, ctl controller, n
 		w := shardWaits(p.url)
 		r.RateLimiterWaitMs = append(r.RateLimiterWaitMs, meanWaitMs(waitsBefore[i], w, "rest_client_rate_limiter_duration_seconds"))
 		r.QueueWaitMs = append(r.QueueWaitMs, meanWaitMs(waitsBefore[i], w, "workqueue_queue_duration_seconds"))
+		r.ChurnDetail = append(r.ChurnDetail, churnDetail(waitsBefore[i], w))
+		logf("churn, shard %d: %s", i, r.ChurnDetail[i])
 	}
 	logf("churn: mean client rate-limiter wait per shard %v ms, mean workqueue wait per shard %v ms", r.RateLimiterWaitMs, r.QueueWaitMs)
 	r.WatchEvents, r.WatchBytes = map[string]float64{}, map[string]float64{}
@@ -435,20 +440,51 @@ func sampleValue(line string) (float64, bool) {
 	return v, err == nil
 }
 
-// shardWaits reads the _sum and _count of a shard's client rate-limiter and workqueue wait
-// histograms, summed over their labels: "<name>_sum", "<name>_count".
+// churnHistograms are the shard histograms read around the churn: the client rate limiter's
+// wait, the workqueues' wait and their processing time.
+var churnHistograms = []string{"rest_client_rate_limiter_duration_seconds", "workqueue_queue_duration_seconds", "workqueue_work_duration_seconds"}
+
+// shardWaits reads a shard's metrics for the churn's diagnosis: of each churnHistograms,
+// "<name>_sum", "<name>_count" and "<name>_le1" (observations up to 1 s), summed over their
+// labels, and "<name>_le1|<queue>" / "<name>_count|<queue>" per workqueue; "retries" (the
+// workqueues' rate-limited re-adds) and "requests|<method>|<code>" (every client request the
+// process sent, its Lease's included).
 func shardWaits(url string) map[string]float64 {
 	_, body := benchkit.Get(url + "/metrics")
+	return parseShardWaits(body)
+}
+
+// parseShardWaits is shardWaits on a metrics page in the Prometheus text format.
+func parseShardWaits(body string) map[string]float64 {
 	out := map[string]float64{}
 	for _, line := range strings.Split(body, "\n") {
-		for _, name := range []string{"rest_client_rate_limiter_duration_seconds", "workqueue_queue_duration_seconds"} {
-			for _, suffix := range []string{"_sum", "_count"} {
-				if !strings.HasPrefix(line, name+suffix+"{") && !strings.HasPrefix(line, name+suffix+" ") {
-					continue
-				}
-				if v, ok := sampleValue(line); ok {
-					out[name+suffix] += v
-				}
+		v, ok := sampleValue(line)
+		if !ok || strings.HasPrefix(line, "#") {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(line, "workqueue_retries_total{"):
+			out["retries"] += v
+			continue
+		case strings.HasPrefix(line, "rest_client_requests_total{"):
+			out["requests|"+label(line, "method")+"|"+label(line, "code")] += v
+			continue
+		}
+		for _, name := range churnHistograms {
+			var key string
+			switch {
+			case strings.HasPrefix(line, name+"_sum"):
+				key = name + "_sum"
+			case strings.HasPrefix(line, name+"_count"):
+				key = name + "_count"
+			case strings.HasPrefix(line, name+"_bucket{") && strings.Contains(line, `le="1"`):
+				key = name + "_le1"
+			default:
+				continue
+			}
+			out[key] += v
+			if q := label(line, "name"); q != "" && !strings.HasSuffix(key, "_sum") {
+				out[key+"|"+q] += v
 			}
 		}
 	}
@@ -463,6 +499,42 @@ func meanWaitMs(before, after map[string]float64, name string) float64 {
 		return 0
 	}
 	return 1000 * (after[name+"_sum"] - before[name+"_sum"]) / n
+}
+
+// churnDetail summarises one shard's change between two reads of shardWaits: its requests
+// by method (and the non-2xx codes), its workqueue retries, and how many rate-limiter waits,
+// queue waits (per workqueue) and item processings took longer than 1 s.
+func churnDetail(before, after map[string]float64) string {
+	d := func(k string) float64 { return after[k] - before[k] }
+	var parts []string
+	var reqs []string
+	for k := range after {
+		if mc, ok := strings.CutPrefix(k, "requests|"); ok {
+			if n := d(k); n > 0 {
+				method, code, _ := strings.Cut(mc, "|")
+				reqs = append(reqs, fmt.Sprintf("%s %s:%.0f", method, code, n))
+			}
+		}
+	}
+	slices.Sort(reqs)
+	parts = append(parts, "requests "+strings.Join(reqs, " "), fmt.Sprintf("retries %.0f", d("retries")))
+	for _, name := range churnHistograms {
+		short := strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(name, "rest_client_"), "workqueue_"), "_duration_seconds")
+		parts = append(parts, fmt.Sprintf("%s>1s %.0f/%.0f", short, d(name+"_count")-d(name+"_le1"), d(name+"_count")))
+		var qs []string
+		for k := range after {
+			if q, ok := strings.CutPrefix(k, name+"_count|"); ok {
+				if over := d(k) - d(name+"_le1|"+q); over > 0 {
+					qs = append(qs, fmt.Sprintf("%s:%.0f", q, over))
+				}
+			}
+		}
+		if len(qs) > 0 {
+			slices.Sort(qs)
+			parts[len(parts)-1] += " (" + strings.Join(qs, " ") + ")"
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // watchMetrics reads the apiserver's apiserver_watch_events_total and
