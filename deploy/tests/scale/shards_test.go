@@ -63,8 +63,9 @@ type layoutResult struct {
 	// churn tail is the budget or the processing.
 	RateLimiterWaitMs []float64 `json:"churnRateLimiterWaitMs,omitempty"`
 	QueueWaitMs       []float64 `json:"churnQueueWaitMs,omitempty"`
-	// ChurnDetail is each shard's requests (method code:count), workqueue retries, and its
-	// rate-limiter waits, queue waits and item processings over 1 s during the churn.
+	// ChurnDetail is each shard's requests (method code:count), reconciles by result, workqueue
+	// delayed adds, and its rate-limiter waits, queue waits and item processings over 1 s
+	// during the churn.
 	ChurnDetail []string `json:"churnDetail,omitempty"`
 	// QPS / Burst per shard in the main phase: the single replica's default divided by N, so
 	// the shards together have one replica's budget.
@@ -446,9 +447,10 @@ var churnHistograms = []string{"rest_client_rate_limiter_duration_seconds", "wor
 
 // shardWaits reads a shard's metrics for the churn's diagnosis: of each churnHistograms,
 // "<name>_sum", "<name>_count" and "<name>_le1" (observations up to 1 s), summed over their
-// labels, and "<name>_le1|<queue>" / "<name>_count|<queue>" per workqueue; "retries" (the
-// workqueues' rate-limited re-adds) and "requests|<method>|<code>" (every client request the
-// process sent, its Lease's included).
+// labels, and "<name>_le1|<queue>" / "<name>_count|<queue>" per workqueue; "delayed adds"
+// (workqueue_retries_total: client-go counts every AddAfter, a batching delay's too, and
+// every rate-limited retry), "reconciles|<result>" (success, error, requeue, dropped) and
+// "requests|<method>|<code>" (every client request the process sent, its Lease's included).
 func shardWaits(url string) map[string]float64 {
 	_, body := benchkit.Get(url + "/metrics")
 	return parseShardWaits(body)
@@ -464,7 +466,10 @@ func parseShardWaits(body string) map[string]float64 {
 		}
 		switch {
 		case strings.HasPrefix(line, "workqueue_retries_total{"):
-			out["retries"] += v
+			out["delayed adds"] += v
+			continue
+		case strings.HasPrefix(line, "kcm_split_reconcile_total{"):
+			out["reconciles|"+label(line, "result")] += v
 			continue
 		case strings.HasPrefix(line, "rest_client_requests_total{"):
 			out["requests|"+label(line, "method")+"|"+label(line, "code")] += v
@@ -507,7 +512,7 @@ func meanWaitMs(before, after map[string]float64, name string) float64 {
 func churnDetail(before, after map[string]float64) string {
 	d := func(k string) float64 { return after[k] - before[k] }
 	var parts []string
-	var reqs []string
+	var reqs, recs []string
 	for k := range after {
 		if mc, ok := strings.CutPrefix(k, "requests|"); ok {
 			if n := d(k); n > 0 {
@@ -515,9 +520,15 @@ func churnDetail(before, after map[string]float64) string {
 				reqs = append(reqs, fmt.Sprintf("%s %s:%.0f", method, code, n))
 			}
 		}
+		if r, ok := strings.CutPrefix(k, "reconciles|"); ok {
+			if n := d(k); n > 0 {
+				recs = append(recs, fmt.Sprintf("%s:%.0f", r, n))
+			}
+		}
 	}
 	slices.Sort(reqs)
-	parts = append(parts, "requests "+strings.Join(reqs, " "), fmt.Sprintf("retries %.0f", d("retries")))
+	slices.Sort(recs)
+	parts = append(parts, "requests "+strings.Join(reqs, " "), "reconciles "+strings.Join(recs, " "), fmt.Sprintf("delayed adds %.0f", d("delayed adds")))
 	for _, name := range churnHistograms {
 		short := strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(name, "rest_client_"), "workqueue_"), "_duration_seconds")
 		parts = append(parts, fmt.Sprintf("%s>1s %.0f/%.0f", short, d(name+"_count")-d(name+"_le1"), d(name+"_count")))
