@@ -3,8 +3,8 @@ package scale
 import "testing"
 
 // TestChurnDetail reads two metrics pages of a shard as the harness does around a churn and
-// checks the summary: request deltas by method and code, reconciles by result, delayed adds, and the waits over 1 s per
-// workqueue.
+// checks the summary: request deltas by method and code, reconciles by result, delayed adds,
+// and the waits over 1 s, per workqueue too.
 func TestChurnDetail(t *testing.T) {
 	before := parseShardWaits(`# HELP rest_client_requests_total Number of HTTP requests.
 rest_client_requests_total{code="200",host="127.0.0.1:6443",method="PUT"} 10
@@ -40,7 +40,7 @@ workqueue_queue_duration_seconds_bucket{name="endpoint_slice",le="1"} 7
 workqueue_queue_duration_seconds_sum{name="endpoint_slice"} 0.1
 workqueue_queue_duration_seconds_count{name="endpoint_slice"} 7
 `)
-	want := "requests PUT 200:20 PUT 409:2, reconciles error:2 success:27, delayed adds 2, rate_limiter>1s 4/22, queue>1s 3/25 (endpoint:3), work>1s 0/0"
+	want := "requests PUT 200:20 PUT 409:2, reconciles error:2 success:27, delayed adds 2, rate_limiter>1s 4/22, queue>1s 3/25 (endpoint:3/18 endpoint_slice:0/7), work>1s 0/0"
 	if got := churnDetail(before, after); got != want {
 		t.Errorf("churnDetail:\n got %s\nwant %s", got, want)
 	}

@@ -507,8 +507,9 @@ func meanWaitMs(before, after map[string]float64, name string) float64 {
 }
 
 // churnDetail summarises one shard's change between two reads of shardWaits: its requests
-// by method (and the non-2xx codes), its workqueue retries, and how many rate-limiter waits,
-// queue waits (per workqueue) and item processings took longer than 1 s.
+// by method and code, its reconciles by result, its workqueues' delayed adds, and how many
+// rate-limiter waits, queue waits and item processings took longer than 1 s, of how many
+// (per workqueue too: "queue:over/all").
 func churnDetail(before, after map[string]float64) string {
 	d := func(k string) float64 { return after[k] - before[k] }
 	var parts []string
@@ -535,8 +536,8 @@ func churnDetail(before, after map[string]float64) string {
 		var qs []string
 		for k := range after {
 			if q, ok := strings.CutPrefix(k, name+"_count|"); ok {
-				if over := d(k) - d(name+"_le1|"+q); over > 0 {
-					qs = append(qs, fmt.Sprintf("%s:%.0f", q, over))
+				if all := d(k); all > 0 {
+					qs = append(qs, fmt.Sprintf("%s:%.0f/%.0f", q, all-d(name+"_le1|"+q), all))
 				}
 			}
 		}
