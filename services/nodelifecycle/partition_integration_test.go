@@ -102,17 +102,35 @@ func newDrillCluster(t *testing.T, prefix string) *drillCluster {
 				_ = client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
 				_ = client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Delete(context.Background(), name, metav1.DeleteOptions{})
 			})
-			// kwok makes a Pod bound to a Node it plays Running and Ready. It tolerates the
-			// unreachable NoExecute taint for ever: a Node handled as silent keeps its Pod,
-			// not Ready, so that "not Ready" is a final state to wait for.
-			pod := makePod(d.ns, "on-"+name, name, unreachableToleration(nil))
-			if _, err := client.CoreV1().Pods(d.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
 		}
 	}
 	d.a = startKwok(t, "kwok-"+prefix+"-a", drillGroupLabel+"="+prefix+"-a", drillLease)
 	d.b = startKwok(t, "kwok-"+prefix+"-b", drillGroupLabel+"="+prefix+"-b", drillLease)
+	// The Pods come once kwok plays their Nodes (it reports them Ready), so kwok sees them as
+	// new Pods of Nodes it holds: created before, they depend on kwok re-listing a Node's Pods
+	// when it takes the Node's Lease, and once (CI, 2026-11-26) they were not Ready 30 s later.
+	waitNodes(t, client, slack, "kwok reporting the drill nodes Ready", func(n *corev1.Node) bool {
+		r := readyOf(n)
+		return r != nil && r.Status == corev1.ConditionTrue
+	}, d.nodes()...)
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, n := range d.nodes() {
+				if p, err := getPod(client, d.ns, "on-"+n); err == nil {
+					t.Logf("pod on-%s: phase %s, conditions %+v", n, p.Status.Phase, p.Status.Conditions)
+				}
+			}
+		}
+	})
+	for _, name := range d.nodes() {
+		// kwok makes a Pod bound to a Node it plays Running and Ready. It tolerates the
+		// unreachable NoExecute taint for ever: a Node handled as silent keeps its Pod,
+		// not Ready, so that "not Ready" is a final state to wait for.
+		pod := makePod(d.ns, "on-"+name, name, unreachableToleration(nil))
+		if _, err := client.CoreV1().Pods(d.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return d
 }
 
