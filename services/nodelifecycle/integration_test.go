@@ -283,9 +283,14 @@ func waitNodes(t *testing.T, c kubernetes.Interface, timeout time.Duration, what
 	})
 }
 
-func isReadyClean(n *corev1.Node) bool {
+// isReady reports whether the Node's Ready condition is True (taints aside).
+func isReady(n *corev1.Node) bool {
 	r := readyOf(n)
-	return r != nil && r.Status == corev1.ConditionTrue && len(n.Spec.Taints) == 0
+	return r != nil && r.Status == corev1.ConditionTrue
+}
+
+func isReadyClean(n *corev1.Node) bool {
+	return isReady(n) && len(n.Spec.Taints) == 0
 }
 
 func isUnreachable(n *corev1.Node) bool {

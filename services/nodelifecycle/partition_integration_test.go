@@ -109,10 +109,7 @@ func newDrillCluster(t *testing.T, prefix string) *drillCluster {
 	// The Pods come once kwok plays their Nodes (it reports them Ready), so kwok sees them as
 	// new Pods of Nodes it holds: created before, they depend on kwok re-listing a Node's Pods
 	// when it takes the Node's Lease, and once (CI, 2026-11-26) they were not Ready 30 s later.
-	waitNodes(t, client, slack, "kwok reporting the drill nodes Ready", func(n *corev1.Node) bool {
-		r := readyOf(n)
-		return r != nil && r.Status == corev1.ConditionTrue
-	}, d.nodes()...)
+	waitNodes(t, client, slack, "kwok reporting the drill nodes Ready", isReady, d.nodes()...)
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, n := range d.nodes() {

@@ -78,10 +78,7 @@ func (d *zoneDrill) start(t *testing.T, flags ...string) (*testenv.Controller, t
 	client := env.Client(t)
 	// Ready only: the not-ready NoSchedule taint admission put on them is the controller's
 	// to remove.
-	waitNodes(t, client, slack, "the kwok nodes Ready", func(n *corev1.Node) bool {
-		r := readyOf(n)
-		return r != nil && r.Status == corev1.ConditionTrue
-	}, d.all()...)
+	waitNodes(t, client, slack, "the kwok nodes Ready", isReady, d.all()...)
 	ctl := env.StartLeading(t, controller, "ctl", append(append([]string{}, drillTimings...), flags...)...)
 	waitFor(t, slack, "both zones counted whole and healthy", func() bool {
 		for _, g := range []string{"a", "b"} {
