@@ -67,6 +67,9 @@ type layoutResult struct {
 	// delayed adds, and its rate-limiter waits, queue waits and item processings over 1 s
 	// during the churn.
 	ChurnDetail []string `json:"churnDetail,omitempty"`
+	// ChurnHostBusy is the share of the machine's CPU time (all cores) that was not idle during
+	// the churn, from /proc/stat: whether a churn tail is the machine rather than the shards.
+	ChurnHostBusy float64 `json:"churnHostCPUBusy,omitempty"`
 	// QPS / Burst per shard in the main phase: the single replica's default divided by N, so
 	// the shards together have one replica's budget.
 	QPS   float64 `json:"qpsPerShard"`
@@ -217,6 +220,38 @@ func loadavg() string {
 	return strings.Join(f[:3], " ")
 }
 
+// cpuTimes is the first line of /proc/stat: the machine's CPU time, all cores, in jiffies.
+type cpuTimes struct{ idle, total float64 }
+
+func hostCPU() cpuTimes {
+	raw, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return cpuTimes{}
+	}
+	line, _, _ := strings.Cut(string(raw), "\n")
+	var c cpuTimes
+	for i, f := range strings.Fields(line)[1:] {
+		v, _ := strconv.ParseFloat(f, 64)
+		if i == 8 { // guest and guest_nice are already counted in user and nice; steal counts as busy
+			break
+		}
+		c.total += v
+		if i == 3 || i == 4 { // idle, iowait
+			c.idle += v
+		}
+	}
+	return c
+}
+
+// busySince is the share of CPU time since c that was not idle (0 when unreadable).
+func (c cpuTimes) busySince() float64 {
+	now := hostCPU()
+	if dt := now.total - c.total; dt > 0 {
+		return 1 - (now.idle-c.idle)/dt
+	}
+	return 0
+}
+
 // createHot fills hotNS: hotServices Services with their ReplicaSets and Pods, and a quota.
 func (c *cluster) createHot(ctx context.Context, t *testing.T, step func(string, int, func(context.Context, int) error)) {
 	cl := c.client
@@ -349,7 +384,9 @@ func (c *cluster) runLayout(ctx context.Context, t *testing.T, ctl controller, n
 	for i, p := range procs {
 		waitsBefore[i] = shardWaits(p.url)
 	}
+	cpuBefore := hostCPU()
 	lat, also, rate := c.churnOf(ctx, t, ctl.alias, id)
+	r.ChurnHostBusy = cpuBefore.busySince()
 	after := watchMetrics(ctx, t, c)
 	for i, p := range procs {
 		w := shardWaits(p.url)
@@ -358,7 +395,7 @@ func (c *cluster) runLayout(ctx context.Context, t *testing.T, ctl controller, n
 		r.ChurnDetail = append(r.ChurnDetail, churnDetail(waitsBefore[i], w))
 		logf("churn, shard %d: %s", i, r.ChurnDetail[i])
 	}
-	logf("churn: mean client rate-limiter wait per shard %v ms, mean workqueue wait per shard %v ms", r.RateLimiterWaitMs, r.QueueWaitMs)
+	logf("churn: mean client rate-limiter wait per shard %v ms, mean workqueue wait per shard %v ms; machine CPU busy %.0f%%", r.RateLimiterWaitMs, r.QueueWaitMs, 100*r.ChurnHostBusy)
 	r.WatchEvents, r.WatchBytes = map[string]float64{}, map[string]float64{}
 	for k, v := range after {
 		res, kind, _ := strings.Cut(k, "|")
@@ -471,6 +508,9 @@ func parseShardWaits(body string) map[string]float64 {
 		case strings.HasPrefix(line, "kcm_split_reconcile_total{"):
 			out["reconciles|"+label(line, "result")] += v
 			continue
+		case strings.HasPrefix(line, "process_cpu_seconds_total "):
+			out["cpu seconds"] = v
+			continue
 		case strings.HasPrefix(line, "rest_client_requests_total{"):
 			out["requests|"+label(line, "method")+"|"+label(line, "code")] += v
 			continue
@@ -507,7 +547,7 @@ func meanWaitMs(before, after map[string]float64, name string) float64 {
 }
 
 // churnDetail summarises one shard's change between two reads of shardWaits: its requests
-// by method and code, its reconciles by result, its workqueues' delayed adds, and how many
+// by method and code, its reconciles by result, its workqueues' delayed adds, its CPU time, and how many
 // rate-limiter waits, queue waits and item processings took longer than 1 s, of how many
 // (per workqueue too: "queue:over/all").
 func churnDetail(before, after map[string]float64) string {
@@ -529,7 +569,7 @@ func churnDetail(before, after map[string]float64) string {
 	}
 	slices.Sort(reqs)
 	slices.Sort(recs)
-	parts = append(parts, "requests "+strings.Join(reqs, " "), "reconciles "+strings.Join(recs, " "), fmt.Sprintf("delayed adds %.0f", d("delayed adds")))
+	parts = append(parts, "requests "+strings.Join(reqs, " "), "reconciles "+strings.Join(recs, " "), fmt.Sprintf("delayed adds %.0f", d("delayed adds")), fmt.Sprintf("cpu %.1f s", d("cpu seconds")))
 	for _, name := range churnHistograms {
 		short := strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(name, "rest_client_"), "workqueue_"), "_duration_seconds")
 		parts = append(parts, fmt.Sprintf("%s>1s %.0f/%.0f", short, d(name+"_count")-d(name+"_le1"), d(name+"_count")))
@@ -742,7 +782,7 @@ func shardsReport(sz size, gate, spread string, perWrite float64, rs []*layoutRe
 			pmax, pmean, ratio(pmax, base, func(x *layoutResult) float64 { m, _, _ := stats(x.PeakRSSMiB); return m }), psum, ratio(psum, base, func(x *layoutResult) float64 { _, _, s := stats(x.PeakRSSMiB); return s }), hot)
 	}
 	fmt.Fprintf(&b, "\nChurn (the shards together get one replica's budget: QPS per shard = default / N) and the apiserver's watch events sent during it (`apiserver_watch_events_total` / `apiserver_watch_events_sizes_sum`, read before and after; the harness's informers watch Endpoints, EndpointSlices and ResourceQuotas, so the Pods' row is the controllers' and kwok's: with no controller running, each Pod status write made %.2f Pod watch events, kwok's; the column \"controllers'\" takes those off):\n\n", perWrite)
-	b.WriteString("| binary | N | total QPS | churn sent (/s) | samples | p50 (ms) | p99 (ms) | p99 x N=1 | EndpointSlices p99 (ms) | Pod watch events | controllers' Pod watch events | x N=1 | Pod watch MiB | other watch events |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| binary | N | total QPS | churn sent (/s) | samples | p50 (ms) | p99 (ms) | p99 x N=1 | EndpointSlices p99 (ms) | Pod watch events | controllers' Pod watch events | x N=1 | Pod watch MiB | other watch events | machine CPU busy |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
 		one1 := one[r.Controller]
 		var other []string
@@ -753,9 +793,9 @@ func shardsReport(sz size, gate, spread string, perWrite float64, rs []*layoutRe
 		}
 		slices.Sort(other)
 		own := func(x *layoutResult) float64 { return x.WatchEvents["pods"] - perWrite*float64(x.PodWrites) }
-		fmt.Fprintf(&b, "| %s | %d | %g | %.1f | %d | %.0f | %.0f | %s | %.0f | %.0f | %.0f | %s | %.1f | %s |\n", r.Controller, r.Shards, r.QPS*float64(r.Shards), r.ChurnRate, r.ChurnSamples, r.ChurnP50ms, r.ChurnP99ms,
+		fmt.Fprintf(&b, "| %s | %d | %g | %.1f | %d | %.0f | %.0f | %s | %.0f | %.0f | %.0f | %s | %.1f | %s | %.0f%% |\n", r.Controller, r.Shards, r.QPS*float64(r.Shards), r.ChurnRate, r.ChurnSamples, r.ChurnP50ms, r.ChurnP99ms,
 			ratio(r.ChurnP99ms, one1, func(x *layoutResult) float64 { return x.ChurnP99ms }), r.SliceP99ms, r.WatchEvents["pods"], own(r), ratio(own(r), one1, own),
-			r.WatchBytes["pods"]/(1<<20), strings.Join(other, ", "))
+			r.WatchBytes["pods"]/(1<<20), strings.Join(other, ", "), 100*r.ChurnHostBusy)
 	}
 	b.WriteString("\nCapacity (endpoints; each shard at the default budget): flips/s until p99 > 2 s, each step 6 s of flips of distinct Pods sent by up to 64 requests in flight; and takeover (a hot standby of the hot namespace's shard, its leader SIGKILLed, a flip in its range sent at once):\n\n")
 	b.WriteString("| N | QPS per shard | steps: asked -> sent /s, p99 ms | capacity (flips/s) | x N x N=1 | takeover (s) |\n|---|---|---|---|---|---|\n")
