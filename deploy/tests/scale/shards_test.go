@@ -41,6 +41,12 @@ const hotPodsTotal = 3000
 // rampLimit ends the ramp. A reaction not seen within rampWait counts as rampWait.
 var rampRates = []float64{15, 30, 45, 60, 90, 120, 180, 240}
 
+// pacedRates are the paced churn's steps at one replica's total budget (the main phase's
+// QPS/N per shard): the flips go out at the asked rate whatever the layout, with up to
+// rampInFlight in flight, so every layout of a run is compared at the same offered load (the
+// main churn sends one flip at a time, and its sent rate falls on a busy machine).
+var pacedRates = []float64{10, 20, 30}
+
 const (
 	rampStep     = 6 * time.Second
 	rampLimit    = 2 * time.Second
@@ -94,6 +100,8 @@ type layoutResult struct {
 	WatchBytes  map[string]float64 `json:"watchBytesDuringChurn"`
 	// PodWrites is the churn's Pod writes (flips; quota: creates and deletes).
 	PodWrites int `json:"podWritesDuringChurn"`
+	// Paced is the paced churn at one replica's total budget (pacedRates), endpoints only.
+	Paced []rampStat `json:"pacedChurn,omitempty"`
 	// Capacity phase (endpoints): each shard at the default budget.
 	CapQPS      float64    `json:"capacityQPSPerShard,omitempty"`
 	Ramp        []rampStat `json:"ramp,omitempty"`
@@ -422,6 +430,7 @@ func (c *cluster) runLayout(ctx context.Context, t *testing.T, ctl controller, n
 	logf("churn: %d samples, p50 %.0f p99 %.0f ms (sent %.1f/s); watch events %v; peak RSS %v MiB", len(lat), r.ChurnP50ms, r.ChurnP99ms, rate, r.WatchEvents, r.PeakRSSMiB)
 
 	if ctl.alias == "endpoints" {
+		r.Paced, _ = c.ramp(ctx, t, pacedRates, func(f string, a ...any) { logf("paced churn: "+f, a...) })
 		r.CapQPS = float64(budget[0])
 		if n > 1 {
 			for _, p := range procs {
@@ -435,7 +444,7 @@ func (c *cluster) runLayout(ctx context.Context, t *testing.T, ctl controller, n
 				settle(t, p.Process, settleTimeoutFor(c.sz))
 			}
 		}
-		r.Ramp, r.Capacity = c.ramp(ctx, t, logf)
+		r.Ramp, r.Capacity = c.ramp(ctx, t, rampRates, logf)
 		r.TakeoverOf = r.HotShard
 		r.TakeoverSec = c.takeover(ctx, t, bin, ctl, n, budget, procs[r.HotShard], logf)
 	}
@@ -655,12 +664,12 @@ func (c *cluster) podIndex(ref podRef) int {
 	return b<<16 | x<<8 | y
 }
 
-// ramp raises the flip rate step by step until p99 passes rampLimit and returns each step and
-// the capacity: the highest rate sent whose p99 stayed within the limit.
-func (c *cluster) ramp(ctx context.Context, t *testing.T, logf func(string, ...any)) ([]rampStat, float64) {
+// ramp raises the flip rate through rates step by step until p99 passes rampLimit and returns
+// each step and the capacity: the highest rate sent whose p99 stayed within the limit.
+func (c *cluster) ramp(ctx context.Context, t *testing.T, rates []float64, logf func(string, ...any)) ([]rampStat, float64) {
 	var out []rampStat
 	var capacity float64
-	for _, rate := range rampRates {
+	for _, rate := range rates {
 		k := int(rate * rampStep.Seconds())
 		var mu sync.Mutex
 		var lat []time.Duration
@@ -796,6 +805,21 @@ func shardsReport(sz size, gate, spread string, perWrite float64, rs []*layoutRe
 		fmt.Fprintf(&b, "| %s | %d | %g | %.1f | %d | %.0f | %.0f | %s | %.0f | %.0f | %.0f | %s | %.1f | %s | %.0f%% |\n", r.Controller, r.Shards, r.QPS*float64(r.Shards), r.ChurnRate, r.ChurnSamples, r.ChurnP50ms, r.ChurnP99ms,
 			ratio(r.ChurnP99ms, one1, func(x *layoutResult) float64 { return x.ChurnP99ms }), r.SliceP99ms, r.WatchEvents["pods"], own(r), ratio(own(r), one1, own),
 			r.WatchBytes["pods"]/(1<<20), strings.Join(other, ", "), 100*r.ChurnHostBusy)
+	}
+	b.WriteString("\nPaced churn (endpoints; the shards together at one replica's budget, as the churn above): each step 6 s of flips sent at the asked rate by up to 64 requests in flight, so every layout gets the same offered load; p99 ms (x N=1 at the same step):\n\n| N | steps: asked -> sent /s, p99 ms (x N=1) |\n|---|---|\n")
+	for _, r := range rs {
+		if r.Controller != "endpoints" || len(r.Paced) == 0 {
+			continue
+		}
+		var steps []string
+		for i, st := range r.Paced {
+			rel := "n/a"
+			if base := one[r.Controller]; base != nil && i < len(base.Paced) && base.Paced[i].P99ms > 0 {
+				rel = fmt.Sprintf("%.2fx", st.P99ms/base.Paced[i].P99ms)
+			}
+			steps = append(steps, fmt.Sprintf("%g -> %.1f, %.0f (%s)", st.Asked, st.Sent, st.P99ms, rel))
+		}
+		fmt.Fprintf(&b, "| %d | %s |\n", r.Shards, strings.Join(steps, "; "))
 	}
 	b.WriteString("\nCapacity (endpoints; each shard at the default budget): flips/s until p99 > 2 s, each step 6 s of flips of distinct Pods sent by up to 64 requests in flight; and takeover (a hot standby of the hot namespace's shard, its leader SIGKILLed, a flip in its range sent at once):\n\n")
 	b.WriteString("| N | QPS per shard | steps: asked -> sent /s, p99 ms | capacity (flips/s) | x N x N=1 | takeover (s) |\n|---|---|---|---|---|---|\n")
