@@ -45,9 +45,19 @@ func TestServiceLBMetalLBGrants(t *testing.T) {
 		{"kcm-split pools only", []string{"--set", "controllers.servicelb.flags.pool-api=kcm-split"}, ""},
 		{"metallb", []string{"--set", "controllers.servicelb.flags.pool-api=metallb"}, "metallb-system"},
 		{"both, own namespace", []string{"--set", `controllers.servicelb.flags.pool-api=kcm-split\, metallb`, "--set", "controllers.servicelb.flags.metallb-namespace=lb"}, "lb"},
+		// The release's own namespace: the grants join the controller's one Role there.
+		{"release namespace", []string{"--set", "controllers.servicelb.flags.pool-api=metallb", "--set", "controllers.servicelb.flags.metallb-namespace=" + ns}, ns},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs := render(t, c, "kcm-split", ns, append(slices.Clone(base), tc.args...)...)
+			seen := map[string]bool{}
+			for _, o := range objs {
+				id := o.Kind + " " + o.Namespace + "/" + o.Name
+				if seen[id] {
+					t.Fatalf("%s rendered twice: the install would fail", id)
+				}
+				seen[id] = true
+			}
 			got := metallbGrants(objs)
 			if tc.want == "" {
 				if len(got) > 0 {
