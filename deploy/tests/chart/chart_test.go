@@ -276,14 +276,7 @@ func TestAllAndNone(t *testing.T) {
 	if got := len(byKind(objs, "ConfigMap")); got != len(v.Controllers)+1 {
 		t.Errorf("all enabled: %d dashboard ConfigMaps, want %d (one each and the overview)", got, len(v.Controllers)+1)
 	}
-	seen := map[string]bool{}
-	for _, o := range objs {
-		key := o.Kind + "/" + o.Namespace + "/" + o.Name
-		if seen[key] {
-			t.Errorf("rendered twice: %s", key)
-		}
-		seen[key] = true
-	}
+	checkRenderedOnce(t, objs)
 	var none []string
 	for _, a := range v.Aliases() {
 		none = append(none, "--set", "controllers."+a+".enabled=false")
@@ -671,5 +664,19 @@ func TestEveryValueDocumented(t *testing.T) {
 		if !strings.Contains(string(readme), "`"+p+"`") {
 			t.Errorf("README.md does not document `%s`", p)
 		}
+	}
+}
+
+// checkRenderedOnce fails the test for every object rendered twice (same kind, namespace and
+// name): an install would fail on it.
+func checkRenderedOnce(t *testing.T, objs []Object) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, o := range objs {
+		key := o.Kind + "/" + o.Namespace + "/" + o.Name
+		if seen[key] {
+			t.Errorf("rendered twice: %s (an install would fail)", key)
+		}
+		seen[key] = true
 	}
 }

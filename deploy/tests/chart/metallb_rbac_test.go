@@ -50,14 +50,7 @@ func TestServiceLBMetalLBGrants(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs := render(t, c, "kcm-split", ns, append(slices.Clone(base), tc.args...)...)
-			seen := map[string]bool{}
-			for _, o := range objs {
-				id := o.Kind + " " + o.Namespace + "/" + o.Name
-				if seen[id] {
-					t.Fatalf("%s rendered twice: the install would fail", id)
-				}
-				seen[id] = true
-			}
+			checkRenderedOnce(t, objs)
 			got := metallbGrants(objs)
 			if tc.want == "" {
 				if len(got) > 0 {
