@@ -80,7 +80,7 @@ func TestServiceLBMetalLBGrants(t *testing.T) {
 			bound := false
 			for _, o := range objs {
 				if rb, ok := o.Typed.(*rbacv1.RoleBinding); ok && rb.Namespace == tc.want {
-					bound = rb.RoleRef.Kind == "Role" && len(rb.Subjects) == 1 && rb.Subjects[0].Kind == "ServiceAccount" && rb.Subjects[0].Namespace == ns
+					bound = bound || rb.RoleRef.Kind == "Role" && len(rb.Subjects) == 1 && rb.Subjects[0].Kind == "ServiceAccount" && rb.Subjects[0].Namespace == ns
 				}
 			}
 			if !bound {
