@@ -58,7 +58,11 @@ images-push: ## Build the controllers' images and push them to ghcr.io/kcm-split
 		-revision "$(REVISION)" -epoch $(SOURCE_DATE_EPOCH) -only $(IMAGE_BINARIES) -push $(IMAGES_FLAGS)
 
 .PHONY: test
-test: tools lint helm-lint test-e2e dashboards-e2e test-go migration-drill chart-e2e lb-e2e ## Run lint and every test (unit, integration on a real apiserver, make-up smoke, every dashboard panel on live data, the switch from KCM, the chart, then LoadBalancer traffic on a real node), all modules
+test: tools lint helm-lint netguard-drill test-e2e dashboards-e2e test-go migration-drill chart-e2e lb-e2e ## Run lint and every test (unit, integration on a real apiserver, the network guard, make-up smoke, every dashboard panel on live data, the switch from KCM, the chart, then LoadBalancer traffic on a real node), all modules
+
+.PHONY: netguard-drill
+netguard-drill: ## The network guard (deploy/local/netguard.sh) fires when a local route is missing and nothing reaches the gateway: two network namespaces, 5 s (root; part of test)
+	@bash deploy/local/netguard-drill.sh
 
 .PHONY: test-go
 test-go: ## Run go test -race in every module (needs bin/etcd and bin/kube-apiserver); logs in .test-logs/

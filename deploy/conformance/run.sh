@@ -95,7 +95,11 @@ if [ "${NODE:-}" = 1 ]; then
   extra+=("--non-blocking-taints=kcm-split.io/kwok,node-role.kubernetes.io/control-plane")
 fi
 finish() {
+  local rc=$?
+  # shellcheck source=deploy/local/lib.sh
+  (source deploy/local/lib.sh && netguard_verdict conformance) || rc=1
   if [ "$started" = 1 ] && [ "${KEEP_UP:-}" != 1 ]; then make down >/dev/null 2>&1 || true; fi
+  exit "$rc"
 }
 trap finish EXIT
 

@@ -13,7 +13,14 @@ source "$(dirname "$0")/node.sh"
 lock
 # The real node first (make node-up): its Pods are drained while the apiserver still runs.
 if node_recorded; then node_down; fi
-if ! stop_all; then
+stopped=1
+stop_all || stopped=0
+# The guard goes last: until every process is stopped, it fences their traffic.
+if netguard_active; then
+  netguard_verdict "make down" || true
+  netguard_down
+fi
+if [ "$stopped" = 0 ]; then
   say "not running"
   exit 0
 fi

@@ -176,3 +176,7 @@ poll_until() {
     sleep 0.5
   done
 }
+
+# The local cluster's address ranges and the guard that keeps test traffic on the machine.
+# shellcheck source-path=SCRIPTDIR
+source "$HERE/netguard.sh"

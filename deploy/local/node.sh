@@ -6,15 +6,14 @@
 # shellcheck disable=SC2034 # the paths are for the callers
 
 NODE_NAME=${NODE_NAME:-kcm-split-node}
-# A private /32 on lo: the kubelet refuses a loopback node IP and this kernel has no dummy links.
-NODE_IP=10.200.0.1
+# NODE_IP (netguard.sh, via lib.sh): a private /32 on lo; the kubelet refuses a loopback node
+# IP and this kernel has no dummy links.
 NODE_DIR=$LOCAL/node           # everything the node writes, except what the kernel keeps
 NODE_RUN=$NODE_DIR/run         # <component>.pid ("pid exe" on one line)
 NODE_BRIDGE=kcm0               # the CNI bridge
-# Used when no node IPAM gave the node a Pod range within T_PODCIDR seconds (UPSTREAM=1).
-NODE_FALLBACK_CIDR=10.88.0.0/24
+# NODE_FALLBACK_CIDR (netguard.sh): used when no node IPAM gave the node a Pod range within
+# T_PODCIDR seconds (UPSTREAM=1).
 CONTAINERD_SOCK=$NODE_DIR/containerd.sock
-SERVICE_CIDR=${SERVICE_CIDR:-10.96.0.0/16} # up.sh's
 # The kubelet's fixed ports make this one node per machine.
 KUBELET_PORT=10250 KUBELET_HEALTHZ=10248 PROXY_HEALTHZ=10256 PROXY_METRICS=10249
 # Sysctls the kubelet, kube-proxy or the bridge plugin may change; node-down puts them back.
@@ -89,6 +88,7 @@ node_packages() {
   [ -x /usr/lib/cni/bridge ] && [ -x /usr/lib/cni/host-local ] && [ -x /usr/lib/cni/loopback ] ||
     missing+=(containernetworking-plugins)
   command -v iptables >/dev/null || missing+=(iptables)
+  command -v nft >/dev/null || missing+=(nftables)
   [ ${#missing[@]} -eq 0 ] && return
   nsay "installing Debian packages: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -263,6 +263,8 @@ node_up() {
     if v=$(sysctl -n "$s" 2>/dev/null); then echo "$s=$v" >>"$NODE_DIR/sysctl.saved"; fi
   done
 
+  # make up as root set the guard up; a make up by another user did not.
+  netguard_active || netguard_up || ndie "the network guard could not be set up (above)"
   if [[ "$(ip -o addr show dev lo)" != *" $NODE_IP/32 "* ]]; then ip addr add "$NODE_IP/32" dev lo; fi
 
   node_cert kubelet "/O=system:nodes/CN=system:node:$NODE_NAME"

@@ -11,7 +11,10 @@ started=0
 if [ -z "$(recorded)" ]; then started=1; fi
 bash "$HERE/up.sh"
 cleanup() {
+  local rc=$?
+  netguard_verdict smoke || rc=1
   if [ "$started" = 1 ]; then bash "$HERE/down.sh"; fi
+  exit "$rc"
 }
 trap cleanup EXIT
 

@@ -30,15 +30,11 @@ KCM_DISABLED=(
 # UPSTREAM=1: the baseline. kube-controller-manager runs every controller itself and no
 # kcm-split binary starts (`UPSTREAM=1 make conformance` compares upstream with kcm-split).
 if [ "${UPSTREAM:-}" = 1 ]; then KCM_DISABLED=(); fi
-SERVICE_CIDR=10.96.0.0/16
-SERVICE_IP=10.96.0.1 # the first address: the "kubernetes" Service
-NODE_IP=10.200.0.1   # the real node of `make node-up` (deploy/local/node.sh), if one is added
-# Pod ranges, documentation addresses (RFC 5737 TEST-NET-2, RFC 3849): nodelifecycle-controller
-# cuts them into one /26 and one /64 per node (deploy/local/flags/nodelifecycle-controller), so
-# the 3 kwok nodes use 3 of the 4 IPv4 ranges. kwok takes Pod IPs from a node's podCIDR, and
-# from POD_CIDR for a node without one (when nodelifecycle-controller is not running).
-POD_CIDR=198.51.100.0/24
-POD_CIDR_IPV6=2001:db8:100::/56
+# SERVICE_CIDR, SERVICE_IP, NODE_IP, POD_CIDR, POD_CIDR_IPV6: netguard.sh (via lib.sh).
+# nodelifecycle-controller cuts the Pod ranges into one /26 and one /64 per node
+# (deploy/local/flags/nodelifecycle-controller), so the 3 kwok nodes use 3 of the 4 IPv4 ranges.
+# kwok takes Pod IPs from a node's podCIDR, and from POD_CIDR for a node without one (when
+# nodelifecycle-controller is not running).
 
 ENDPOINTS_SHARDS=${ENDPOINTS_SHARDS:-1}
 [[ $ENDPOINTS_SHARDS =~ ^[1-9][0-9]?$ ]] || die "ENDPOINTS_SHARDS=$ENDPOINTS_SHARDS: a number of shards, 1 to 99"
@@ -248,10 +244,14 @@ cleanup() {
   if [ -z "$ok" ]; then
     say "stopping what was started; logs stay in $LOGS"
     stop_all >/dev/null || true
+    netguard_down quiet
   fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+# As root: the cluster's ranges routed on the machine and counted on the way out
+# (deploy/local/netguard.sh); refuses ranges the machine already uses.
+netguard_up || die "the network guard could not be set up (above)"
 
 # launch NAME ARGS...: runs bin/NAME detached. setsid gives it its own session, so neither the
 # end of `make up` nor a Ctrl-C in this terminal reaches it; the job is not a process-group
@@ -330,8 +330,8 @@ wait_for kube-apiserver "$T_APISERVER" "/readyz" api_ok /readyz
 
 say "creating 3 kwok nodes (deploy/local/nodes.yaml)"
 kubectl create -f "$HERE/nodes.yaml" >/dev/null
-# service-lb-controller's address pools: the CRD as the chart ships it, and a demo pool on
-# documentation ranges (192.0.2.0/24, 2001:db8::/120).
+# service-lb-controller's address pools: the CRD as the chart ships it, and a demo pool
+# (198.18.0.0/24, 2001:db8::/120: inside netguard.sh's ranges).
 say "applying charts/kcm-split/crds and the demo address pool"
 kubectl apply -f "$ROOT/charts/kcm-split/crds/" >/dev/null
 kubectl wait --for=condition=Established --timeout=60s crd/ipaddresspools.lb.kcm-split.io >/dev/null

@@ -5,6 +5,8 @@
 # machine-wide lock of the real node and `make up` for the whole run. Part of `make test`.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../../.." && pwd)
+# shellcheck source=deploy/local/lib.sh
+source "$root/deploy/local/lib.sh"
 lock=/tmp/kcm-split-node.lock
 start=$SECONDS
 exec 9>"$lock"
@@ -20,6 +22,7 @@ if [ "$rc" = 0 ]; then
   (cd "$root/deploy/tests/chart" && KCM_SPLIT_DASHBOARDS_E2E=1 go test -short -count=1 -v -timeout 10m \
     -run '^TestDashboardsLive$' .) || rc=$?
 fi
+netguard_verdict dashboards-e2e || rc=1
 if [ "$started" = 1 ]; then make -s -C "$root" down || true; fi
 echo "dashboards-e2e: exit $rc after $((SECONDS - start))s"
 exit "$rc"

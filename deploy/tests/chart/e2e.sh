@@ -53,9 +53,10 @@ result=1
 finish() {
   local rc=$?
   set +e
+  netguard_verdict chart-e2e || rc=1
   say "chart-e2e: make down"
   bash deploy/local/down.sh
-  if ! node_leftovers; then
+  if ! node_leftovers || ! netguard_leftovers; then
     warn "chart-e2e: the node left the above behind"
     rc=1
   else
@@ -104,7 +105,7 @@ say "chart-e2e: images $registry/<binary>:$tag and :$tag2; workload $workload"
 set +e
 (cd deploy/tests/chart && KCM_SPLIT_CHART_E2E=1 KUBECONFIG=$KUBECONFIG_FILE \
   KCM_SPLIT_E2E_IMAGE_REGISTRY=$registry KCM_SPLIT_E2E_IMAGE_TAG=$tag KCM_SPLIT_E2E_IMAGE_TAG2=$tag2 \
-  KCM_SPLIT_E2E_NODE=$NODE_NAME KCM_SPLIT_E2E_LOG_DIR=$podlogs KCM_SPLIT_E2E_WORKLOAD_IMAGE=$workload KCM_SPLIT_E2E_WORKLOAD_ARGS=$workload_args \
+  KCM_SPLIT_E2E_NODE=$NODE_NAME KCM_SPLIT_E2E_PROXY_METRICS=http://127.0.0.1:$PROXY_METRICS/metrics KCM_SPLIT_E2E_LOG_DIR=$podlogs KCM_SPLIT_E2E_WORKLOAD_IMAGE=$workload KCM_SPLIT_E2E_WORKLOAD_ARGS=$workload_args \
   go test -count=1 -v -timeout 30m -run '^(TestChartE2E|TestChartShardsE2E)$' ./e2e/) 2>&1 | tee "$log"
 result=${PIPESTATUS[0]}
 set -e

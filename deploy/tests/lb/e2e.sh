@@ -58,10 +58,12 @@ finish() {
     "$BIN/kubectl" --kubeconfig "$KUBECONFIG_FILE" delete -k "$kdir" --ignore-not-found --wait --timeout=60s >/dev/null
   fi
   rm -rf "$kdir"
+  netguard_verdict lb-e2e || rc=1
   say "lb-e2e: make down"
   bash deploy/local/down.sh
   local left=0
   node_leftovers || left=1
+  netguard_leftovers || left=1
   if ip netns list | grep -qw kcm-lbe2e; then echo "leftover network namespace kcm-lbe2e"; left=1; fi
   if ip -o link show kcmlb0 >/dev/null 2>&1; then echo "leftover link kcmlb0"; left=1; fi
   if [ -n "$(ip -4 -o addr show to 203.0.113.0/24)" ]; then echo "leftover 203.0.113.x address: $(ip -4 -o addr show to 203.0.113.0/24)"; left=1; fi
@@ -121,7 +123,7 @@ ref=$(nctr images ls -q | grep -m1 '/service-lb-controller:' || true)
 say "lb-e2e: ready to test ($((SECONDS - start))s): speaker $speaker, controllers: $controllers"
 
 set +e
-(cd deploy/tests/lb && KCM_SPLIT_LB_E2E=1 KUBECONFIG=$KUBECONFIG_FILE KCM_SPLIT_LB_E2E_NODE=$NODE_NAME \
+(cd deploy/tests/lb && KCM_SPLIT_LB_E2E=1 KUBECONFIG=$KUBECONFIG_FILE KCM_SPLIT_LB_E2E_NODE=$NODE_NAME KCM_SPLIT_LB_E2E_PROXY_METRICS=http://127.0.0.1:$PROXY_METRICS/metrics \
   KCM_SPLIT_LB_E2E_WORKLOAD_IMAGE=$workload KCM_SPLIT_LB_E2E_SPEAKER_IMAGE=$speaker \
   KCM_SPLIT_LB_E2E_METALLB_CONTROLLER_IMAGE=$mlctrl KCM_SPLIT_LB_E2E_CONTROLLERS=${controllers// /,} \
   KCM_SPLIT_LB_E2E_HELM=$BIN/helm KCM_SPLIT_LB_E2E_CHART=$root/charts/kcm-split \

@@ -3,6 +3,7 @@ package lb
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"slices"
@@ -24,6 +25,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kcm-split/kcm-split/shared/testenv/dataplane"
 )
 
 const (
@@ -69,6 +72,7 @@ type config struct {
 	mlCtrlImage   string
 	helm, chart   string // service-lb: bin/helm and charts/kcm-split
 	registry, tag string // service-lb's image: <registry>/service-lb-controller:<tag>
+	proxyMetrics  string // kube-proxy's metrics page on the node
 }
 
 type suite struct {
@@ -79,6 +83,7 @@ type suite struct {
 	dyn    dynamic.Interface
 	client *NetnsClient
 	pods   []string // the workload's Pod names: what a correct answer names
+	podIPs []string // their addresses: where kube-proxy must send a Service's address
 }
 
 func TestLBE2E(t *testing.T) {
@@ -95,6 +100,7 @@ func TestLBE2E(t *testing.T) {
 		chart:        os.Getenv("KCM_SPLIT_LB_E2E_CHART"),
 		registry:     os.Getenv("KCM_SPLIT_LB_E2E_IMAGE_REGISTRY"),
 		tag:          os.Getenv("KCM_SPLIT_LB_E2E_IMAGE_TAG"),
+		proxyMetrics: envOr("KCM_SPLIT_LB_E2E_PROXY_METRICS", "http://127.0.0.1:10249/metrics"),
 	}
 	rc, err := clientcmd.BuildConfigFromFlags("", mustEnv(t, "KUBECONFIG"))
 	if err != nil {
@@ -311,6 +317,13 @@ func (s *suite) workload() {
 		t.Fatal(err)
 	}
 	s.pods = s.waitPodsReady(appNS, "app=web", 2, 2*time.Minute)
+	pl, err := s.cs.CoreV1().Pods(appNS).List(s.ctx, metav1.ListOptions{LabelSelector: "app=web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pl.Items {
+		s.podIPs = append(s.podIPs, p.Status.PodIP)
+	}
 	t.Logf("workload: %s (agnhost netexec), Pods %v", s.cfg.workload, s.pods)
 }
 
@@ -429,11 +442,13 @@ func (s *suite) scenarios(leader func() string, ctrlNS string) {
 	start := time.Now()
 	ip := s.createService("web", "")
 	assigned := time.Since(start)
+	programmed := s.dataPath(ip, start)
 	answer, first := s.firstAnswer(ip, start, time.Minute)
 	if !slices.Contains(s.pods, answer) {
 		t.Fatalf("http://%s/hostname answered %q, not one of the Pods %v", ip, answer, s.pods)
 	}
-	t.Logf("web: %s, address after %v, first answer %q after %v", ip, assigned.Round(time.Millisecond), answer, first.Round(time.Millisecond))
+	t.Logf("web: %s, address after %v, programmed on the node after %v, first answer %q after %v", ip, assigned.Round(time.Millisecond),
+		programmed.Round(time.Millisecond), answer, first.Round(time.Millisecond))
 
 	// 2. The acting controller Pod deleted while the client sends a request every 100 ms.
 	s.leaderDeleted(leader(), ctrlNS, ip)
@@ -446,6 +461,7 @@ func (s *suite) scenarios(leader func() string, ctrlNS string) {
 	if again != ip {
 		t.Fatalf("Service reuse asked for the freed %s and got %s", ip, again)
 	}
+	s.dataPath(ip, start)
 	if answer, _ := s.firstAnswer(ip, start, time.Minute); !slices.Contains(s.pods, answer) {
 		t.Fatalf("http://%s/hostname answered %q after the address's reuse, not one of %v", ip, answer, s.pods)
 	}
@@ -454,12 +470,13 @@ func (s *suite) scenarios(leader func() string, ctrlNS string) {
 	s.stopsAnswering(ip, 30*time.Second)
 
 	// 4. Created -> first answer, one Service after the other.
-	var toAddr, toAnswer []time.Duration
+	var toAddr, toProgrammed, toAnswer []time.Duration
 	for i := range latencyServices {
 		name := fmt.Sprintf("lat-%02d", i)
 		start := time.Now()
 		ip := s.createService(name, "")
 		toAddr = append(toAddr, time.Since(start))
+		toProgrammed = append(toProgrammed, s.dataPath(ip, start))
 		answer, d := s.firstAnswer(ip, start, time.Minute)
 		if !slices.Contains(s.pods, answer) {
 			t.Fatalf("%s: http://%s/hostname answered %q", name, ip, answer)
@@ -467,10 +484,37 @@ func (s *suite) scenarios(leader func() string, ctrlNS string) {
 		toAnswer = append(toAnswer, d)
 	}
 	figure(t, fmt.Sprintf("Service created -> address in status, %d Services: p50 %v p99 %v", latencyServices, pct(toAddr, 50), pct(toAddr, 99)))
+	figure(t, fmt.Sprintf("Service created -> programmed by kube-proxy on the node, %d Services: p50 %v p99 %v", latencyServices, pct(toProgrammed, 50), pct(toProgrammed, 99)))
+	if l, err := dataplane.ProxyLatency(s.ctx, s.cfg.proxyMetrics); err == nil {
+		figure(t, "kube-proxy: "+l)
+	} else {
+		t.Logf("kube-proxy's metrics: %v", err)
+	}
 	figure(t, fmt.Sprintf("Service created -> first successful client request, %d Services: p50 %v p99 %v", latencyServices, pct(toAnswer, 50), pct(toAnswer, 99)))
 	for i := range latencyServices {
 		s.deleteService(fmt.Sprintf("lat-%02d", i))
 	}
+}
+
+// dataPath: before the client sends to ip, the route to it stays on the machine (the client's
+// namespace has no default route; the node's route is the test's link, not its uplink) and
+// kube-proxy sends ip:80 to exactly the workload's Pods. Returns the time from start until then.
+func (s *suite) dataPath(ip string, start time.Time) time.Duration {
+	s.t.Helper()
+	for _, ns := range []string{netnsName, ""} {
+		if _, err := dataplane.CheckRoute(ns, ip); err != nil {
+			s.t.Fatal(err)
+		}
+	}
+	want := make([]string, len(s.podIPs))
+	for i, p := range s.podIPs {
+		want[i] = net.JoinHostPort(p, "8080")
+	}
+	if _, err := dataplane.WaitProgrammed(s.ctx, ip, 80, want, 2*time.Minute); err != nil {
+		s.diagnose(ip)
+		s.t.Fatal(err)
+	}
+	return time.Since(start)
 }
 
 // leaderDeleted deletes the acting Pod while a request goes out every 100 ms (at most 600, for at

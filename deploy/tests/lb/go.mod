@@ -2,7 +2,10 @@ module github.com/kcm-split/kcm-split/deploy/tests/lb
 
 go 1.26.0
 
+replace github.com/kcm-split/kcm-split/shared => ../../../shared
+
 require (
+	github.com/kcm-split/kcm-split/shared v0.0.0
 	golang.org/x/sys v0.47.0
 	k8s.io/api v0.36.3
 	k8s.io/apimachinery v0.36.3

@@ -13,12 +13,14 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -38,6 +40,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kcm-split/kcm-split/deploy/tests/chart"
+	"github.com/kcm-split/kcm-split/shared/testenv/dataplane"
 )
 
 const (
@@ -53,6 +56,7 @@ type config struct {
 	node                string // the real node's name
 	workload            string // an image whose container runs until stopped (agnhost or pause)
 	workloadArgs        []string
+	proxyMetrics        string // kube-proxy's metrics page on the node
 }
 
 type suite struct {
@@ -367,10 +371,11 @@ func (s *suite) keepLogs(binary string) {
 func newSuite(t *testing.T, timeout time.Duration, tag2 bool) *suite {
 	t.Helper()
 	cfg := config{
-		registry: mustEnv(t, "KCM_SPLIT_E2E_IMAGE_REGISTRY"),
-		tag:      mustEnv(t, "KCM_SPLIT_E2E_IMAGE_TAG"),
-		node:     mustEnv(t, "KCM_SPLIT_E2E_NODE"),
-		workload: mustEnv(t, "KCM_SPLIT_E2E_WORKLOAD_IMAGE"),
+		registry:     mustEnv(t, "KCM_SPLIT_E2E_IMAGE_REGISTRY"),
+		tag:          mustEnv(t, "KCM_SPLIT_E2E_IMAGE_TAG"),
+		node:         mustEnv(t, "KCM_SPLIT_E2E_NODE"),
+		workload:     mustEnv(t, "KCM_SPLIT_E2E_WORKLOAD_IMAGE"),
+		proxyMetrics: os.Getenv("KCM_SPLIT_E2E_PROXY_METRICS"),
 	}
 	if tag2 {
 		cfg.tag2 = mustEnv(t, "KCM_SPLIT_E2E_IMAGE_TAG2")
@@ -763,6 +768,7 @@ func (s *suite) endpointsOfRealPods() {
 		}
 		return true, nil
 	})
+	slicesListed := time.Now()
 	t.Logf("e2e-web/web: Endpoints and EndpointSlices list the real Pods %v", podIPs)
 	if len(s.cfg.workloadArgs) == 0 {
 		return
@@ -772,9 +778,12 @@ func (s *suite) endpointsOfRealPods() {
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.waitDataPath(got.Spec.ClusterIP, got.Spec.Ports[0].Port, podIPs, 8080, slicesListed)
 	url := "http://" + got.Spec.ClusterIP + "/hostname"
+	// Every try a new connection: one made before a rule existed must not be reused after.
+	client := dataplane.Client(3 * time.Second)
 	s.poll("GET "+url+" answered by a Pod", time.Minute, func() (bool, error) {
-		resp, err := (&http.Client{Timeout: 3 * time.Second}).Get(url)
+		resp, err := client.Get(url)
 		if err != nil {
 			return false, err
 		}
@@ -788,6 +797,36 @@ func (s *suite) endpointsOfRealPods() {
 		t.Logf("GET %s: %s", url, b)
 		return true, nil
 	})
+}
+
+// waitDataPath: before anything is sent to ip:port, the route to it stays on the machine and
+// kube-proxy sends it to exactly the Pods (podIPs, targetPort). Prints how long the node took to
+// program it after since, and kube-proxy's own sync and programming latencies.
+func (s *suite) waitDataPath(ip string, port int32, podIPs []string, targetPort int, since time.Time) {
+	s.t.Helper()
+	t := s.t
+	route, err := dataplane.CheckRoute("", ip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("route to %s: %s", ip, route)
+	want := make([]string, len(podIPs))
+	for i, p := range podIPs {
+		want[i] = net.JoinHostPort(p, strconv.Itoa(targetPort))
+	}
+	if _, err := dataplane.WaitProgrammed(s.ctx, ip, port, want, 3*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	figure(t, fmt.Sprintf("kube-proxy programmed %s:%d (from the EndpointSlices listing the Pods)", ip, port), time.Since(since))
+	if s.cfg.proxyMetrics == "" {
+		return
+	}
+	if l, err := dataplane.ProxyLatency(s.ctx, s.cfg.proxyMetrics); err != nil {
+		t.Logf("kube-proxy's metrics: %v", err)
+	} else {
+		t.Log("FIGURE kube-proxy: " + l)
+		fmt.Println("FIGURE kube-proxy: " + l)
+	}
 }
 
 func ptr[T any](v T) *T { return &v }
