@@ -174,8 +174,8 @@ func (h Histogram) Quantile(q float64) float64 {
 	return math.Inf(1)
 }
 
-// ParseHistograms reads every unlabelled-but-for-le histogram named in names from a text
-// metrics page.
+// ParseHistograms reads the histograms named in names from a text metrics page; the series of
+// one histogram (kube-proxy labels them by ip_family) are added up.
 func ParseHistograms(page io.Reader, names ...string) (map[string]Histogram, error) {
 	hs := map[string]Histogram{}
 	sc := bufio.NewScanner(page)
@@ -185,11 +185,13 @@ func ParseHistograms(page io.Reader, names ...string) (map[string]Histogram, err
 		if strings.HasPrefix(l, "#") {
 			continue
 		}
+		series, val, ok := strings.Cut(l, " ")
+		if !ok {
+			continue
+		}
+		metric, labels, _ := strings.Cut(series, "{")
 		for _, n := range names {
-			if !strings.HasPrefix(l, n+"_") {
-				continue
-			}
-			key, val, ok := strings.Cut(l, " ")
+			suffix, ok := strings.CutPrefix(metric, n+"_")
 			if !ok {
 				continue
 			}
@@ -201,18 +203,22 @@ func ParseHistograms(page io.Reader, names ...string) (map[string]Histogram, err
 			if h.Buckets == nil {
 				h.Buckets = map[float64]float64{}
 			}
-			switch {
-			case key == n+"_sum":
-				h.Sum = v
-			case key == n+"_count":
-				h.Count = v
-			case strings.HasPrefix(key, n+`_bucket{le="`):
-				le := strings.TrimSuffix(strings.TrimPrefix(key, n+`_bucket{le="`), `"}`)
+			switch suffix {
+			case "sum":
+				h.Sum += v
+			case "count":
+				h.Count += v
+			case "bucket":
+				_, le, ok := strings.Cut(labels, `le="`)
+				if !ok {
+					return nil, fmt.Errorf("%q: a bucket without le", l)
+				}
+				le, _, _ = strings.Cut(le, `"`)
 				b, err := strconv.ParseFloat(le, 64)
 				if err != nil {
 					return nil, fmt.Errorf("%q: %v", l, err)
 				}
-				h.Buckets[b] = v
+				h.Buckets[b] += v
 			}
 			hs[n] = h
 		}

@@ -77,6 +77,17 @@ kubeproxy_sync_proxy_rules_duration_seconds_bucket{le="+Inf"} 10
 kubeproxy_sync_proxy_rules_duration_seconds_sum 4.5
 kubeproxy_sync_proxy_rules_duration_seconds_count 10
 kubeproxy_sync_proxy_rules_last_timestamp_seconds 1.7e+09
+# TYPE kubeproxy_network_programming_duration_seconds histogram
+kubeproxy_network_programming_duration_seconds_bucket{ip_family="IPv4",le="0.25"} 1
+kubeproxy_network_programming_duration_seconds_bucket{ip_family="IPv4",le="2"} 3
+kubeproxy_network_programming_duration_seconds_bucket{ip_family="IPv4",le="+Inf"} 3
+kubeproxy_network_programming_duration_seconds_sum{ip_family="IPv4"} 2.5
+kubeproxy_network_programming_duration_seconds_count{ip_family="IPv4"} 3
+kubeproxy_network_programming_duration_seconds_bucket{ip_family="IPv6",le="0.25"} 1
+kubeproxy_network_programming_duration_seconds_bucket{ip_family="IPv6",le="2"} 1
+kubeproxy_network_programming_duration_seconds_bucket{ip_family="IPv6",le="+Inf"} 1
+kubeproxy_network_programming_duration_seconds_sum{ip_family="IPv6"} 0.1
+kubeproxy_network_programming_duration_seconds_count{ip_family="IPv6"} 1
 `
 	hs, err := ParseHistograms(strings.NewReader(page), "kubeproxy_sync_proxy_rules_duration_seconds", "kubeproxy_network_programming_duration_seconds")
 	if err != nil {
@@ -95,7 +106,12 @@ kubeproxy_sync_proxy_rules_last_timestamp_seconds 1.7e+09
 	if q := h.Quantile(0.99); !math.IsInf(q, 1) {
 		t.Errorf("p99 %v, want +Inf", q)
 	}
-	if q := hs["kubeproxy_network_programming_duration_seconds"].Quantile(0.5); !math.IsNaN(q) {
+	// Labelled by family: the series add up.
+	p := hs["kubeproxy_network_programming_duration_seconds"]
+	if p.Count != 4 || math.Abs(p.Sum-2.6) > 1e-9 || p.Buckets[0.25] != 2 || p.Quantile(0.5) != 0.25 || p.Quantile(0.99) != 2 {
+		t.Errorf("programming: %+v", p)
+	}
+	if q := hs["kubeproxy_absent_seconds"].Quantile(0.5); !math.IsNaN(q) {
 		t.Errorf("absent histogram: %v, want NaN", q)
 	}
 }
