@@ -10,21 +10,21 @@ import (
 	"github.com/kcm-split/kcm-split/shared/app"
 )
 
-// Names this controller is known by. They are the single source of truth for the binary,
-// the Lease, the queues' metrics labels, the Helm chart key and what other components see.
+// Names this binary and its node lifecycle controller are known by, one constant each: the
+// single source of truth for the binary, the Lease, the queues' metrics labels, the Helm chart
+// key and what other components see. The other two controllers' names are in their packages
+// (tainteviction.Name, ipam.Name, ipam.ComponentName).
 const (
-	// ControllerID is the binary name and the default Lease name (upstream's controller is
-	// node-lifecycle-controller, the name the runner and a LeaderMigrationConfiguration use).
+	// ControllerID is kcm-split's id of this binary: its name, the default Lease name, the chart key.
 	ControllerID = "nodelifecycle-controller"
-	// IPAMControllerName is upstream's name of the node IPAM controller this binary also runs
-	// (with --allocate-node-cidrs), as the runner names it in errors.
-	IPAMControllerName = "node-ipam-controller"
+	// Name is upstream's name of the node lifecycle controller (--controllers, leader migration).
+	Name = "node-lifecycle-controller"
 	// NodeQueueName is upstream's name of the queue of Nodes whose NoSchedule taints are
 	// reconciled, so workqueue_*{name="node_lifecycle_controller"} queries keep working.
 	NodeQueueName = "node_lifecycle_controller"
 	// PodQueueName is upstream's name of the queue of Pods newly bound to a Node.
 	PodQueueName = "node_lifecycle_controller_pods"
-	// ComponentName is the source component of the Events about Nodes, upstream's.
+	// ComponentName is upstream's source component of the node lifecycle controller's Events.
 	ComponentName = "node-controller"
 	// DefaultPort serves metrics and health unless --metrics-bind-address says otherwise.
 	DefaultPort = 10282

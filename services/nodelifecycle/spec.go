@@ -52,14 +52,14 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 		opts,
 		rt.Registry,
 	)
-	controllers := []app.Controller{{Name: kcmName, HasSynced: c.HasSynced, Run: c.Run}}
+	controllers := []app.Controller{{Name: Name, HasSynced: c.HasSynced, Run: c.Run}}
 	if opts.TaintEviction {
 		// Upstream's separate controller, on the same Node and Pod informers: it deletes the
 		// Pods that do not tolerate their Node's NoExecute taints, whoever put them there
 		// (mostly the controller above).
 		evictor := tainteviction.New(factory.Core().V1().Nodes(), podFactory.Core().V1().Pods(), client,
-			rt.EventRecorder(ctx, tainteviction.ControllerName), rt.Registry, ControllerID)
-		controllers = append(controllers, app.Controller{Name: tainteviction.ControllerName, HasSynced: evictor.HasSynced, Run: evictor.Run})
+			rt.EventRecorder(ctx, tainteviction.Name), rt.Registry, ControllerID)
+		controllers = append(controllers, app.Controller{Name: tainteviction.Name, HasSynced: evictor.HasSynced, Run: evictor.Run})
 	}
 	if !opts.IPAM.Allocate {
 		return rt.RunControllers(ctx, controllers, factory, leaseFactory, podFactory)
@@ -77,10 +77,6 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 	if err != nil {
 		return err
 	}
-	controllers = append(controllers, app.Controller{Name: IPAMControllerName, HasSynced: allocator.HasSynced, Run: allocator.Run})
+	controllers = append(controllers, app.Controller{Name: ipam.Name, HasSynced: allocator.HasSynced, Run: allocator.Run})
 	return rt.RunControllers(ctx, controllers, factory, leaseFactory, podFactory, claimFactory)
 }
-
-// kcmName is kube-controller-manager's name of this controller, the name a
-// LeaderMigrationConfiguration gives it (the binary's ID is kcm-split's own).
-const kcmName = "node-lifecycle-controller"
