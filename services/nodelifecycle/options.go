@@ -12,9 +12,9 @@ import (
 )
 
 // Names this binary and its node lifecycle controller are known by, one constant each: the
-// single source of truth for the binary, the Lease, the queues' metrics labels, the Helm chart
-// key and what other components see. The other two controllers' names are in their packages
-// (tainteviction.Name, ipam.Name, ipam.ComponentName).
+// single source of truth for the binary, the Lease, the queues' metrics labels and what other
+// components see. The other two controllers' names are in their packages (tainteviction.Name,
+// ipam.Name, ipam.ComponentName).
 const (
 	// ControllerID is kcm-split's id of this binary: its name and the default Lease name.
 	ControllerID = "nodelifecycle-controller"
