@@ -15,19 +15,7 @@ import (
 // period.
 func (c *Controller) handleDisruption(ctx context.Context, counts map[string]*zoneCount, nodes []*v1.Node) {
 	logger := klog.FromContext(ctx)
-	newStates := make(map[string]ZoneState, len(counts))
-	allDownNow := len(counts) > 0
-	for k, zc := range counts {
-		size := zc.ready + zc.notReady
-		c.metrics.zoneSize.WithLabelValues(k).Set(float64(size))
-		c.metrics.unhealthy.WithLabelValues(k).Set(float64(zc.notReady))
-		c.metrics.zoneHealth.WithLabelValues(k).Set(float64(100*zc.ready) / float64(size))
-		s := zoneState(zc.ready, zc.notReady, c.opts.UnhealthyZoneThreshold)
-		newStates[k] = s
-		if s != StateFullDisruption {
-			allDownNow = false
-		}
-	}
+	newStates, allDownNow := c.zoneStates(counts)
 
 	c.mu.Lock()
 	wasAllDown := c.allDown
@@ -93,6 +81,25 @@ func (c *Controller) handleDisruption(ctx context.Context, counts map[string]*zo
 		c.recorder.Eventf(zoneEventObject, v1.EventTypeNormal, ReasonAllZonesDownEnded,
 			"A Node is Ready again: NoExecute tainting resumes per zone; every Node got a fresh grace period")
 	}
+}
+
+// zoneStates sets the metrics of each zone in counts and returns its state, and whether every
+// one of them (at least one) is fully disrupted.
+func (c *Controller) zoneStates(counts map[string]*zoneCount) (map[string]ZoneState, bool) {
+	states := make(map[string]ZoneState, len(counts))
+	allDown := len(counts) > 0
+	for k, zc := range counts {
+		size := zc.ready + zc.notReady
+		c.metrics.zoneSize.WithLabelValues(k).Set(float64(size))
+		c.metrics.unhealthy.WithLabelValues(k).Set(float64(zc.notReady))
+		c.metrics.zoneHealth.WithLabelValues(k).Set(float64(100*zc.ready) / float64(size))
+		s := zoneState(zc.ready, zc.notReady, c.opts.UnhealthyZoneThreshold)
+		states[k] = s
+		if s != StateFullDisruption {
+			allDown = false
+		}
+	}
+	return states, allDown
 }
 
 func sizeOf(zc *zoneCount) int {

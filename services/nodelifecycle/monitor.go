@@ -97,6 +97,18 @@ func (c *Controller) checkAllNodes(ctx context.Context) time.Time {
 		return time.Time{}
 	}
 
+	counts, next := countZones(results, next)
+	c.handleDisruption(ctx, counts, nodes)
+	next = c.queueNoExecute(nodes, results, next)
+	// Always: the rates may have changed too.
+	c.wakeTainter()
+	return next
+}
+
+// countZones counts each zone's Ready and not-Ready Nodes among results, and returns next or
+// the earliest deadline of a result, whichever comes first. A Node whose health update failed
+// does not vote, nor does one excluded from disruption.
+func countZones(results []nodeResult, next time.Time) (map[string]*zoneCount, time.Time) {
 	counts := map[string]*zoneCount{}
 	for i := range results {
 		r := &results[i]
@@ -119,11 +131,14 @@ func (c *Controller) checkAllNodes(ctx context.Context) time.Time {
 			next = r.deadline
 		}
 	}
-	c.handleDisruption(ctx, counts, nodes)
+	return counts, next
+}
 
-	// NoExecute taints are queued only now, once the zone states (and so the rates) account
-	// for this round: a Node never gets tainted at the rate of a zone state that its own
-	// failure is about to change.
+// queueNoExecute queues the NoExecute taints of the round's results that want one, and
+// returns next or the earliest deadline of a Node whose taint must wait, whichever comes
+// first. It runs only once the zone states (and so the rates) account for this round: a Node
+// never gets tainted at the rate of a zone state that its own failure is about to change.
+func (c *Controller) queueNoExecute(nodes []*v1.Node, results []nodeResult, next time.Time) time.Time {
 	for i := range results {
 		r := &results[i]
 		if !r.ok || !r.wantTaint {
@@ -148,8 +163,6 @@ func (c *Controller) checkAllNodes(ctx context.Context) time.Time {
 		}
 		z.tainter.add(nodes[i].Name, c.now())
 	}
-	// Always: the rates may have changed too.
-	c.wakeTainter()
 	return next
 }
 

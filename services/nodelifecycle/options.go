@@ -7,31 +7,33 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kcm-split/kcm-split/services/nodelifecycle/ipam"
+	"github.com/kcm-split/kcm-split/services/nodelifecycle/tainteviction"
 	"github.com/kcm-split/kcm-split/shared/app"
 )
 
-// Names this controller is known by. They are the single source of truth for the binary,
-// the Lease, the queues' metrics labels, the Helm chart key and what other components see.
+// Names this binary and its node lifecycle controller are known by, one constant each: the
+// single source of truth for the binary, the Lease, the queues' metrics labels and what other
+// components see. The other two controllers' names are in their packages (tainteviction.Name,
+// ipam.Name, ipam.ComponentName).
 const (
-	// ControllerID is the binary name and the default Lease name (upstream's controller is
-	// node-lifecycle-controller, the name the runner and a LeaderMigrationConfiguration use).
+	// ControllerID is kcm-split's id of this binary: its name and the default Lease name.
 	ControllerID = "nodelifecycle-controller"
-	// IPAMControllerName is upstream's name of the node IPAM controller this binary also runs
-	// (with --allocate-node-cidrs), as the runner names it in errors.
-	IPAMControllerName = "node-ipam-controller"
+	// Name is upstream's name of the node lifecycle controller (--controllers, leader migration).
+	Name = "node-lifecycle-controller"
 	// NodeQueueName is upstream's name of the queue of Nodes whose NoSchedule taints are
 	// reconciled, so workqueue_*{name="node_lifecycle_controller"} queries keep working.
 	NodeQueueName = "node_lifecycle_controller"
 	// PodQueueName is upstream's name of the queue of Pods newly bound to a Node.
 	PodQueueName = "node_lifecycle_controller_pods"
-	// ComponentName is the source component of the Events about Nodes, upstream's.
+	// ComponentName is upstream's source component of the node lifecycle controller's Events.
 	ComponentName = "node-controller"
 	// DefaultPort serves metrics and health unless --metrics-bind-address says otherwise.
 	DefaultPort = 10282
 )
 
-// Flag names, upstream's (--enable-taint-eviction is ours: upstream chooses with --controllers).
+// Flag names, upstream's (--enable-taint-eviction is ours, deprecated: --controllers chooses).
 const (
+	FlagControllers            = "controllers"
 	FlagMonitorPeriod          = "node-monitor-period"
 	FlagMonitorGracePeriod     = "node-monitor-grace-period"
 	FlagStartupGracePeriod     = "node-startup-grace-period"
@@ -63,8 +65,21 @@ const (
 	DefaultBurst = 90
 )
 
+// knownControllers are the controllers --controllers can name, with upstream's aliases. None is
+// off by default upstream: node-ipam-controller is on under "*" there too, and allocates only
+// with --allocate-node-cidrs.
+var knownControllers = []app.ControllerName{
+	{Name: Name, Aliases: []string{"nodelifecycle"}},
+	{Name: tainteviction.Name},
+	{Name: ipam.Name, Aliases: []string{"nodeipam"}},
+}
+
 // Options are the controller's own settings.
 type Options struct {
+	// Controllers is --controllers as given: upstream's syntax, a comma-separated list of
+	// names to enable, "-name" to disable, "*" for all three. See Enabled for how
+	// TaintEviction and IPAM.Allocate narrow it.
+	Controllers string
 	// MonitorPeriod is how often every Node is checked even when no deadline or event asks
 	// for it. Node health deadlines are also watched directly, so this bounds neither the
 	// detection delay nor the zone-state refresh after a change.
@@ -97,16 +112,20 @@ type Options struct {
 	// fraction of all Nodes falling silent together as its own partition from the Nodes
 	// rather than that many dead Nodes (see partition.go). 0 is upstream's behaviour.
 	PartitionUnknownFraction float64
-	// TaintEviction runs the taint-eviction controller beside this one: the deletion of
-	// Pods that do not tolerate a NoExecute taint.
+	// TaintEviction is --enable-taint-eviction, deprecated: false keeps the taint-eviction
+	// controller (the deletion of Pods that do not tolerate a NoExecute taint) off, whatever
+	// Controllers says, as --controllers=*,-taint-eviction-controller does.
 	TaintEviction bool
-	// IPAM is node Pod range allocation (upstream's node-ipam-controller), off by default.
+	// IPAM is node Pod range allocation (upstream's node-ipam-controller). As upstream, it
+	// allocates only with IPAM.Allocate (--allocate-node-cidrs, false by default), and only
+	// if Controllers enables it.
 	IPAM ipam.Options
 }
 
 // DefaultOptions returns upstream's defaults.
 func DefaultOptions() Options {
 	return Options{
+		Controllers:            "*",
 		MonitorPeriod:          5 * time.Second,
 		MonitorGracePeriod:     50 * time.Second,
 		StartupGracePeriod:     time.Minute,
@@ -150,14 +169,42 @@ func (o Options) Validate() error {
 	case !(o.PartitionUnknownFraction >= 0 && o.PartitionUnknownFraction < 1):
 		return bad(FlagPartitionUnknownFraction, "%g is outside 0 (off) up to, not including, 1", o.PartitionUnknownFraction)
 	}
-	_, err := o.IPAM.Config()
-	return err
+	// The IPAM flags are checked whichever controllers run, as before --controllers existed.
+	_, ipamErr := o.IPAM.Config()
+	_, err := o.Enabled()
+	return app.FirstError(err, ipamErr)
+}
+
+// Enabled returns the controllers this binary runs: those --controllers turns on (upstream's
+// syntax, app.EnabledControllers), less taint-eviction-controller without
+// --enable-taint-eviction and less node-ipam-controller without --allocate-node-cidrs. Each
+// boolean can only turn its controller off, so --controllers=* with both at their defaults
+// runs what the binary ran before it had --controllers. A combination that runs nothing is
+// refused, naming --controllers.
+func (o Options) Enabled() (map[string]bool, error) {
+	enabled, err := app.EnabledControllers(FlagControllers, o.Controllers, knownControllers)
+	if err != nil {
+		return nil, err
+	}
+	if !o.TaintEviction {
+		delete(enabled, tainteviction.Name)
+	}
+	if !o.IPAM.Allocate {
+		delete(enabled, ipam.Name)
+	}
+	if len(enabled) == 0 {
+		return nil, &app.FlagError{Flag: FlagControllers, Err: fmt.Errorf(
+			"%q runs nothing with --%s=%t and --%s=%t", o.Controllers, FlagEnableTaintEviction, o.TaintEviction, ipam.FlagAllocateNodeCIDRs, o.IPAM.Allocate)}
+	}
+	return enabled, nil
 }
 
 // Flags returns the controller's flags, each bound to its field of o; their defaults are o's
 // values. New flag values on every call: app.Run adds environment variables to them in place.
 func (o *Options) Flags() []cli.Flag {
 	return []cli.Flag{
+		app.Bound(app.CategoryController, FlagControllers, &o.Controllers, app.ControllersUsage(knownControllers)+
+			"; taint-eviction-controller also needs --"+FlagEnableTaintEviction+", node-ipam-controller --"+ipam.FlagAllocateNodeCIDRs),
 		app.Bound(app.CategoryController, FlagMonitorPeriod, &o.MonitorPeriod,
 			"how often every Node's health is checked; deadlines are also tracked per Node, so detection does not wait for this period"),
 		app.Bound(app.CategoryController, FlagMonitorGracePeriod, &o.MonitorGracePeriod,
@@ -177,9 +224,9 @@ func (o *Options) Flags() []cli.Flag {
 		app.Bound(app.CategoryController, FlagPartitionUnknownFraction, &o.PartitionUnknownFraction,
 			"when more than this fraction (0..1) of all Nodes fall silent together, take it for this controller's own partition from them: mark no Pod not Ready and add no taint until each Node's Lease returns (or a grace period after the first returns); 0 (the default) is upstream's behaviour"),
 		app.Bound(app.CategoryController, FlagEnableTaintEviction, &o.TaintEviction,
-			"delete Pods that do not tolerate a NoExecute taint of their Node (upstream's taint-eviction-controller)"),
+			"deprecated, use --"+FlagControllers+"=*,-"+tainteviction.Name+" instead of false: false keeps "+tainteviction.Name+" (the deletion of Pods that do not tolerate a NoExecute taint of their Node) off whatever --"+FlagControllers+" says"),
 		app.Bound("Controller: node IPAM", ipam.FlagAllocateNodeCIDRs, &o.IPAM.Allocate,
-			"give every Node without one a Pod range (spec.podCIDRs) from --"+ipam.FlagClusterCIDR+" (upstream's node-ipam-controller)"),
+			"give every Node without one a Pod range (spec.podCIDRs) from --"+ipam.FlagClusterCIDR+", as upstream: "+ipam.Name+" runs only with it, and only if --"+FlagControllers+" enables it"),
 		app.Bound("Controller: node IPAM", ipam.FlagClusterCIDR, &o.IPAM.ClusterCIDR,
 			"CIDR the Nodes' Pod ranges are cut from: one, or an IPv4,IPv6 pair for dual-stack Nodes"),
 		app.Bound("Controller: node IPAM", ipam.FlagNodeCIDRMaskSize, &o.IPAM.MaskSize,

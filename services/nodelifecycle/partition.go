@@ -140,62 +140,75 @@ func (g *partitionGuard) judge(now time.Time, total int, obs []silence) partitio
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	fellSilent := func(o silence) {
-		if g.suspected {
-			// During an episode, a Node falling silent is most likely the same partition
-			// reaching it later.
-			g.nodes[o.name] = &nodeHold{state: holdHeld, signs: o.signs}
-			return
-		}
-		g.nodes[o.name] = &nodeHold{state: holdPending, since: now, signs: o.signs}
-	}
 	for _, o := range obs {
-		h := g.nodes[o.name]
-		if !o.unknown {
-			// Its kubelet posted Ready (or NotReady): not silent, nothing to hold.
-			if h != nil {
-				delete(g.nodes, o.name)
-				if h.state == holdHeld && g.returnedAt.IsZero() {
-					// Back and posting in one go, without a round that saw only its Lease.
-					g.returnedAt = now
-				}
-				if h.state != holdReleased {
-					v.resync = append(v.resync, o.name)
-				}
+		g.observe(now, o, &v)
+	}
+	g.startEpisode(now, total, &v)
+	g.settle(now, &v)
+	return v
+}
+
+// fellSilent starts tracking a Node that has just fallen silent. g.mu is held.
+func (g *partitionGuard) fellSilent(now time.Time, o silence) {
+	if g.suspected {
+		// During an episode, a Node falling silent is most likely the same partition
+		// reaching it later.
+		g.nodes[o.name] = &nodeHold{state: holdHeld, signs: o.signs}
+		return
+	}
+	g.nodes[o.name] = &nodeHold{state: holdPending, since: now, signs: o.signs}
+}
+
+// observe moves one Node's hold on from its updated health. g.mu is held.
+func (g *partitionGuard) observe(now time.Time, o silence, v *partitionVerdict) {
+	h := g.nodes[o.name]
+	if !o.unknown {
+		// Its kubelet posted Ready (or NotReady): not silent, nothing to hold.
+		if h != nil {
+			delete(g.nodes, o.name)
+			if h.state == holdHeld && g.returnedAt.IsZero() {
+				// Back and posting in one go, without a round that saw only its Lease.
+				g.returnedAt = now
 			}
-			continue
+			if h.state != holdReleased {
+				v.resync = append(v.resync, o.name)
+			}
 		}
-		if h == nil {
-			if o.silent {
-				fellSilent(o)
-			}
-			continue
+		return
+	}
+	if h == nil {
+		if o.silent {
+			g.fellSilent(now, o)
 		}
-		switch h.state {
-		case holdPending:
-			if o.signs != h.signs {
-				delete(g.nodes, o.name) // alive after all: nothing to decide
+		return
+	}
+	switch h.state {
+	case holdPending:
+		if o.signs != h.signs {
+			delete(g.nodes, o.name) // alive after all: nothing to decide
+		}
+	case holdHeld:
+		switch {
+		case o.signs != h.signs:
+			h.state = holdReturned
+			if g.returnedAt.IsZero() {
+				g.returnedAt = now
 			}
-		case holdHeld:
-			switch {
-			case o.signs != h.signs:
-				h.state = holdReturned
-				if g.returnedAt.IsZero() {
-					g.returnedAt = now
-				}
-			case !g.returnedAt.IsZero() && !now.Before(g.returnedAt.Add(g.grace)):
-				h.state = holdReleased
-				v.released = append(v.released, o.name)
-			}
-		case holdReturned:
-			if o.silent {
-				fellSilent(o) // silent again since its return: a new silence
-			}
+		case !g.returnedAt.IsZero() && !now.Before(g.returnedAt.Add(g.grace)):
+			h.state = holdReleased
+			v.released = append(v.released, o.name)
+		}
+	case holdReturned:
+		if o.silent {
+			g.fellSilent(now, o) // silent again since its return: a new silence
 		}
 	}
+}
 
-	// Pending Nodes whose window is still open fell silent within one window of the last
-	// one to: they fell silent together.
+// startEpisode holds the pending Nodes that fell silent together when they are more than the
+// fraction of all total Nodes. Pending Nodes whose window is still open fell silent within
+// one window of the last one to: they fell silent together. g.mu is held.
+func (g *partitionGuard) startEpisode(now time.Time, total int, v *partitionVerdict) {
 	together := func(h *nodeHold) bool { return h.state == holdPending && now.Before(h.since.Add(g.window)) }
 	pending := 0
 	for _, h := range g.nodes {
@@ -203,14 +216,20 @@ func (g *partitionGuard) judge(now time.Time, total int, obs []silence) partitio
 			pending++
 		}
 	}
-	if !g.suspected && pending > 0 && float64(pending) > g.fraction*float64(total) {
-		g.suspected, v.started = true, true
-		for _, h := range g.nodes {
-			if together(h) {
-				h.state = holdHeld
-			}
+	if g.suspected || pending == 0 || float64(pending) <= g.fraction*float64(total) {
+		return
+	}
+	g.suspected, v.started = true, true
+	for _, h := range g.nodes {
+		if together(h) {
+			h.state = holdHeld
 		}
 	}
+}
+
+// settle releases the pending Nodes whose window closed, counts the held ones, sets when to
+// look again and ends the episode once no Node is held. g.mu is held.
+func (g *partitionGuard) settle(now time.Time, v *partitionVerdict) {
 	for name, h := range g.nodes {
 		switch h.state {
 		case holdPending:
@@ -233,5 +252,4 @@ func (g *partitionGuard) judge(now time.Time, total int, obs []silence) partitio
 	if g.suspected && v.held == 0 {
 		g.suspected, g.returnedAt, v.ended = false, time.Time{}, true
 	}
-	return v
 }

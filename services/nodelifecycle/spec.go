@@ -8,11 +8,13 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
 	"k8s.io/component-base/featuregate"
+	"k8s.io/klog/v2"
 
 	"github.com/kcm-split/kcm-split/services/nodelifecycle/ipam"
 	"github.com/kcm-split/kcm-split/services/nodelifecycle/tainteviction"
 	"github.com/kcm-split/kcm-split/shared/app"
 	"github.com/kcm-split/kcm-split/shared/features"
+	"github.com/kcm-split/kcm-split/shared/informer"
 )
 
 // Spec describes the nodelifecycle-controller binary to app.Main.
@@ -21,7 +23,7 @@ func Spec() app.Spec {
 		ID:          ControllerID,
 		Usage:       "marks silent Nodes Unknown, taints Nodes from their conditions, taints unreachable Nodes NoExecute at a zone-aware rate, evicts the Pods that do not tolerate it, and (with --allocate-node-cidrs) gives Nodes their Pod ranges",
 		DefaultPort: DefaultPort,
-		// NoExecute evictions are the taint-eviction controller's (--enable-taint-eviction); locked on.
+		// NoExecute evictions are taint-eviction-controller's (see --controllers); locked on.
 		FeatureGates: []featuregate.Feature{features.SeparateTaintEvictionController},
 		// Three upstream controllers' budgets in one: see DefaultQPS.
 		DefaultQPS:   DefaultQPS,
@@ -30,8 +32,13 @@ func Spec() app.Spec {
 }
 
 // run is called only while this process holds the Lease: it owns the informers, so a standby
-// replica watches nothing.
+// replica watches nothing. The controllers Options.Enabled chooses share the Node and Pod
+// informers; each informer is created only by a controller that uses it.
 func run(ctx context.Context, rt *app.Runtime, opts Options) error {
+	enabled, err := opts.Enabled()
+	if err != nil {
+		return err // validated at parse time already
+	}
 	client := rt.Client
 	resync := rt.ResyncPeriod()
 	transform := informers.WithTransform(cacheTransform)
@@ -43,44 +50,46 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermNotEqualSelector("spec.nodeName", "").String()
 		}))
-	c := New(
-		factory.Core().V1().Nodes(),
-		leaseFactory.Coordination().V1().Leases(),
-		podFactory.Core().V1().Pods(),
-		client,
-		rt.EventRecorder(ctx, ComponentName),
-		opts,
-		rt.Registry,
-	)
-	controllers := []app.Controller{{Name: kcmName, HasSynced: c.HasSynced, Run: c.Run}}
-	if opts.TaintEviction {
+	factories := []informer.Factory{factory, leaseFactory, podFactory}
+	var controllers []app.Controller
+	if enabled[Name] {
+		c := New(
+			factory.Core().V1().Nodes(),
+			leaseFactory.Coordination().V1().Leases(),
+			podFactory.Core().V1().Pods(),
+			client,
+			rt.EventRecorder(ctx, ComponentName),
+			opts,
+			rt.Registry,
+		)
+		controllers = append(controllers, app.Controller{Name: Name, HasSynced: c.HasSynced, Run: c.Run})
+	}
+	if enabled[tainteviction.Name] {
 		// Upstream's separate controller, on the same Node and Pod informers: it deletes the
 		// Pods that do not tolerate their Node's NoExecute taints, whoever put them there
 		// (mostly the controller above).
 		evictor := tainteviction.New(factory.Core().V1().Nodes(), podFactory.Core().V1().Pods(), client,
-			rt.EventRecorder(ctx, tainteviction.ControllerName), rt.Registry, ControllerID)
-		controllers = append(controllers, app.Controller{Name: tainteviction.ControllerName, HasSynced: evictor.HasSynced, Run: evictor.Run})
+			rt.EventRecorder(ctx, tainteviction.Name), rt.Registry, ControllerID)
+		controllers = append(controllers, app.Controller{Name: tainteviction.Name, HasSynced: evictor.HasSynced, Run: evictor.Run})
 	}
-	if !opts.IPAM.Allocate {
-		return rt.RunControllers(ctx, controllers, factory, leaseFactory, podFactory)
+	if enabled[ipam.Name] {
+		cfg, err := opts.IPAM.Config()
+		if err != nil {
+			return err // Validate has passed it already
+		}
+		// Node IPAM shares the Node informer; upstream gives it its own client and Events. Its
+		// range claims (IPAddresses) are watched by label: only the allocators' own.
+		claimFactory := informers.NewSharedInformerFactoryWithOptions(client, resync, transform,
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = ipam.ClaimSelector() }))
+		allocator, err := ipam.New(factory.Core().V1().Nodes(), claimFactory.Networking().V1().IPAddresses(), client,
+			rt.EventRecorder(ctx, ipam.ComponentName), cfg, rt.Registry, ControllerID)
+		if err != nil {
+			return err
+		}
+		controllers = append(controllers, app.Controller{Name: ipam.Name, HasSynced: allocator.HasSynced, Run: allocator.Run})
+		factories = append(factories, claimFactory)
 	}
-	cfg, err := opts.IPAM.Config()
-	if err != nil {
-		return err // Validate has passed it already
-	}
-	// Node IPAM shares the Node informer; upstream gives it its own client and Events. Its
-	// range claims (IPAddresses) are watched by label: only the allocators' own.
-	claimFactory := informers.NewSharedInformerFactoryWithOptions(client, resync, transform,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = ipam.ClaimSelector() }))
-	allocator, err := ipam.New(factory.Core().V1().Nodes(), claimFactory.Networking().V1().IPAddresses(), client,
-		rt.EventRecorder(ctx, ipam.ComponentName), cfg, rt.Registry, ControllerID)
-	if err != nil {
-		return err
-	}
-	controllers = append(controllers, app.Controller{Name: IPAMControllerName, HasSynced: allocator.HasSynced, Run: allocator.Run})
-	return rt.RunControllers(ctx, controllers, factory, leaseFactory, podFactory, claimFactory)
+	klog.FromContext(ctx).Info("Controllers enabled", "nodeLifecycle", enabled[Name],
+		"taintEviction", enabled[tainteviction.Name], "nodeIPAM", enabled[ipam.Name])
+	return rt.RunControllers(ctx, controllers, factories...)
 }
-
-// kcmName is kube-controller-manager's name of this controller, the name a
-// LeaderMigrationConfiguration gives it (the binary's ID is kcm-split's own).
-const kcmName = "node-lifecycle-controller"

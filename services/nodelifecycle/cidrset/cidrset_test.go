@@ -270,6 +270,7 @@ func (m *model) usedSlots() int {
 // live holding and not the Service range; the used count equals a brute-force count; once
 // full, a release makes exactly that range available again; a set rebuilt from the live
 // holdings agrees.
+// Over 80 lines: the model, the operations and the checks share the state of one run.
 func TestProperties(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := 0; round < 200; round++ {

@@ -43,9 +43,11 @@ import (
 )
 
 const (
+	// Name is upstream's name of the node IPAM controller (--controllers, leader migration).
+	Name = "node-ipam-controller"
 	// QueueName is upstream's name of the range allocator's queue.
 	QueueName = "cidrallocator_node"
-	// ComponentName is the source component of the Events, upstream's.
+	// ComponentName is upstream's source component of the range allocator's Events.
 	ComponentName = "cidrAllocator"
 	// workers bound the parallel Node writes while many Nodes register at once.
 	workers = 10

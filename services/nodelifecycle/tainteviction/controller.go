@@ -26,9 +26,8 @@ import (
 
 // Names this controller is known by, upstream's.
 const (
-	// ControllerName is upstream's name of the controller, and the source component of its
-	// Events.
-	ControllerName = "taint-eviction-controller"
+	// Name is upstream's name of the controller (--controllers), and as upstream its Events' source.
+	Name = "taint-eviction-controller"
 	// NodeQueueName is the queue of Nodes whose NoExecute taints changed.
 	NodeQueueName = "noexec_taint_node"
 	// PodQueueName is the queue of Pods whose Node, tolerations or deletion changed.

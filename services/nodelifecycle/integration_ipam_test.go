@@ -248,6 +248,7 @@ func TestIPAMExhaustedNodeWaitsWithAnEventUntilARangeIsFreed(t *testing.T) {
 // (an IPAddress) before it is written, and each write is conditioned on the Node's
 // resourceVersion: no two live Nodes may end with overlapping ranges, each Node is written a
 // bounded number of times, and the claims end as exactly one per live Node.
+// Over 80 lines: one drill read top to bottom; its phases share the cluster and both processes.
 func TestIPAMSplitBrainNeverHandsOutARangeTwice(t *testing.T) {
 	nodes := newIPAMNodes(t)
 	ctx := context.Background()

@@ -18,6 +18,7 @@ import (
 // 10 s about 10 s later, the one tolerating for ever stays; the other Nodes, kept alive by
 // their Leases alone, stay Ready. When the kubelet is back, the taints go and a Pod whose
 // toleration had not run out yet is not evicted.
+// Over 80 lines: one scenario read top to bottom; each step depends on the state the last left.
 func TestSilentNodeIsTaintedAndItsPodsEvicted(t *testing.T) {
 	requireEnv(t)
 	client := env.Client(t)

@@ -196,6 +196,7 @@ func TestPartitionDrillWithoutGuardMarksEveryPod(t *testing.T) {
 // 1. Kwok "a" comes back: its Nodes are Ready and clean again; those of "b" stay held until a
 // grace period after that return, and are then handled as silent Nodes (Pods not Ready,
 // unreachable taint); the gauge goes back to 0.
+// Over 80 lines: one drill read top to bottom; each step depends on the state the last left.
 func TestPartitionDrillWithGuardHoldsThenResumesPerNode(t *testing.T) {
 	requireEnv(t)
 	began := time.Now()
