@@ -662,7 +662,7 @@ func TestDemoPoolManifest(t *testing.T) {
 	// namespaces only turn Terminating here), so check the ranges, not exact addresses.
 	got := ingressIPs(s)
 	v4, v6 := netip.MustParseAddr(got[0]), netip.MustParseAddr(got[1])
-	if !netip.MustParsePrefix("192.0.2.0/24").Contains(v4) || v4.As4()[3] == 0 || !netip.MustParsePrefix("2001:db8::/120").Contains(v6) {
+	if !netip.MustParsePrefix("198.18.0.0/24").Contains(v4) || v4.As4()[3] == 0 || !netip.MustParsePrefix("2001:db8::/120").Contains(v6) {
 		t.Fatalf("demo got %v, want one address of each of the demo pool's ranges (.0 avoided)", got)
 	}
 }
