@@ -17,7 +17,7 @@ import (
 // Names this controller is known by: the single source of truth for the binary, the Lease,
 // the queues' metric labels and the Helm chart key.
 const (
-	// ControllerID is the binary name and the default Lease name.
+	// ControllerID names the binary, its default Lease, its reconcile metrics and its claims.
 	ControllerID = "service-lb-controller"
 	// QueueName and NodeQueueName are upstream's workqueue names, so workqueue_*{name="service"}
 	// queries written for kube-controller-manager keep working.
@@ -25,7 +25,7 @@ const (
 	NodeQueueName = "node"
 	// PoolQueueName is the queue of IPAddressPool status updates, which upstream does not have.
 	PoolQueueName = "ipaddresspool"
-	// ComponentName is upstream's source component of the Events this controller writes.
+	// ComponentName is upstream's service controller name, the source of our Events.
 	ComponentName = "service-controller"
 	// DefaultPort serves metrics and health unless --metrics-bind-address says otherwise.
 	DefaultPort = 10285
