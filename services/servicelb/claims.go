@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kcm-split/kcm-split/services/servicelb/addrpool"
+	"github.com/kcm-split/kcm-split/services/servicelb/poolsource"
 	"github.com/kcm-split/kcm-split/shared/ipclaim"
 )
 
@@ -44,7 +45,7 @@ import (
 // Events and metrics are this file's.
 const (
 	// ClaimManagedBy is the ipaddress.kubernetes.io/managed-by label value of our claims.
-	ClaimManagedBy = "service-lb-controller.kcm-split.io"
+	ClaimManagedBy = ControllerID + ".kcm-split.io"
 	// AnnotationClaimPool records the pool the address came from, so that after a restart a
 	// pool edit that removed it is still told apart from a pool that was deleted.
 	AnnotationClaimPool = "lb.kcm-split.io/pool"
@@ -73,15 +74,8 @@ func (c *Controller) onClaimDelete(obj any) {
 		c.queue.Add(parent)
 	}
 	a, err := netip.ParseAddr(ip.Name)
-	c.apply(c.state.claimDeleted(a, err == nil))
+	c.apply(c.state.ClaimDeleted(a, err == nil))
 }
-
-// takenPrefix marks the allocator holder of an address found claimed by a Service this
-// process had not seen holding it; a Service name never contains a dot or colon, so
-// "claimed/<ip>" is never a Service key.
-const takenPrefix = "claimed/"
-
-func takenKey(a netip.Addr) string { return takenPrefix + a.String() }
 
 // claimSelector selects our claims.
 func claimSelector() labels.Selector { return ipclaim.Selector(ClaimManagedBy) }
@@ -131,8 +125,8 @@ func newClaim(svc *v1.Service, a netip.Addr, pool string) *networkingv1.IPAddres
 	if pool != "" {
 		ip.Annotations[AnnotationClaimPool] = pool
 	}
-	if k := propsOf(svc).SharingKey; k != "" {
-		ip.Annotations[AnnotationAllowSharedIP] = k
+	if k := poolsource.SharingKey(svc); k != "" {
+		ip.Annotations[poolsource.AnnotationAllowSharedIP] = k
 	}
 	return ip
 }
@@ -155,8 +149,8 @@ func claimMayUse(claim *networkingv1.IPAddress, svc *v1.Service) bool {
 		uid := claim.Annotations[AnnotationClaimServiceUID]
 		return uid == "" || svc.UID == "" || uid == string(svc.UID)
 	}
-	k := propsOf(svc).SharingKey
-	return k != "" && claim.Annotations[AnnotationAllowSharedIP] == k
+	k := poolsource.SharingKey(svc)
+	return k != "" && claim.Annotations[poolsource.AnnotationAllowSharedIP] == k
 }
 
 // ensureClaim makes sure a is claimed for svc, or returns a *claimTakenError. For an address
@@ -190,7 +184,7 @@ func (c *Controller) ensureClaim(ctx context.Context, svc *v1.Service, a netip.A
 		owner = "<not a Service: " + cur.Labels[networkingv1.LabelManagedBy] + ">"
 	}
 	c.metrics.claimConflicts.Inc()
-	return &claimTakenError{addr: a, owner: owner, key: cur.Annotations[AnnotationAllowSharedIP]}
+	return &claimTakenError{addr: a, owner: owner, key: cur.Annotations[poolsource.AnnotationAllowSharedIP]}
 }
 
 // deleteClaim deletes the claim of a if it is key's (or carries uid when uid is given),
@@ -228,7 +222,7 @@ func (c *Controller) sweepClaims(ctx context.Context) {
 			logger.Info("Deleted orphan address claim", "address", a, "service", parent, "reason", why)
 			c.recorder.Eventf(claim, v1.EventTypeNormal, ReasonClaimReleased, "Deleted the claim of %s for Service %s: %s", a, parent, why)
 			if o == ipclaim.AlreadyGone || why == whyServiceGone {
-				c.state.orphanDeleted(parent, a)
+				c.state.OrphanDeleted(parent, a)
 			}
 			return nil
 		})
@@ -247,7 +241,7 @@ func (c *Controller) orphanReason(ctx context.Context, claim *networkingv1.IPAdd
 		return "", false, nil
 	}
 	parent := claimParent(claim)
-	if c.state.heldByOthers(parent, a) || parent == "" {
+	if c.state.HeldByOthers(parent, a) || parent == "" {
 		return "", false, nil // a sharing Service still shows it, or not a claim of ours to judge
 	}
 	ns, name, _ := cache.SplitMetaNamespaceKey(parent)
@@ -264,17 +258,8 @@ func (c *Controller) orphanReason(ctx context.Context, claim *networkingv1.IPAdd
 		// cleanup that the finalizer is this controller's to remove; it deletes the
 		// claim itself.
 		return "its Service no longer wants a load balancer of this controller", true, nil
-	case handles(svc, c.opts.LoadBalancerClass) && !containsAddr(statusAddrs(svc), a) && c.state.holdsOther(parent, a):
+	case handles(svc, c.opts.LoadBalancerClass) && !containsAddr(statusAddrs(svc), a) && c.state.HoldsOther(parent, a):
 		return "its Service holds another address of that family", true, nil
 	}
 	return "", false, nil
-}
-
-func containsAddr(as []netip.Addr, a netip.Addr) bool {
-	for _, x := range as {
-		if x == a {
-			return true
-		}
-	}
-	return false
 }

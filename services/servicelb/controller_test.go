@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kcm-split/kcm-split/services/servicelb/api/v1alpha1"
+	"github.com/kcm-split/kcm-split/services/servicelb/poolsource"
 	"github.com/kcm-split/kcm-split/shared/worker"
 )
 
@@ -89,7 +90,7 @@ func TestOtherClassAndOtherTypesUntouched(t *testing.T) {
 			t.Fatalf("%s: err %v writes %v", n, err, f.writes())
 		}
 	}
-	if held := f.c.state.alloc.Keys(); len(held) != 0 {
+	if held := f.c.state.Holding(); len(held) != 0 {
 		t.Fatalf("allocator holds %v", held)
 	}
 }
@@ -170,8 +171,8 @@ func TestDeletionWithFinalizer(t *testing.T) {
 	if got := f.writes(); !slices.Equal(got, []string{"patch a"}) {
 		t.Fatalf("writes = %v", got)
 	}
-	if len(f.c.state.alloc.Keys()) != 0 {
-		t.Fatalf("still held: %v", f.c.state.alloc.Keys())
+	if len(f.c.state.Holding()) != 0 {
+		t.Fatalf("still held: %v", f.c.state.Holding())
 	}
 }
 
@@ -181,7 +182,7 @@ func TestRestoreKeepsStatusAndOlderWins(t *testing.T) {
 	f := newFixture(t, testOptions(), old, young, lb("new"))
 	f.pool("p", []string{"192.0.2.5-192.0.2.6"})
 	f.c.restore(context.Background())
-	if got := f.c.state.alloc.Keys(); !slices.Equal(got, []string{testNS + "/old"}) {
+	if got := f.c.state.Holding(); !slices.Equal(got, []string{testNS + "/old"}) {
 		t.Fatalf("restored %v, want only the older holder", got)
 	}
 	if err := f.sync("old"); err != nil || len(f.writes()) != 0 {
@@ -223,7 +224,7 @@ func TestPoolShrinkMovesWithEvent(t *testing.T) {
 }
 
 func TestBadRequestIsReportedNotRetried(t *testing.T) {
-	f := newFixture(t, testOptions(), lb("a", withAnnotation(AnnotationLoadBalancerIPs, "nope")), lb("b", withAnnotation(AnnotationAddressPool, "missing")))
+	f := newFixture(t, testOptions(), lb("a", withAnnotation(poolsource.AnnotationLoadBalancerIPs, "nope")), lb("b", withAnnotation(poolsource.AnnotationAddressPool, "missing")))
 	f.pool("p", []string{"192.0.2.0/24"})
 	f.c.restore(context.Background())
 	for _, n := range []string{"a", "b"} {
@@ -262,8 +263,8 @@ func TestRequireDualStackHoldsNothingWhilePending(t *testing.T) {
 	if err := f.sync("ds"); err != nil {
 		t.Fatal(err)
 	}
-	if got := ips(f.stored("ds")); len(got) != 0 || len(f.c.state.alloc.Keys()) != 0 {
-		t.Fatalf("ds got %v, allocator %v: a RequireDualStack Service without IPv6 must hold nothing", got, f.c.state.alloc.Keys())
+	if got := ips(f.stored("ds")); len(got) != 0 || len(f.c.state.Holding()) != 0 {
+		t.Fatalf("ds got %v, allocator %v: a RequireDualStack Service without IPv6 must hold nothing", got, f.c.state.Holding())
 	}
 	if err := f.sync("pref"); err != nil {
 		t.Fatal(err)
@@ -295,7 +296,7 @@ func TestPoolStatusAndCondition(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	good, err := f.c.pools.Get(ctx, "good")
+	good, err := v1alpha1.NewClient(f.dyn).Get(ctx, "good")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,7 +307,7 @@ func TestPoolStatusAndCondition(t *testing.T) {
 	if len(st.Conditions) != 1 || st.Conditions[0].Status != metav1.ConditionTrue {
 		t.Fatalf("good conditions %+v", st.Conditions)
 	}
-	bad, _ := f.c.pools.Get(ctx, "bad")
+	bad, _ := v1alpha1.NewClient(f.dyn).Get(ctx, "bad")
 	if len(bad.Status.Conditions) != 1 || bad.Status.Conditions[0].Status != metav1.ConditionFalse || bad.Status.Conditions[0].Reason != v1alpha1.ReasonInvalidAddresses {
 		t.Fatalf("bad conditions %+v", bad.Status.Conditions)
 	}

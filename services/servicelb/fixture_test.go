@@ -2,7 +2,9 @@ package servicelb
 
 import (
 	"context"
+	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,6 +25,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kcm-split/kcm-split/services/servicelb/api/v1alpha1"
+	"github.com/kcm-split/kcm-split/services/servicelb/poolsource"
 	"github.com/kcm-split/kcm-split/shared/testenv/fixtures"
 )
 
@@ -66,9 +69,22 @@ func newFixture(t *testing.T, opts Options, objs ...runtime.Object) *fixture {
 		registry:    prometheus.NewRegistry(),
 		poolsSynced: true,
 	}
-	f.c = New(factory.Core().V1().Services(), factory.Core().V1().Nodes(), factory.Core().V1().Namespaces(), poolInf,
-		factory.Networking().V1().IPAddresses(), client, v1alpha1.NewClient(dyn), f.recorder, opts, f.registry)
-	f.c.poolSynced = func() bool { return f.poolsSynced }
+	var sources []poolsource.Source
+	apis, _ := opts.PoolAPIs()
+	for _, api := range apis {
+		switch api {
+		case poolsource.KCMSplit.Name:
+			sources = append(sources, poolsource.NewKCMSplit(v1alpha1.NewClient(dyn)))
+		case poolsource.MetalLB.Name:
+			sources = append(sources, poolsource.NewMetalLB(dyn, opts.MetalLBNamespace))
+		}
+	}
+	f.c = New(factory.Core().V1().Services(), factory.Core().V1().Nodes(), factory.Core().V1().Namespaces(),
+		factory.Networking().V1().IPAddresses(), client, f.recorder, opts, f.registry, sources...)
+	f.c.AddPoolInformer(poolsource.KCMSplit.Name, poolInf)
+	if own := f.c.feed(poolsource.KCMSplit.Name); own != nil {
+		own.synced = func() bool { return f.poolsSynced }
+	}
 	t.Cleanup(func() { f.c.queue.ShutDown(); f.c.nodeQueue.ShutDown(); f.c.poolQueue.ShutDown() })
 	f.cache(objs...)
 	f.node("node-1")
@@ -300,4 +316,29 @@ func gaugeSum(vec *prometheus.GaugeVec) float64 {
 		}
 	}
 	return sum
+}
+
+// countReason counts the events with reason.
+func countReason(evs []string, reason string) int {
+	n := 0
+	for _, e := range evs {
+		if strings.Contains(e, " "+reason+" ") {
+			n++
+		}
+	}
+	return n
+}
+
+func netipAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+func (f *fixture) deletePool(name string) {
+	f.t.Helper()
+	o, ok, _ := f.pools.GetByKey(name)
+	if !ok {
+		f.t.Fatalf("no pool %s", name)
+	}
+	if err := f.pools.Delete(o); err != nil {
+		f.t.Fatal(err)
+	}
+	f.c.refreshPools()
 }

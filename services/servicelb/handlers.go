@@ -10,7 +10,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/tools/cache"
@@ -69,18 +68,7 @@ func (c *Controller) onNamespaceUpdate(oldObj, newObj any) {
 	if !okOld || !okCur || maps.Equal(old.Labels, cur.Labels) {
 		return
 	}
-	c.apply(c.state.waitingRetry())
-}
-
-// onPoolUpdate refreshes the pools when a spec changed; status writes (ours), metadata edits
-// and resyncs do not bump the generation and need nothing.
-func (c *Controller) onPoolUpdate(oldObj, newObj any) {
-	old, okOld := oldObj.(metav1.Object)
-	cur, okCur := newObj.(metav1.Object)
-	if okOld && okCur && old.GetGeneration() == cur.GetGeneration() {
-		return
-	}
-	c.refreshPools()
+	c.apply(c.state.WaitingRetry())
 }
 
 // ---- nodes ----

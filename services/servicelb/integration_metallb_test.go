@@ -29,7 +29,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kcm-split/kcm-split/services/servicelb"
+	"github.com/kcm-split/kcm-split/services/servicelb/allocation"
 	"github.com/kcm-split/kcm-split/services/servicelb/api/v1alpha1"
+	"github.com/kcm-split/kcm-split/services/servicelb/poolsource"
 	"github.com/kcm-split/kcm-split/shared/testenv"
 )
 
@@ -66,7 +68,7 @@ func installMetalLBCRD(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
-		list, err := dc.ServerResourcesForGroupVersion(servicelb.MetalLBGroupVersionResource.GroupVersion().String())
+		list, err := dc.ServerResourcesForGroupVersion(poolsource.MetalLBGroupVersionResource.GroupVersion().String())
 		if err != nil {
 			return false, nil
 		}
@@ -119,7 +121,7 @@ func (f *fixture) metalPool(name string, addresses []string, mut ...func(*mlb.IP
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	res := dynClient(f.t).Resource(servicelb.MetalLBGroupVersionResource).Namespace("metallb-system")
+	res := dynClient(f.t).Resource(poolsource.MetalLBGroupVersionResource).Namespace("metallb-system")
 	if _, err := res.Create(context.Background(), &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil {
 		f.t.Fatalf("creating MetalLB pool %s: %v", p.Name, err)
 	}
@@ -130,7 +132,7 @@ func (f *fixture) metalPool(name string, addresses []string, mut ...func(*mlb.IP
 // metalPoolStatus reads a MetalLB pool's status.
 func (f *fixture) metalPoolStatus(name string) mlb.IPAddressPoolStatus {
 	f.t.Helper()
-	u, err := dynClient(f.t).Resource(servicelb.MetalLBGroupVersionResource).Namespace("metallb-system").Get(context.Background(), name, metav1.GetOptions{})
+	u, err := dynClient(f.t).Resource(poolsource.MetalLBGroupVersionResource).Namespace("metallb-system").Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -213,6 +215,7 @@ func TestMetalLBCRDMissing(t *testing.T) {
 
 // TestMetalLBSelection: MetalLB's pool choice (priority, namespaces, namespace and service
 // selectors, autoAssign, avoidBuggyIPs) and its annotations, current and legacy.
+// Long: the selection rules share one cluster set-up, checked one after the other.
 func TestMetalLBSelection(t *testing.T) {
 	testenv.Require(t, env)
 	installMetalLBCRD(t)
@@ -246,23 +249,23 @@ func TestMetalLBSelection(t *testing.T) {
 	if !strings.Contains(msg, "no address available") {
 		t.Fatalf("plain2: %q", msg)
 	}
-	f.service("named", annotate(servicelb.AnnotationMetalLBAddressPool, manual))
+	f.service("named", annotate(poolsource.AnnotationMetalLBAddressPool, manual))
 	f.wantIPs("named", f.v4(32))
-	f.service("named-legacy", annotate(servicelb.LegacyAnnotationMetalLBAddressPool, manual))
+	f.service("named-legacy", annotate(poolsource.LegacyAnnotationMetalLBAddressPool, manual))
 	f.wantIPs("named-legacy", f.v4(33))
-	f.service("ip", annotate(servicelb.AnnotationMetalLBLoadBalancerIPs, f.v4(38)))
+	f.service("ip", annotate(poolsource.AnnotationMetalLBLoadBalancerIPs, f.v4(38)))
 	f.wantIPs("ip", f.v4(38))
-	f.service("ip-legacy", annotate(servicelb.LegacyAnnotationMetalLBLBIPs, f.v4(39)))
+	f.service("ip-legacy", annotate(poolsource.LegacyAnnotationMetalLBLBIPs, f.v4(39)))
 	f.wantIPs("ip-legacy", f.v4(39))
 	// An address outside the pool the Service names is refused, as MetalLB does.
-	f.service("ip-wrong-pool", annotate(servicelb.AnnotationMetalLBLoadBalancerIPs, f.v4(40)), annotate(servicelb.AnnotationMetalLBAddressPool, f.ns+"-low"))
+	f.service("ip-wrong-pool", annotate(poolsource.AnnotationMetalLBLoadBalancerIPs, f.v4(40)), annotate(poolsource.AnnotationMetalLBAddressPool, f.ns+"-low"))
 	f.waitEvent("ip-wrong-pool", servicelb.ReasonAllocationFailed)
 	// kcm-split's own annotation is not read with --pool-api=metallb.
-	f.service("own", annotate(servicelb.AnnotationAddressPool, manual))
+	f.service("own", annotate(poolsource.AnnotationAddressPool, manual))
 	f.waitEvent("own", servicelb.ReasonAllocationFailed)
 
 	// The labelled pool admits app=e only once the namespace carries the label.
-	f.service("e", svcLabel("app", "e"), annotate(servicelb.AnnotationMetalLBAddressPool, labelled))
+	f.service("e", svcLabel("app", "e"), annotate(poolsource.AnnotationMetalLBAddressPool, labelled))
 	f.waitEvent("e", servicelb.ReasonAllocationFailed)
 	// The pending gauge says which pool each waits for and why.
 	for _, c := range []struct {
@@ -315,11 +318,11 @@ func TestMetalLBSharingAndOnePool(t *testing.T) {
 	f.metalPool("v4only", []string{f.v4(8) + "/30"}, func(s *mlb.IPAddressPoolSpec) { s.AllocateTo.Priority = 1 })
 	f.metalPool("both", []string{f.v4(16) + "/30", f.v6(16) + "/126"}, func(s *mlb.IPAddressPoolSpec) { s.AllocateTo.Priority = 2 })
 
-	f.service("a", annotate(servicelb.AnnotationMetalLBAllowSharedIP, "k"), ports(80))
+	f.service("a", annotate(poolsource.AnnotationMetalLBAllowSharedIP, "k"), ports(80))
 	f.wantIPs("a", f.v4(8))
-	f.service("b", annotate(servicelb.LegacyAnnotationMetalLBSharedIP, "k"), ports(443))
+	f.service("b", annotate(poolsource.LegacyAnnotationMetalLBSharedIP, "k"), ports(443))
 	f.wantIPs("b", f.v4(8)) // same key, other port: shared
-	f.service("c", annotate(servicelb.AnnotationMetalLBAllowSharedIP, "k"), ports(80))
+	f.service("c", annotate(poolsource.AnnotationMetalLBAllowSharedIP, "k"), ports(80))
 	f.wantIPs("c", f.v4(9)) // same port: not shared
 
 	// RequireDualStack: v4only has priority but no IPv6, so both come from "both".
@@ -338,11 +341,11 @@ func TestBothPoolAPIs(t *testing.T) {
 	metal := f.metalPool("metal", []string{f.v4(16) + "/30"})
 	f.service("plain")
 	f.wantIPs("plain", f.v4(1))
-	f.service("m", annotate(servicelb.AnnotationMetalLBAddressPool, metal))
+	f.service("m", annotate(poolsource.AnnotationMetalLBAddressPool, metal))
 	f.wantIPs("m", f.v4(16))
 	f.service("next") // kcm-split's pool is full: MetalLB's is next
 	f.wantIPs("next", f.v4(17))
-	f.service("o", annotate(servicelb.AnnotationAddressPool, f.ns+"-own"), annotate(servicelb.AnnotationAllowSharedIP, "x"))
+	f.service("o", annotate(poolsource.AnnotationAddressPool, f.ns+"-own"), annotate(poolsource.AnnotationAllowSharedIP, "x"))
 	f.waitEvent("o", servicelb.ReasonAllocationFailed)
 	_ = v1alpha1.Kind
 }
@@ -404,11 +407,11 @@ func TestPendingCondition(t *testing.T) {
 	f.service("b")
 	s := f.wait("b", "has the pending condition", func(s *corev1.Service) bool { return pendingCondition(s) != nil })
 	c := pendingCondition(s)
-	if c.Status != metav1.ConditionTrue || c.Reason != servicelb.WaitPoolExhausted || !strings.Contains(c.Message, "no address available") {
+	if c.Status != metav1.ConditionTrue || c.Reason != allocation.WaitPoolExhausted || !strings.Contains(c.Message, "no address available") {
 		t.Fatalf("condition %+v", c)
 	}
-	f.service("c", annotate(servicelb.AnnotationLoadBalancerIPs, f.v4(9)))
-	if c := pendingCondition(f.wait("c", "has the pending condition", func(s *corev1.Service) bool { return pendingCondition(s) != nil })); c.Reason != servicelb.WaitRequestedIPNotInPool {
+	f.service("c", annotate(poolsource.AnnotationLoadBalancerIPs, f.v4(9)))
+	if c := pendingCondition(f.wait("c", "has the pending condition", func(s *corev1.Service) bool { return pendingCondition(s) != nil })); c.Reason != allocation.WaitRequestedIPNotInPool {
 		t.Fatalf("c: condition %+v", c)
 	}
 	// Services synced again for another reason write nothing: the cause is the same.

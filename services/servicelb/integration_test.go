@@ -29,6 +29,7 @@ import (
 
 	"github.com/kcm-split/kcm-split/services/servicelb"
 	"github.com/kcm-split/kcm-split/services/servicelb/api/v1alpha1"
+	"github.com/kcm-split/kcm-split/services/servicelb/poolsource"
 	"github.com/kcm-split/kcm-split/shared/testenv"
 )
 
@@ -333,7 +334,7 @@ func TestTypeChangeReleases(t *testing.T) {
 func TestSharingKey(t *testing.T) {
 	f := setup(t)
 	f.pool("main", []string{f.v4(0) + "/29"}, func(s *v1alpha1.IPAddressPoolSpec) { s.AvoidBuggyIPs = true })
-	key := annotate(servicelb.AnnotationAllowSharedIP, "shared")
+	key := annotate(poolsource.AnnotationAllowSharedIP, "shared")
 	f.service("http", key, ports(80))
 	a := ingressIPs(f.waitAddress("http"))
 	f.service("https", key, ports(443))
@@ -478,11 +479,11 @@ func TestRequestedAddressAndPool(t *testing.T) {
 	f := setup(t)
 	f.pool("auto", []string{f.v4(1) + "/32"})
 	f.pool("manual", []string{f.v4(100) + "-" + f.v4(110)}, func(s *v1alpha1.IPAddressPoolSpec) { s.AutoAssign = ptr.To(false) })
-	f.service("want-ip", annotate(servicelb.AnnotationLoadBalancerIPs, f.v4(105)))
+	f.service("want-ip", annotate(poolsource.AnnotationLoadBalancerIPs, f.v4(105)))
 	if got := ingressIPs(f.waitAddress("want-ip")); !slices.Equal(got, []string{f.v4(105)}) {
 		t.Fatalf("want-ip got %v", got)
 	}
-	f.service("want-pool", annotate(servicelb.AnnotationAddressPool, f.ns+"-manual"))
+	f.service("want-pool", annotate(poolsource.AnnotationAddressPool, f.ns+"-manual"))
 	if got := ingressIPs(f.waitAddress("want-pool")); !slices.Equal(got, []string{f.v4(100)}) {
 		t.Fatalf("want-pool got %v", got)
 	}
@@ -491,9 +492,9 @@ func TestRequestedAddressAndPool(t *testing.T) {
 		t.Fatalf("plain got %v (manual pool must not auto-assign)", got)
 	}
 	// Asking for a taken address waits; asking for one in no pool is reported.
-	f.service("taken", annotate(servicelb.AnnotationLoadBalancerIPs, f.v4(105)))
+	f.service("taken", annotate(poolsource.AnnotationLoadBalancerIPs, f.v4(105)))
 	f.waitEvent("taken", servicelb.ReasonAllocationFailed)
-	f.service("bad", annotate(servicelb.AnnotationLoadBalancerIPs, "not-an-ip"))
+	f.service("bad", annotate(poolsource.AnnotationLoadBalancerIPs, "not-an-ip"))
 	f.waitEvent("bad", servicelb.ReasonSyncFailed)
 }
 
@@ -506,7 +507,7 @@ func TestRestartKeepsAddresses(t *testing.T) {
 		if i%3 == 2 {
 			f.service(n, dualStack())
 		} else {
-			f.service(n, annotate(servicelb.AnnotationAllowSharedIP, "k"), ports(int32(1000+i)))
+			f.service(n, annotate(poolsource.AnnotationAllowSharedIP, "k"), ports(int32(1000+i)))
 		}
 	}
 	before := map[string][]string{}
@@ -612,7 +613,7 @@ func TestInvalidPool(t *testing.T) {
 			t.Fatalf("pool %s never got Valid=False/%s", name, reason)
 		}
 	}
-	f.service("on-bad", annotate(servicelb.AnnotationAddressPool, bad.Name))
+	f.service("on-bad", annotate(poolsource.AnnotationAddressPool, bad.Name))
 	f.waitEvent("on-bad", servicelb.ReasonSyncFailed)
 	f.service("plain")
 	if got := ingressIPs(f.waitAddress("plain")); !slices.Equal(got, []string{f.v4(20)}) {
@@ -661,7 +662,7 @@ func TestDemoPoolManifest(t *testing.T) {
 	// namespaces only turn Terminating here), so check the ranges, not exact addresses.
 	got := ingressIPs(s)
 	v4, v6 := netip.MustParseAddr(got[0]), netip.MustParseAddr(got[1])
-	if !netip.MustParsePrefix("192.0.2.0/24").Contains(v4) || v4.As4()[3] == 0 || !netip.MustParsePrefix("2001:db8::/120").Contains(v6) {
+	if !netip.MustParsePrefix("198.18.0.0/24").Contains(v4) || v4.As4()[3] == 0 || !netip.MustParsePrefix("2001:db8::/120").Contains(v6) {
 		t.Fatalf("demo got %v, want one address of each of the demo pool's ranges (.0 avoided)", got)
 	}
 }

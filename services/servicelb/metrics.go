@@ -1,7 +1,12 @@
 package servicelb
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kcm-split/kcm-split/services/servicelb/allocation"
+	"github.com/kcm-split/kcm-split/services/servicelb/poolsource"
 
 	"github.com/kcm-split/kcm-split/shared/metrics"
 )
@@ -87,4 +92,94 @@ func newMetrics(reg prometheus.Registerer) *controllerMetrics {
 		m.conflicts.WithLabelValues(k)
 	}
 	return m
+}
+
+// gaugeView shows the allocation state's numbers: the pool usage, pending and unverified
+// gauges. Decisions are published after the state's lock is released, so mu and the seqs
+// shown keep an older snapshot from overwriting a newer one.
+type gaugeView struct {
+	m *controllerMetrics
+	// apis are the pool APIs read, in order: each always shows a series without a pool.
+	apis []string
+
+	mu                     sync.Mutex
+	allShown, pendingShown uint64
+	// The label sets shown, so that a pool's series go when the pool does.
+	shownPools, shownFree, shownUnverified, shownPending map[[3]string]bool
+}
+
+func newGaugeView(m *controllerMetrics, apis []string) *gaugeView {
+	return &gaugeView{m: m, apis: apis}
+}
+
+// show sets the gauges to g unless a later decision's numbers were shown already. A series
+// whose pool (or reason) is gone is deleted, not left at its last value.
+func (v *gaugeView) show(g allocation.Gauges) {
+	if g.Level == allocation.GaugesNone {
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if g.Level == allocation.GaugesAll && g.Seq > v.allShown {
+		v.allShown = g.Seq
+		v.showPools(g.Totals)
+	}
+	if g.Seq > v.pendingShown {
+		v.pendingShown = g.Seq
+		// Per pool API, a series without pool and reason is 0 while nothing waits, so a
+		// dashboard or an alert sees 0, not "no data".
+		pending := map[[3]string]float64{}
+		for _, api := range v.apis {
+			pending[[3]string{api, "", ""}] += 0
+		}
+		for l, n := range g.Pending {
+			pending[[3]string{l.API, l.Pool, l.Reason}] += float64(n)
+		}
+		v.shownPending = showVec(v.m.pending, 3, v.shownPending, pending)
+	}
+}
+
+// showPools shows the usage and unverified gauges of t; mu is held.
+func (v *gaugeView) showPools(t allocation.Totals) {
+	pools := map[[3]string]float64{}
+	free := map[[3]string]float64{}
+	for key, st := range t.Pools {
+		api, pool := poolsource.Labels(key)
+		pools[[3]string{"IPv4", api, pool}] = float64(st.AssignedIPv4)
+		pools[[3]string{"IPv6", api, pool}] = float64(st.AssignedIPv6)
+		free[[3]string{"IPv4", api, pool}] = float64(st.AvailableIPv4)
+		free[[3]string{"IPv6", api, pool}] = float64(st.AvailableIPv6)
+	}
+	v.shownPools = showVec(v.m.assigned, 3, v.shownPools, pools)
+	v.shownFree = showVec(v.m.available, 3, v.shownFree, free)
+	// Each pool API always shows an unknown-pool series (0 when none), so a dashboard or an
+	// alert sees 0, not "no data", when nothing is unverified.
+	unverified := map[[3]string]float64{}
+	for _, api := range v.apis {
+		unverified[[3]string{api, ""}] += 0
+	}
+	for key, n := range t.Unverified {
+		api, pool := v.apis[0], ""
+		if key != "" {
+			api, pool = poolsource.Labels(key)
+		}
+		unverified[[3]string{api, pool}] += float64(n)
+	}
+	v.shownUnverified = showVec(v.m.unverified, 2, v.shownUnverified, unverified)
+}
+
+// showVec sets vec's series to values (the first n of each key are its label values) and
+// deletes those of shown that are no longer there; it returns what is shown.
+func showVec(vec *prometheus.GaugeVec, n int, shown map[[3]string]bool, values map[[3]string]float64) map[[3]string]bool {
+	now := make(map[[3]string]bool, len(values))
+	for k, v := range values {
+		vec.WithLabelValues(k[:n]...).Set(v)
+		now[k] = true
+	}
+	for k := range shown {
+		if !now[k] {
+			vec.DeleteLabelValues(k[:n]...)
+		}
+	}
+	return now
 }

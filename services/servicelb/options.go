@@ -3,19 +3,21 @@ package servicelb
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/kcm-split/kcm-split/services/servicelb/poolsource"
 	"github.com/kcm-split/kcm-split/shared/app"
 )
 
 // Names this controller is known by: the single source of truth for the binary, the Lease,
 // the queues' metric labels and the Helm chart key.
 const (
-	// ControllerID is the binary name and the default Lease name.
+	// ControllerID names the binary, its default Lease, its reconcile metrics and its claims.
 	ControllerID = "service-lb-controller"
 	// QueueName and NodeQueueName are upstream's workqueue names, so workqueue_*{name="service"}
 	// queries written for kube-controller-manager keep working.
@@ -23,7 +25,7 @@ const (
 	NodeQueueName = "node"
 	// PoolQueueName is the queue of IPAddressPool status updates, which upstream does not have.
 	PoolQueueName = "ipaddresspool"
-	// ComponentName is upstream's source component of the Events this controller writes.
+	// ComponentName is upstream's service controller name, the source of our Events.
 	ComponentName = "service-controller"
 	// DefaultPort serves metrics and health unless --metrics-bind-address says otherwise.
 	DefaultPort = 10285
@@ -43,14 +45,6 @@ const (
 
 // DefaultMetalLBNamespace is the namespace MetalLB's manifests and chart install into.
 const DefaultMetalLBNamespace = "metallb-system"
-
-// Pool APIs --pool-api accepts.
-const (
-	// PoolAPIKCMSplit is lb.kcm-split.io/v1alpha1 IPAddressPool, the project's own.
-	PoolAPIKCMSplit = "kcm-split"
-	// PoolAPIMetalLB is metallb.io/v1beta1 IPAddressPool, with MetalLB's Service annotations.
-	PoolAPIMetalLB = "metallb"
-)
 
 // Default client budget of this binary: the defaults of --kube-api-qps and --kube-api-burst.
 const (
@@ -77,7 +71,7 @@ type Options struct {
 	// PoolStatusDelay batches pool status updates: many allocations in a burst make one
 	// status write per pool.
 	PoolStatusDelay time.Duration
-	// PoolAPI is the comma list of pool APIs to read (PoolAPIKCMSplit, PoolAPIMetalLB).
+	// PoolAPI is the comma list of pool APIs to read (the names of poolsource.APIs).
 	PoolAPI string
 	// MetalLBNamespace is the namespace of the MetalLB pools read: MetalLB's controller and
 	// speaker read only their own namespace's.
@@ -95,7 +89,7 @@ func DefaultOptions() Options {
 		MinRetryDelay:    5 * time.Second,
 		MaxRetryDelay:    300 * time.Second,
 		PoolStatusDelay:  time.Second,
-		PoolAPI:          PoolAPIKCMSplit,
+		PoolAPI:          poolsource.KCMSplit.Name,
 		MetalLBNamespace: DefaultMetalLBNamespace,
 	}
 }
@@ -123,24 +117,40 @@ func (o Options) Validate() error {
 // PoolAPIs parses PoolAPI: the APIs in the order given, without repeats. An empty list or
 // an unknown name is an *app.FlagError.
 func (o Options) PoolAPIs() ([]string, error) {
+	var known []string
+	for _, a := range poolsource.APIs {
+		known = append(known, a.Name)
+	}
 	var out []string
 	for _, s := range strings.Split(o.PoolAPI, ",") {
 		s = strings.TrimSpace(s)
-		switch s {
-		case "":
+		switch {
+		case s == "":
 			continue
-		case PoolAPIKCMSplit, PoolAPIMetalLB:
+		case slices.Contains(known, s):
 			if !slices.Contains(out, s) {
 				out = append(out, s)
 			}
 		default:
-			return nil, &app.FlagError{Flag: FlagPoolAPI, Err: fmt.Errorf("%q is not a pool API; use a comma list of %q and %q", s, PoolAPIKCMSplit, PoolAPIMetalLB)}
+			return nil, &app.FlagError{Flag: FlagPoolAPI, Err: fmt.Errorf("%q is not a pool API; use a comma list of %s", s, quotedList(known))}
 		}
 	}
 	if len(out) == 0 {
-		return nil, &app.FlagError{Flag: FlagPoolAPI, Err: fmt.Errorf("empty; use a comma list of %q and %q", PoolAPIKCMSplit, PoolAPIMetalLB)}
+		return nil, &app.FlagError{Flag: FlagPoolAPI, Err: fmt.Errorf("empty; use a comma list of %s", quotedList(known))}
 	}
 	return out, nil
+}
+
+// quotedList is names quoted, joined by commas and a final "and".
+func quotedList(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = strconv.Quote(n)
+	}
+	if len(q) < 2 {
+		return strings.Join(q, "")
+	}
+	return strings.Join(q[:len(q)-1], ", ") + " and " + q[len(q)-1]
 }
 
 // Flags returns the controller's flags, each bound to its field of o; their defaults are o's

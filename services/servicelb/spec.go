@@ -2,9 +2,10 @@ package servicelb
 
 import (
 	"context"
-	"slices"
 	"sync"
+	"time"
 
+	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/discovery"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kcm-split/kcm-split/services/servicelb/api/v1alpha1"
+	"github.com/kcm-split/kcm-split/services/servicelb/poolsource"
 	"github.com/kcm-split/kcm-split/shared/app"
 	"github.com/kcm-split/kcm-split/shared/informer"
 )
@@ -30,6 +32,10 @@ func Spec() app.Spec {
 	}, DefaultOptions(), run)
 }
 
+// crdWait is how long the start waits for a pool API before running without it: long
+// enough for a CRD applied together with the controller to become established.
+const crdWait = 10 * time.Second
+
 // run is called only while this process holds the Lease.
 func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 	dyn, err := dynamic.NewForConfig(rt.Config)
@@ -40,121 +46,139 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 	if err != nil {
 		return err
 	}
+	sources, err := opts.poolSources(dyn)
+	if err != nil {
+		return err
+	}
 	factory := informers.NewSharedInformerFactoryWithOptions(rt.Client, rt.ResyncPeriod(), informers.WithTransform(cacheTransform))
 	// Only our own claims: the cluster's ClusterIP IPAddresses are none of our business.
 	claimFactory := informers.NewSharedInformerFactoryWithOptions(rt.Client, rt.ResyncPeriod(),
 		informers.WithTransform(informer.DropManagedFields),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = claimSelector().String() }))
-	dynFactory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, rt.ResyncPeriod())
-	apis, err := opts.PoolAPIs()
-	if err != nil {
-		return err
-	}
-	own, metal := slices.Contains(apis, PoolAPIKCMSplit), slices.Contains(apis, PoolAPIMetalLB)
-	served := false
-	if own {
-		served, _ = waitPoolAPI(ctx, dc, v1alpha1.GroupVersionResource, crdWait)
-	}
-	metalServed := false
-	if metal {
-		metalServed, _ = waitPoolAPI(ctx, dc, MetalLBGroupVersionResource, crdWait)
-	}
-	// The MetalLB pools have their own factory: its informer gets a transform, which must
-	// be set before it starts, and it may start later than the others.
-	metalFactory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, rt.ResyncPeriod(), opts.MetalLBNamespace, nil)
-	newMetalInformer := func() (cache.SharedIndexInformer, error) {
-		inf := metalFactory.ForResource(MetalLBGroupVersionResource).Informer()
-		return inf, inf.SetTransform(metalLBTransform)
-	}
-	var pools cache.SharedIndexInformer
-	if own && served {
-		pools = dynFactory.ForResource(v1alpha1.GroupVersionResource).Informer()
-	}
 	c := New(
 		factory.Core().V1().Services(),
 		factory.Core().V1().Nodes(),
 		factory.Core().V1().Namespaces(),
-		pools,
 		claimFactory.Networking().V1().IPAddresses(),
 		rt.Client,
-		v1alpha1.NewClient(dyn),
 		rt.EventRecorder(ctx, ComponentName),
 		opts,
 		rt.Registry,
+		sources...,
 	)
-	var metalPools cache.SharedIndexInformer
-	if metal && metalServed {
-		if metalPools, err = newMetalInformer(); err != nil {
+	factories := []informer.Factory{factory, claimFactory}
+	var watches []*poolWatch
+	for _, src := range sources {
+		w, err := startPoolWatch(ctx, rt.Logger, dc, dyn, rt.ResyncPeriod(), c, src)
+		if err != nil {
 			return err
 		}
-		c.AddMetalLBInformer(metalPools, dyn, opts.MetalLBNamespace)
+		watches = append(watches, w)
+		factories = append(factories, w.factory)
 	}
-	run := func(ctx context.Context) error {
-		// The discovery watch ends with ctx, before the informers are shut down.
+	runController := func(ctx context.Context) error {
+		// The discovery watches end with ctx, before the informers are shut down.
 		var bg sync.WaitGroup
 		ctx, cancel := context.WithCancel(ctx)
 		defer bg.Wait()
 		defer cancel()
-		if metal {
-			if !metalServed {
-				rt.Logger.Error(nil, "MetalLB's IPAddressPool API is not served: install MetalLB's CRDs. Until then no Service gets an address, addresses in Service status are kept, cleanups still run.",
-					"groupVersion", MetalLBGroupVersionResource.GroupVersion().String())
-			}
-			bg.Go(func() {
-				watchAPI(ctx, dc, MetalLBGroupVersionResource, metalServed, func(served bool) {
-					if !served {
-						rt.Logger.Error(nil, "MetalLB's IPAddressPool API is no longer served (or discovery fails); keeping every address, handing out none")
-						c.SetMetalLBAPIServed(false)
-						return
-					}
-					if metalPools == nil {
-						rt.Logger.Info("MetalLB's IPAddressPool API is now served; watching its pools")
-						inf, err := newMetalInformer()
-						if err == nil {
-							err = c.SetMetalLBInformer(ctx, inf, dyn, opts.MetalLBNamespace)
-						}
-						if err != nil {
-							utilruntime.HandleErrorWithContext(ctx, err, "Cannot watch MetalLB's IPAddressPools")
-							return
-						}
-						metalPools = inf
-						metalFactory.Start(ctx.Done())
-						return
-					}
-					rt.Logger.Info("MetalLB's IPAddressPool API is served again")
-					c.SetMetalLBAPIServed(true)
-				})
-			})
+		for _, w := range watches {
+			bg.Go(func() { w.watch(ctx) })
 		}
-		if !own {
-			return c.Run(ctx, opts.ConcurrentSyncs)
-		}
-		if !served {
-			rt.Logger.Error(nil, "The IPAddressPool API is not served: install the CRD from charts/kcm-split/crds/. Until then no Service gets an address, addresses in Service status are kept, cleanups still run.",
-				"groupVersion", v1alpha1.GroupVersionResource.GroupVersion().String())
-		}
-		bg.Go(func() {
-			watchPoolAPI(ctx, dc, served, func(served bool) {
-				if !served {
-					rt.Logger.Error(nil, "The IPAddressPool API is no longer served (or discovery fails); keeping every address, handing out none")
-					c.SetPoolAPIServed(false)
-					return
-				}
-				if pools == nil {
-					rt.Logger.Info("The IPAddressPool API is now served; watching pools")
-					pools = dynFactory.ForResource(v1alpha1.GroupVersionResource).Informer()
-					if err := c.SetPoolInformer(pools); err != nil {
-						utilruntime.HandleErrorWithContext(ctx, err, "Cannot watch IPAddressPools")
-						return
-					}
-					dynFactory.Start(ctx.Done())
-					return
-				}
-				rt.Logger.Info("The IPAddressPool API is served again")
-				c.SetPoolAPIServed(true)
-			})
-		})
 		return c.Run(ctx, opts.ConcurrentSyncs)
 	}
-	return rt.RunControllers(ctx, []app.Controller{{Name: ControllerID, HasSynced: c.HasSynced, Run: run}}, factory, claimFactory, dynFactory, metalFactory)
+	return rt.RunControllers(ctx, []app.Controller{{Name: ControllerID, HasSynced: c.HasSynced, Run: runController}}, factories...)
+}
+
+// poolSources are the pool APIs --pool-api enables, in its order; dyn reads them and writes
+// their status.
+func (o Options) poolSources(dyn dynamic.Interface) ([]poolsource.Source, error) {
+	apis, err := o.PoolAPIs()
+	if err != nil {
+		return nil, err
+	}
+	var out []poolsource.Source
+	for _, api := range apis {
+		switch api {
+		case poolsource.KCMSplit.Name:
+			out = append(out, poolsource.NewKCMSplit(v1alpha1.NewClient(dyn)))
+		case poolsource.MetalLB.Name:
+			out = append(out, poolsource.NewMetalLB(dyn, o.MetalLBNamespace))
+		}
+	}
+	return out, nil
+}
+
+// poolWatch follows one pool API in discovery for the controller: it hands the controller
+// the API's informer once the API is served, and tells it when the API goes and comes back.
+type poolWatch struct {
+	c       *Controller
+	src     poolsource.Source
+	logger  logr.Logger
+	dc      discovery.DiscoveryInterface
+	factory dynamicinformer.DynamicSharedInformerFactory
+	// served is the answer at the start; informer is nil until the API was served once.
+	served   bool
+	informer cache.SharedIndexInformer
+}
+
+// startPoolWatch waits up to crdWait for src's API and, when it is served, hands its
+// informer to c. Each source has its own informer factory: the informer gets the source's
+// transform, which must be set before it starts, and it may start later than the others.
+func startPoolWatch(ctx context.Context, logger logr.Logger, dc discovery.DiscoveryInterface, dyn dynamic.Interface, resync time.Duration, c *Controller, src poolsource.Source) (*poolWatch, error) {
+	w := &poolWatch{
+		c: c, src: src, logger: logger, dc: dc,
+		factory: dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, resync, src.Namespace(), nil),
+	}
+	w.served, _ = poolsource.WaitServed(ctx, dc, src.API().Resource, crdWait)
+	if !w.served {
+		return w, nil
+	}
+	inf, err := w.newInformer()
+	if err != nil {
+		return nil, err
+	}
+	w.informer = inf
+	c.AddPoolInformer(src.API().Name, inf)
+	return w, nil
+}
+
+func (w *poolWatch) newInformer() (cache.SharedIndexInformer, error) {
+	inf := w.factory.ForResource(w.src.API().Resource).Informer()
+	return inf, inf.SetTransform(w.src.Transform)
+}
+
+// watch asks discovery about the API until ctx ends (see poolsource.Watch).
+func (w *poolWatch) watch(ctx context.Context) {
+	api := w.src.API()
+	if !w.served {
+		w.logger.Error(nil, api.Title+" is not served: "+api.Install+". Until then no Service gets an address, addresses in Service status are kept, cleanups still run.",
+			"groupVersion", api.Resource.GroupVersion().String())
+	}
+	poolsource.Watch(ctx, w.dc, api.Resource, w.served, func(served bool) { w.changed(ctx, served) })
+}
+
+// changed acts on the API going away, appearing for the first time, or coming back.
+func (w *poolWatch) changed(ctx context.Context, served bool) {
+	api := w.src.API()
+	switch {
+	case !served:
+		w.logger.Error(nil, api.Title+" is no longer served (or discovery fails); keeping every address, handing out none")
+		w.c.SetPoolAPIServed(api.Name, false)
+	case w.informer == nil:
+		w.logger.Info(api.Title + " is now served; watching its pools")
+		inf, err := w.newInformer()
+		if err == nil {
+			err = w.c.SetPoolInformer(ctx, api.Name, inf)
+		}
+		if err != nil {
+			utilruntime.HandleErrorWithContext(ctx, err, "Cannot watch pools", "api", api.Name)
+			return
+		}
+		w.informer = inf
+		w.factory.Start(ctx.Done())
+	default:
+		w.logger.Info(api.Title + " is served again")
+		w.c.SetPoolAPIServed(api.Name, true)
+	}
 }

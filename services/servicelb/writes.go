@@ -1,5 +1,5 @@
 // Writes to Services: the finalizer and the status, conditioned on the resourceVersion read,
-// and the backoff against a second writer that keeps changing our status (state.go decides it).
+// and the backoff against a second writer that keeps changing our status (allocation decides it).
 
 package servicelb
 
@@ -18,7 +18,7 @@ import (
 // what this controller last wrote although it still wants the same: someone else changed
 // it. It returns how long to wait (0: write now) and whether a new episode began.
 func (c *Controller) overwriteBackoff(key string, svc *v1.Service, desired []v1.LoadBalancerIngress) (time.Duration, bool) {
-	wait, newEpisode, rewrite := c.state.overwriteBackoff(key, svc.Status.LoadBalancer.Ingress, desired, c.now())
+	wait, newEpisode, rewrite := c.state.OverwriteBackoff(key, svc.Status.LoadBalancer.Ingress, desired, c.now())
 	if rewrite {
 		c.metrics.conflicts.WithLabelValues(conflictOverwritten).Inc()
 	}

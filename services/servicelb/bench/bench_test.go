@@ -91,6 +91,7 @@ func (r *result) report(b *testing.B) {
 	b.ReportMetric(float64(r.restartW), "restart-writes")
 }
 
+// Long: one benchmark scenario (start, create, measure, restart), in order.
 func runScenario(b *testing.B, v variant) *result {
 	logf := benchkit.Progress(v.name)
 	bin := benchkit.BuildShipped(b, "github.com/kcm-split/kcm-split/services/servicelb/cmd/service-lb-controller")

@@ -1,0 +1,124 @@
+package allocation
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	mlb "go.universe.tf/metallb/api/v1beta1"
+
+	"github.com/kcm-split/kcm-split/services/servicelb/api/v1alpha1"
+	"github.com/kcm-split/kcm-split/services/servicelb/poolsource"
+	v1 "k8s.io/api/core/v1"
+)
+
+// stateWith is an allocation state over pools parsed from name -> address ranges; a pool
+// whose ranges start with "!" is invalid.
+func stateWith(t *testing.T, pools map[string][]string) *State {
+	t.Helper()
+	s := New()
+	var objs []*v1alpha1.IPAddressPool
+	for name, addrs := range pools {
+		p := &v1alpha1.IPAddressPool{}
+		p.Name = name
+		p.Spec.Addresses = addrs
+		objs = append(objs, p)
+	}
+	s.SetPools(parseKCMSplit(objs))
+	return s
+}
+
+// held is an address a Service holds before a decision, and the pool it was last seen in.
+type held struct {
+	addr, origin string
+}
+
+// stateHolding is stateWith where key already holds addrs.
+func stateHolding(t *testing.T, pools map[string][]string, svc *v1.Service, addrs ...held) *State {
+	t.Helper()
+	s := stateWith(t, pools)
+	key := svc.Namespace + "/" + svc.Name
+	for _, h := range addrs {
+		a := netip.MustParseAddr(h.addr)
+		if err := s.alloc.Claim(key, a, PropsOf(svc)); err != nil {
+			t.Fatal(err)
+		}
+		if h.origin != "" {
+			s.origin[a] = h.origin
+		}
+	}
+	return s
+}
+
+// metalState is an allocation state reading MetalLB pools only.
+func metalState(t *testing.T, pools ...*mlb.IPAddressPool) *State {
+	t.Helper()
+	s := New(poolsource.MetalLB)
+	var parsed []poolsource.Parsed
+	for _, p := range pools {
+		parsed = append(parsed, poolsource.Parsed{Created: p.CreationTimestamp, Pool: poolsource.ParseMetalLB(p)})
+	}
+	parsedPools := poolsource.CheckOverlaps(parsed)
+	for _, pi := range parsedPools {
+		if !pi.Valid {
+			t.Fatalf("pool %s invalid: %s", pi.Key, pi.Message)
+		}
+	}
+	s.SetPools(parsedPools)
+	return s
+}
+
+func metal(name string, sa *mlb.ServiceAllocation, addrs ...string) *mlb.IPAddressPool {
+	return &mlb.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: mlb.IPAddressPoolSpec{Addresses: addrs, AllocateTo: sa}}
+}
+
+// parseKCMSplit parses kcm-split pools and checks them for overlaps.
+func parseKCMSplit(objs []*v1alpha1.IPAddressPool) map[string]*poolsource.Pool {
+	var parsed []poolsource.Parsed
+	for _, o := range objs {
+		parsed = append(parsed, poolsource.Parsed{Created: o.CreationTimestamp, Pool: poolsource.ParseKCMSplit(o)})
+	}
+	return poolsource.CheckOverlaps(parsed)
+}
+
+func poolObj(name string, age int64, addrs []string, mut ...func(*v1alpha1.IPAddressPoolSpec)) *v1alpha1.IPAddressPool {
+	p := &v1alpha1.IPAddressPool{
+		ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(time.Unix(age, 0))},
+		Spec:       v1alpha1.IPAddressPoolSpec{Addresses: addrs},
+	}
+	for _, m := range mut {
+		m(&p.Spec)
+	}
+	return p
+}
+
+const testNS = "ns"
+
+type svcOpt func(*v1.Service)
+
+func lb(name string, opts ...svcOpt) *v1.Service {
+	s := &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: name, ResourceVersion: "1", CreationTimestamp: metav1.NewTime(time.Unix(100, 0))},
+		Spec: v1.ServiceSpec{
+			Type:       v1.ServiceTypeLoadBalancer,
+			Ports:      []v1.ServicePort{{Port: 80, Protocol: v1.ProtocolTCP}},
+			IPFamilies: []v1.IPFamily{v1.IPv4Protocol},
+			Selector:   map[string]string{"app": name},
+		},
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+func withAnnotation(k, v string) svcOpt {
+	return func(s *v1.Service) {
+		if s.Annotations == nil {
+			s.Annotations = map[string]string{}
+		}
+		s.Annotations[k] = v
+	}
+}
