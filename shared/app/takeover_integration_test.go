@@ -63,7 +63,7 @@ func TestTakeOverFromKCM(t *testing.T) {
 	m := startMember(t, ns, controller, "--take-over-from-kcm", "--kcm-namespace="+ns)
 	mayWrite := func() bool {
 		rt := m.rt.Load()
-		return m.running.Load() && rt != nil && rt.takeOver.allowWrite()
+		return m.running.Load() && rt != nil && rt.takeOver.AllowWrite()
 	}
 	var violations, draining atomic.Int32
 	var first atomic.Value

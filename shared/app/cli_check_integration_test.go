@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kcm-split/kcm-split/shared/testenv"
@@ -51,8 +52,9 @@ func TestCheckOnTheRealAPIServer(t *testing.T) {
 	}
 
 	// A holder that stopped renewing (a frozen process, a partitioned node) without releasing.
-	l := lease("stale", "gone-pod_1", time.Now().Add(-time.Minute), 15)
-	l.Namespace = ns
+	holder, renewed, seconds := "gone-pod_1", metav1.NewMicroTime(time.Now().Add(-time.Minute)), int32(15)
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "stale"},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, RenewTime: &renewed, LeaseDurationSeconds: &seconds}}
 	if _, err := client.CoordinationV1().Leases(ns).Create(context.Background(), l, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
