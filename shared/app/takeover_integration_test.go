@@ -36,6 +36,7 @@ func publishKCMPod(t *testing.T, client kubernetes.Interface, ns, node, controll
 // controller never may write while a KCM process whose flags run that controller leads: the
 // binary waits while KCM runs it, takes over once the roll turned it off, stops (writes
 // refused) when a Pod turns it on again, and takes over again after the next roll.
+// Long: one sampler watches every roll, so the rolls run in order in one function.
 func TestTakeOverFromKCM(t *testing.T) {
 	testenv.Require(t, env)
 	client := env.Client(t)
@@ -63,7 +64,7 @@ func TestTakeOverFromKCM(t *testing.T) {
 	m := startMember(t, ns, controller, "--take-over-from-kcm", "--kcm-namespace="+ns)
 	mayWrite := func() bool {
 		rt := m.rt.Load()
-		return m.running.Load() && rt != nil && rt.takeOver.allowWrite()
+		return m.running.Load() && rt != nil && rt.takeOver.AllowWrite()
 	}
 	var violations, draining atomic.Int32
 	var first atomic.Value

@@ -132,7 +132,7 @@ func (l *Layout) observe(obj any) {
 	}
 	l.seen[lease.Name] = o
 	l.mu.Unlock()
-	l.poke()
+	l.wakeWait()
 }
 
 func (l *Layout) forget(obj any) {
@@ -143,11 +143,12 @@ func (l *Layout) forget(obj any) {
 		l.mu.Lock()
 		delete(l.seen, lease.Name)
 		l.mu.Unlock()
-		l.poke()
+		l.wakeWait()
 	}
 }
 
-func (l *Layout) poke() {
+// wakeWait tells a running Wait to look again now, without blocking; wake-ups coalesce.
+func (l *Layout) wakeWait() {
 	select {
 	case l.changed <- struct{}{}:
 	default:

@@ -3,96 +3,16 @@ package app
 import (
 	"bytes"
 	"context"
-	"debug/elf"
-	"github.com/kcm-split/kcm-split/shared/features"
-	"k8s.io/component-base/featuregate"
-	"os/exec"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
-	"github.com/urfave/cli/v2"
+	"k8s.io/component-base/featuregate"
 	"k8s.io/klog/v2"
 
+	"github.com/kcm-split/kcm-split/shared/features"
 	"github.com/kcm-split/kcm-split/shared/logging"
 )
-
-func TestHelpAndVersion(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		want []string
-	}{
-		{[]string{"-h"}, []string{"NAME:\n   test-controller - ", "--concurrent-test-syncs value", "(default: 5)", "   Client\n"}},
-		{[]string{"--leader-elect=false", "--help"}, []string{"--kube-api-qps value"}},
-		{[]string{"--version"}, []string{"test-controller version " + Version + "\n"}},
-		{[]string{"-version"}, []string{"test-controller version " + Version + "\n"}},
-		{[]string{"--v=4", "--version"}, []string{"test-controller version " + Version + "\n"}},
-		{[]string{"--help"}, []string{"-v value", "--vmodule value", "--logging-format value", "[$KCM_SPLIT_V]", "--version  "}},
-	} {
-		var out bytes.Buffer
-		if code := Run(context.Background(), testSpec(nil), append([]string{"test-controller"}, tc.args...), &out); code != ExitOK {
-			t.Errorf("%v: exit %d, output %q", tc.args, code, out.String())
-			continue
-		}
-		for _, want := range tc.want {
-			if !strings.Contains(out.String(), want) {
-				t.Errorf("%v: output lacks %q:\n%s", tc.args, want, out.String())
-			}
-		}
-	}
-}
-
-// Hidden flags stay out of --help.
-func TestHelpHidesHiddenFlags(t *testing.T) {
-	spec := testSpec(nil)
-	spec.Options.(*testOptions).extra = []cli.Flag{newHiddenFlag()}
-	var out bytes.Buffer
-	if code := Run(context.Background(), spec, []string{"test-controller", "--help"}, &out); code != ExitOK {
-		t.Fatalf("exit %d", code)
-	}
-	if strings.Contains(out.String(), "secret-knob") {
-		t.Errorf("--help shows a hidden flag:\n%s", out.String())
-	}
-}
-
-// Every binary must stay free of reflection that looks methods up by a computed name
-// (text/template's field evaluation is the usual way in): the linker then keeps every exported
-// method of every type converted to an interface, which with client-go's scheme is all of
-// Kubernetes' API types, and the binary doubles. This builds a minimal controller the way
-// the Makefile does and reads its symbol table.
-func TestNoReflectMethodLookup(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds a binary")
-	}
-	bin := filepath.Join(t.TempDir(), "linkcheck")
-	build := exec.Command("go", "build", "-trimpath", "-o", bin, "./testdata/linkcheck")
-	build.Env = append(build.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	f, err := elf.Open(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	syms, err := f.Symbols()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sawScheme bool
-	for _, s := range syms {
-		if strings.HasPrefix(s.Name, "text/template.(*state).evalField") || strings.HasPrefix(s.Name, "html/template.") {
-			t.Errorf("the binary links %s: method lookup by name keeps every exported method", s.Name)
-		}
-		if strings.HasPrefix(s.Name, "k8s.io/client-go/kubernetes/scheme.") {
-			sawScheme = true
-		}
-	}
-	if !sawScheme {
-		t.Error("no client-go scheme symbol: the check is not looking at a real controller binary")
-	}
-}
 
 // Upstream's logging flags reach the logger; kcm-split's older names stay as aliases that
 // the upstream flag overrides, wherever each was given.
@@ -118,7 +38,7 @@ func TestLoggingFlags(t *testing.T) {
 		{name: "env KCM_SPLIT_V", env: map[string]string{"KCM_SPLIT_V": "3"}, want: logging.Options{Level: "3", Format: "json"}, enabled: 3, disabled: 4},
 		{name: "env KCM_SPLIT_V wins over --log-level", args: []string{"--log-level=2"}, env: map[string]string{"KCM_SPLIT_V": "5"}, want: logging.Options{Level: "5", Format: "json"}, ignored: [][2]string{{"log-level", "v"}}, enabled: 5, disabled: 6},
 		{name: "--vmodule", args: []string{"--vmodule=foo=3"}, want: logging.Options{Level: "info", VModule: "foo=3", Format: "json"}, enabled: 0, disabled: 1},
-		{name: "--vmodule naming this file", args: []string{"--v=1", "--vmodule=cmdline_test=3,other=5"}, want: logging.Options{Level: "1", VModule: "cmdline_test=3,other=5", Format: "json"}, enabled: 3, disabled: 4},
+		{name: "--vmodule naming this file", args: []string{"--v=1", "--vmodule=cli_flags_test=3,other=5"}, want: logging.Options{Level: "1", VModule: "cli_flags_test=3,other=5", Format: "json"}, enabled: 3, disabled: 4},
 		{name: "env KCM_SPLIT_VMODULE", env: map[string]string{"KCM_SPLIT_VMODULE": "foo=2"}, want: logging.Options{Level: "info", VModule: "foo=2", Format: "json"}, enabled: 0, disabled: 1},
 		{name: "--logging-format=json", args: []string{"--logging-format=json"}, want: logging.Options{Level: "info", Format: "json"}, enabled: 0, disabled: 1},
 		{name: "--logging-format=text", args: []string{"--logging-format=text"}, want: logging.Options{Level: "info", Format: "text"}, enabled: 0, disabled: 1},
@@ -136,17 +56,17 @@ func TestLoggingFlags(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if o.log != tc.want {
-				t.Errorf("log options = %+v, want %+v", o.log, tc.want)
+			if o.logging.log != tc.want {
+				t.Errorf("log options = %+v, want %+v", o.logging.log, tc.want)
 			}
-			if !reflect.DeepEqual(o.ignored, tc.ignored) {
-				t.Errorf("ignored = %v, want %v", o.ignored, tc.ignored)
+			if !reflect.DeepEqual(o.logging.ignored, tc.ignored) {
+				t.Errorf("ignored = %v, want %v", o.logging.ignored, tc.ignored)
 			}
-			_, logger, err := logging.New(o.log)
+			_, logger, err := logging.New(o.logging.log)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := logging.RouteKlog(logger, o.log); err != nil {
+			if err := logging.RouteKlog(logger, o.logging.log); err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = logging.RouteKlog(logger, logging.Options{Level: "info"}) })
@@ -158,10 +78,6 @@ func TestLoggingFlags(t *testing.T) {
 			}
 		})
 	}
-}
-
-func newHiddenFlag() *cli.IntFlag {
-	return &cli.IntFlag{Name: "secret-knob", Hidden: true, Usage: "not for users"}
 }
 
 // --feature-gates reaches the gates the controller reads, from the command line (repeated
@@ -189,7 +105,7 @@ func TestFeatureGates(t *testing.T) {
 				t.Fatal(err)
 			}
 			for g, want := range tc.want {
-				if got := o.gates.Enabled(g); got != want {
+				if got := o.features.gates.Enabled(g); got != want {
 					t.Errorf("%s = %t, want %t", g, got, want)
 				}
 			}

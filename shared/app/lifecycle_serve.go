@@ -44,7 +44,7 @@ func disabled(addr string) bool {
 // serve starts the secure server (metrics and health behind authentication and authorization,
 // the default) and, only when asked for, the plain-HTTP ones: one server when the metrics and
 // health flags name the same address, two otherwise.
-func serve(logger logr.Logger, o options, cfg *rest.Config, reg *prometheus.Registry, term prometheus.Gatherer, checks *health.Checks) (*servers, error) {
+func serve(logger logr.Logger, o servingOptions, cfg *rest.Config, reg *prometheus.Registry, term prometheus.Gatherer, checks *health.Checks) (*servers, error) {
 	s := &servers{}
 	if o.secure.Enabled() {
 		mux := http.NewServeMux()

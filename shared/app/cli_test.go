@@ -3,51 +3,19 @@ package app
 import (
 	"bytes"
 	"context"
-	"errors"
-	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/urfave/cli/v2"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kcm-split/kcm-split/shared/app/check"
 	"github.com/kcm-split/kcm-split/shared/testenv"
 )
-
-var env *testenv.Env
-
-func TestMain(m *testing.M) { testenv.Main(m, &env) }
-
-// testOptions are a test controller's settings: one flag of its own, and any extra flags.
-type testOptions struct {
-	workers int
-	extra   []cli.Flag
-}
-
-func (o *testOptions) Flags() []cli.Flag {
-	return append([]cli.Flag{&cli.IntFlag{Name: "concurrent-test-syncs", Value: 5, Destination: &o.workers, Usage: "workers"}}, o.extra...)
-}
-
-func (o *testOptions) Validate() error {
-	if o.workers < 1 {
-		return &FlagError{Flag: "concurrent-test-syncs", Err: fmt.Errorf("%d must be at least 1", o.workers)}
-	}
-	return nil
-}
-
-func testSpec(run func(ctx context.Context, rt *Runtime) error) Spec {
-	return Spec{
-		ID:          "test-controller",
-		DefaultPort: 0,
-		Options:     &testOptions{},
-		Run:         run,
-	}
-}
 
 func TestBadFlagsExit2WithOneLine(t *testing.T) {
 	dir := t.TempDir()
@@ -141,145 +109,114 @@ func TestHelpShowsDefaultsAndEnv(t *testing.T) {
 	}
 }
 
-func httpGet(url string) (int, string, error) {
-	resp, err := http.Get(url)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b), err
-}
-
-// TestLifecycle runs a whole binary in-process against the real apiserver: it serves health
-// and metrics, is not Ready while leading with unsynced caches, becomes Ready once synced,
-// reports leadership, and exits 0 on shutdown.
-func TestLifecycle(t *testing.T) {
-	testenv.Require(t, env)
-	port, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	var synced atomic.Bool
-	started := make(chan *Runtime, 1)
-	spec := testSpec(func(ctx context.Context, rt *Runtime) error {
-		rt.SetSynced(synced.Load)
-		started <- rt
-		<-ctx.Done()
-		return nil
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan int, 1)
-	var stderr bytes.Buffer
-	go func() {
-		done <- Run(ctx, spec, []string{"test-controller",
-			"--kubeconfig=" + env.Kubeconfig,
-			fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", port),
-			"--leader-elect-resource-name=lifecycle-test",
-			"--leader-elect-retry-period=200ms",
-			"--log-level=error",
-		}, &stderr)
-	}()
-
-	select {
-	case rt := <-started:
-		if !strings.HasPrefix(rt.Config.UserAgent, "test-controller/") {
-			t.Errorf("user agent = %q", rt.Config.UserAgent)
-		}
-	case code := <-done:
-		t.Fatalf("exited early with %d: %s", code, stderr.String())
-	case <-time.After(20 * time.Second):
-		t.Fatal("never started leading")
-	}
-
-	if code, body, err := httpGet(base + "/readyz"); err != nil || code != http.StatusInternalServerError {
-		t.Fatalf("leader with unsynced caches: /readyz = %d %q %v, want 500", code, body, err)
-	}
-	synced.Store(true)
-	for _, p := range []string{"/readyz", "/healthz", "/livez"} {
-		if code, body, err := httpGet(base + p); err != nil || code != http.StatusOK {
-			t.Fatalf("%s = %d %q %v, want 200", p, code, body, err)
-		}
-	}
-	_, metrics, err := httpGet(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{`leader_election_master_status{name="lifecycle-test"} 1`, "rest_client_requests_total", "go_goroutines", "process_resident_memory_bytes"} {
-		if !strings.Contains(metrics, want) {
-			t.Errorf("/metrics lacks %q", want)
-		}
-	}
-
-	cancel()
-	select {
-	case code := <-done:
-		if code != ExitOK {
-			t.Fatalf("graceful shutdown exit = %d: %s", code, stderr.String())
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("did not exit after cancel")
-	}
-}
-
-func TestRunErrorExits1(t *testing.T) {
-	testenv.Require(t, env)
-	spec := testSpec(func(context.Context, *Runtime) error { return errors.New("informers never synced") })
-	var stderr bytes.Buffer
-	code := Run(context.Background(), spec, []string{"test-controller", "--kubeconfig=" + env.Kubeconfig,
-		"--metrics-bind-address=:0", "--leader-elect=false", "--log-level=error"}, &stderr)
-	if code != ExitFailure || !strings.Contains(stderr.String(), "informers never synced") {
-		t.Fatalf("exit = %d, stderr = %q", code, stderr.String())
-	}
-}
-
-// A binary's own client budget is what --help shows and what its clients get; the flags,
-// from the command line or the environment, still override either half.
-func TestOwnClientBudget(t *testing.T) {
-	testenv.Require(t, env)
+func TestHelpAndVersion(t *testing.T) {
 	for _, tc := range []struct {
-		name               string
-		args               []string
-		env                map[string]string
-		wantQPS, wantBurst int
+		args []string
+		want []string
 	}{
-		{name: "own defaults", wantQPS: 200, wantBurst: 400},
-		{name: "qps flag", args: []string{"--kube-api-qps=7"}, wantQPS: 7, wantBurst: 400},
-		{name: "burst from the environment", env: map[string]string{EnvVar(FlagBurst): "9"}, wantQPS: 200, wantBurst: 9},
+		{[]string{"-h"}, []string{"NAME:\n   test-controller - ", "--concurrent-test-syncs value", "(default: 5)", "   Client\n"}},
+		{[]string{"--leader-elect=false", "--help"}, []string{"--kube-api-qps value"}},
+		{[]string{"--version"}, []string{"test-controller version " + Version + "\n"}},
+		{[]string{"-version"}, []string{"test-controller version " + Version + "\n"}},
+		{[]string{"--v=4", "--version"}, []string{"test-controller version " + Version + "\n"}},
+		{[]string{"--help"}, []string{"-v value", "--vmodule value", "--logging-format value", "[$KCM_SPLIT_V]", "--version  "}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			for k, v := range tc.env {
-				t.Setenv(k, v)
+		var out bytes.Buffer
+		if code := Run(context.Background(), testSpec(nil), append([]string{"test-controller"}, tc.args...), &out); code != ExitOK {
+			t.Errorf("%v: exit %d, output %q", tc.args, code, out.String())
+			continue
+		}
+		for _, want := range tc.want {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("%v: output lacks %q:\n%s", tc.args, want, out.String())
 			}
-			var got *Runtime
-			spec := testSpec(func(_ context.Context, rt *Runtime) error { got = rt; return nil })
-			spec.DefaultQPS, spec.DefaultBurst = 200, 400
-			var stderr bytes.Buffer
-			args := append([]string{"test-controller", "--kubeconfig=" + env.Kubeconfig, "--secure-port=0",
-				"--leader-elect=false", "--log-level=error"}, tc.args...)
-			if code := Run(context.Background(), spec, args, &stderr); code != ExitOK {
-				t.Fatalf("exit = %d, stderr = %q", code, stderr.String())
-			}
-			if got == nil {
-				t.Fatal("Run was not called")
-			}
-			if got.Config.QPS != float32(tc.wantQPS) || got.Config.Burst != tc.wantBurst {
-				t.Errorf("client budget = %v/%d, want %d/%d", got.Config.QPS, got.Config.Burst, tc.wantQPS, tc.wantBurst)
-			}
-		})
-	}
-
-	var out bytes.Buffer
-	spec := testSpec(nil)
-	spec.DefaultQPS, spec.DefaultBurst = 200, 400
-	if code := Run(context.Background(), spec, []string{"test-controller", "--help"}, &out); code != ExitOK {
-		t.Fatalf("--help exit = %d", code)
-	}
-	for _, want := range []string{"burst to use while talking with the API server (default: 400)", "QPS to use while talking with the API server (default: 200)"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("--help lacks %q", want)
 		}
 	}
+}
+
+// Hidden flags stay out of --help.
+func TestHelpHidesHiddenFlags(t *testing.T) {
+	spec := testSpec(nil)
+	spec.Options.(*testOptions).extra = []cli.Flag{newHiddenFlag()}
+	var out bytes.Buffer
+	if code := Run(context.Background(), spec, []string{"test-controller", "--help"}, &out); code != ExitOK {
+		t.Fatalf("exit %d", code)
+	}
+	if strings.Contains(out.String(), "secret-knob") {
+		t.Errorf("--help shows a hidden flag:\n%s", out.String())
+	}
+}
+
+func newHiddenFlag() *cli.IntFlag {
+	return &cli.IntFlag{Name: "secret-knob", Hidden: true, Usage: "not for users"}
+}
+
+// The controller's --help mentions the check subcommand and lists none of its flags: they are
+// not controller flags.
+func TestHelpLeavesOutTheCheck(t *testing.T) {
+	var out bytes.Buffer
+	if code := Run(context.Background(), testSpec(nil), []string{"test-controller", "--help"}, &out); code != ExitOK {
+		t.Fatalf("--help: exit %d", code)
+	}
+	help := out.String()
+	if !strings.Contains(help, "test-controller check [options]") {
+		t.Errorf("--help does not mention the check subcommand:\n%s", help)
+	}
+	for _, f := range []string{check.FlagReadyzURL, check.FlagLease, check.FlagAttempts} {
+		if strings.Contains(help, "--"+f+" ") {
+			t.Errorf("--help lists the check's --%s as a controller flag:\n%s", f, help)
+		}
+	}
+}
+
+// TestCheckOnTheRealAPIServer runs `check` against a binary leading on the real apiserver: it
+// passes while the binary leads and is Ready, fails on the Lease once the binary stopped
+// (released), and fails on a Lease whose holder stopped renewing long ago.
+func TestCheckOnTheRealAPIServer(t *testing.T) {
+	testenv.Require(t, env)
+	client := env.Client(t)
+	ns := env.Namespace(t)
+	check := func(args ...string) (int, string) {
+		var out bytes.Buffer
+		code := Run(context.Background(), testSpec(nil), append([]string{"test-controller", CheckCommand,
+			"--kubeconfig=" + env.Kubeconfig, "--lease-namespace=" + ns}, args...), &out)
+		return code, out.String()
+	}
+
+	m := startMember(t, ns, "checked")
+	// Retries until the binary leads and its caches synced: the check's own bound is the wait.
+	start := time.Now()
+	code, out := check("--readyz-url="+m.base+"/readyz", "--lease=checked", "--attempts=8", "--timeout=60s")
+	if code != ExitOK || !strings.Contains(out, "OK: "+m.base+"/readyz answered 200; Lease "+ns+"/checked held by ") {
+		t.Fatalf("while leading: exit %d:\n%s", code, out)
+	}
+	t.Logf("check passed %.1fs after the binary started:\n%s", time.Since(start).Seconds(), out)
+
+	m.cancel()
+	select {
+	case <-m.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the binary did not stop")
+	}
+	code, out = check("--lease=checked", "--attempts=2")
+	if code != ExitFailure || !strings.Contains(out, "FAIL: lease "+ns+"/checked has no holder") {
+		t.Fatalf("after the binary released its Lease: exit %d:\n%s", code, out)
+	}
+	code, out = check("--readyz-url="+m.base+"/readyz", "--lease=checked", "--attempts=1")
+	if code != ExitFailure || !strings.Contains(out, "connection refused; lease "+ns+"/checked has no holder") {
+		t.Fatalf("after the binary stopped, both parts: exit %d:\n%s", code, out)
+	}
+
+	// A holder that stopped renewing (a frozen process, a partitioned node) without releasing.
+	holder, renewed, seconds := "gone-pod_1", metav1.NewMicroTime(time.Now().Add(-time.Minute)), int32(15)
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "stale"},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, RenewTime: &renewed, LeaseDurationSeconds: &seconds}}
+	if _, err := client.CoordinationV1().Leases(ns).Create(context.Background(), l, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	code, out = check("--lease=stale", "--attempts=1")
+	if code != ExitFailure || !strings.Contains(out, "FAIL: lease "+ns+"/stale held by gone-pod_1 expired ") {
+		t.Fatalf("stale Lease: exit %d:\n%s", code, out)
+	}
+	t.Logf("failures as reported:\n%s", out)
 }

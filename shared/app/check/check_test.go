@@ -1,4 +1,4 @@
-package app
+package check
 
 import (
 	"bytes"
@@ -18,6 +18,8 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/kcm-split/kcm-split/shared/app/internal/cmdline"
 )
 
 // readyzServer answers /readyz with the codes given, one per request, the last one repeated.
@@ -84,7 +86,7 @@ func TestCheck(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			hc, err := checkHTTPClient("", "", "")
+			hc, err := httpClient("", "", "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -118,7 +120,7 @@ func TestCheck(t *testing.T) {
 // every attempt's backoff.
 func TestCheckStopsAtTheDeadline(t *testing.T) {
 	srv, _ := readyzServer(t, 503)
-	hc, err := checkHTTPClient("", "", "")
+	hc, err := httpClient("", "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,45 +150,32 @@ func TestCheckReadyzAddress(t *testing.T) {
 	defer srv.Close()
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	var out bytes.Buffer
-	code := Run(context.Background(), testSpec(nil), []string{"test-controller", CheckCommand, "--readyz-url=https://no-such-name.invalid:" + port + "/readyz", "--readyz-address=::1", "--attempts=1"}, &out)
-	if code != ExitOK {
+	code := Run(context.Background(), "test-controller", "dev", []string{"--readyz-url=https://no-such-name.invalid:" + port + "/readyz", "--readyz-address=::1", "--attempts=1"}, &out)
+	if code != cmdline.ExitOK {
 		t.Fatalf("exit %d:\n%s", code, out.String())
 	}
 }
 
-// The command line: usage errors exit 2 with one line, --help lists the check's own flags,
-// and the controller's --help lists none of them (they are not controller flags).
+// The command line: usage errors exit 2 with one line, --help lists the check's own flags.
+// (That the controller's --help lists none of them is app's TestHelpLeavesOutTheCheck.)
 func TestCheckCommandLine(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		code int
 		want string
 	}{
-		{nil, ExitUsage, "nothing to check"},
-		{[]string{"--readyz-url=ftp://x/readyz"}, ExitUsage, "--readyz-url"},
-		{[]string{"--lease=c", "--attempts=0"}, ExitUsage, "--attempts"},
-		{[]string{"--lease=c", "--no-such-flag"}, ExitUsage, "no-such-flag"},
-		{[]string{"--help"}, ExitOK, "--readyz-url value"},
+		{nil, cmdline.ExitUsage, "nothing to check"},
+		{[]string{"--readyz-url=ftp://x/readyz"}, cmdline.ExitUsage, "--readyz-url"},
+		{[]string{"--lease=c", "--attempts=0"}, cmdline.ExitUsage, "--attempts"},
+		{[]string{"--lease=c", "--no-such-flag"}, cmdline.ExitUsage, "no-such-flag"},
+		{[]string{"--help"}, cmdline.ExitOK, "--readyz-url value"},
 	} {
 		var out bytes.Buffer
-		if code := Run(context.Background(), testSpec(nil), append([]string{"test-controller", CheckCommand}, tc.args...), &out); code != tc.code || !strings.Contains(out.String(), tc.want) {
+		if code := Run(context.Background(), "test-controller", "dev", tc.args, &out); code != tc.code || !strings.Contains(out.String(), tc.want) {
 			t.Errorf("check %v: exit %d, want %d with %q:\n%s", tc.args, code, tc.code, tc.want, out.String())
 		}
-		if tc.code == ExitUsage && strings.Count(strings.TrimSpace(out.String()), "\n") > 0 {
+		if tc.code == cmdline.ExitUsage && strings.Count(strings.TrimSpace(out.String()), "\n") > 0 {
 			t.Errorf("check %v: more than one line:\n%s", tc.args, out.String())
-		}
-	}
-	var out bytes.Buffer
-	if code := Run(context.Background(), testSpec(nil), []string{"test-controller", "--help"}, &out); code != ExitOK {
-		t.Fatalf("--help: exit %d", code)
-	}
-	help := out.String()
-	if !strings.Contains(help, "test-controller check [options]") {
-		t.Errorf("--help does not mention the check subcommand:\n%s", help)
-	}
-	for _, f := range []string{FlagCheckReadyzURL, FlagCheckLease, FlagCheckAttempts} {
-		if strings.Contains(help, "--"+f+" ") {
-			t.Errorf("--help lists the check's --%s as a controller flag:\n%s", f, help)
 		}
 	}
 }
@@ -205,13 +194,13 @@ func TestCheckCAFile(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"--readyz-url=" + srv.URL + "/readyz", "--ca-file=" + ca}, ExitOK, "answered 200"},
-		{[]string{"--readyz-url=https://example.com:" + port + "/readyz", "--readyz-address=127.0.0.1", "--ca-file=" + ca}, ExitOK, "answered 200"},
-		{[]string{"--readyz-url=" + srv.URL + "/readyz", "--ca-file=" + ca, "--tls-server-name=not-in-the.cert"}, ExitFailure, "certificate"},
-		{[]string{"--readyz-url=" + srv.URL + "/readyz", "--ca-file=" + filepath.Join(t.TempDir(), "none")}, ExitUsage, "--ca-file"},
+		{[]string{"--readyz-url=" + srv.URL + "/readyz", "--ca-file=" + ca}, cmdline.ExitOK, "answered 200"},
+		{[]string{"--readyz-url=https://example.com:" + port + "/readyz", "--readyz-address=127.0.0.1", "--ca-file=" + ca}, cmdline.ExitOK, "answered 200"},
+		{[]string{"--readyz-url=" + srv.URL + "/readyz", "--ca-file=" + ca, "--tls-server-name=not-in-the.cert"}, cmdline.ExitFailure, "certificate"},
+		{[]string{"--readyz-url=" + srv.URL + "/readyz", "--ca-file=" + filepath.Join(t.TempDir(), "none")}, cmdline.ExitUsage, "--ca-file"},
 	} {
 		var out bytes.Buffer
-		if code := Run(context.Background(), testSpec(nil), append([]string{"test-controller", CheckCommand, "--attempts=1"}, tc.args...), &out); code != tc.code || !strings.Contains(out.String(), tc.want) {
+		if code := Run(context.Background(), "test-controller", "dev", append([]string{"--attempts=1"}, tc.args...), &out); code != tc.code || !strings.Contains(out.String(), tc.want) {
 			t.Errorf("check %v: exit %d, want %d with %q:\n%s", tc.args, code, tc.code, tc.want, out.String())
 		}
 	}

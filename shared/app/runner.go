@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/kcm-split/kcm-split/shared/app/internal/cmdline"
 	"github.com/kcm-split/kcm-split/shared/informer"
 )
 
@@ -125,7 +126,7 @@ func EnabledControllers(flag, value string, known []ControllerName) (map[string]
 	}
 	enabled := map[string]bool{}
 	for _, k := range known {
-		if controllerEnabled(k, entries, canonical) {
+		if cmdline.Enabled(k.Name, k.DisabledByDefault, entries, canonical) {
 			enabled[k.Name] = true
 		}
 	}
@@ -133,21 +134,6 @@ func EnabledControllers(flag, value string, known []ControllerName) (map[string]
 		return nil, &FlagError{Flag: flag, Err: fmt.Errorf("%q enables none of %s", value, strings.Join(names, ", "))}
 	}
 	return enabled, nil
-}
-
-func controllerEnabled(k ControllerName, entries []string, canonical map[string]string) bool {
-	star := false
-	for _, e := range entries {
-		switch {
-		case e == "*":
-			star = true
-		case strings.HasPrefix(e, "-") && canonical[e[1:]] == k.Name:
-			return false
-		case canonical[e] == k.Name:
-			return true
-		}
-	}
-	return star && !k.DisabledByDefault
 }
 
 // ControllersUsage is the --controllers usage line for known.

@@ -1,4 +1,8 @@
-package app
+// Package check is the subcommand every kcm-split binary has, `<binary> check ...`: it checks
+// a running controller from outside, its /readyz and its Leases' holders, as `helm test` does
+// with the controller's own image (distroless: no shell, no curl), and exits 0 or 1 with a
+// one-line reason.
+package check
 
 import (
 	"context"
@@ -20,31 +24,31 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kcm-split/kcm-split/shared/app/internal/cmdline"
 	"github.com/kcm-split/kcm-split/shared/kube"
 )
 
-// CheckCommand is the subcommand every binary has (`<binary> check ...`): it checks a running
-// replica set of the controller from outside, as `helm test` does with the controller's own
-// image (distroless: no shell, no curl), and exits 0 or 1 with a one-line reason.
-const CheckCommand = "check"
+// Command is the subcommand's name: `<binary> check`.
+const Command = "check"
 
 // Flags of the check subcommand. They are the subcommand's alone: `<binary> --help` does not
 // list them (they are not controller flags), and no KCM_SPLIT_ variable sets them, so a Pod's
 // environment (Service links, the controller's own variables) never changes what is checked.
 const (
-	FlagCheckReadyzURL      = "readyz-url"
-	FlagCheckReadyzAddress  = "readyz-address"
-	FlagCheckCAFile         = "ca-file"
-	FlagCheckTLSServerName  = "tls-server-name"
-	FlagCheckLeaseNamespace = "lease-namespace"
-	FlagCheckLease          = "lease"
-	FlagCheckTimeout        = "timeout"
-	FlagCheckAttempts       = "attempts"
-	FlagCheckClockSkew      = "max-clock-skew"
+	FlagReadyzURL      = "readyz-url"
+	FlagReadyzAddress  = "readyz-address"
+	FlagCAFile         = "ca-file"
+	FlagTLSServerName  = "tls-server-name"
+	FlagLeaseNamespace = "lease-namespace"
+	FlagLease          = "lease"
+	FlagTimeout        = "timeout"
+	FlagAttempts       = "attempts"
+	FlagClockSkew      = "max-clock-skew"
+	FlagKubeconfig     = "kubeconfig"
 )
 
-// checkOptions are the check subcommand's settings.
-type checkOptions struct {
+// options are the check subcommand's settings.
+type options struct {
 	readyzURL      string
 	address        string
 	caFile         string
@@ -57,123 +61,124 @@ type checkOptions struct {
 	skew           time.Duration
 }
 
-func (o *checkOptions) flags() []cli.Flag {
+func (o *options) flags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: FlagCheckReadyzURL, Category: "Check", Destination: &o.readyzURL, Usage: "URL of the controller's /readyz (a Service's address and port, e.g. https://10.96.0.12:10271/readyz); must answer 200. Empty skips it"},
-		&cli.StringFlag{Name: FlagCheckReadyzAddress, Category: "Check", Destination: &o.address, Usage: "IP address (or host name) to connect to instead of resolving the URL's host, which still names the server for TLS: a Service's address from its environment variable, where no cluster DNS resolves the Service's name, IPv6 without brackets"},
-		&cli.StringFlag{Name: FlagCheckCAFile, Category: "Check", Destination: &o.caFile, Usage: "PEM CA bundle the /readyz server's certificate is verified with; empty accepts any certificate (the binaries' default certificate is self-signed at start)"},
-		&cli.StringFlag{Name: FlagCheckTLSServerName, Category: "Check", Destination: &o.serverName, Usage: "name the certificate must hold, with --" + FlagCheckCAFile + "; empty means the URL's host"},
-		&cli.StringFlag{Name: FlagCheckLeaseNamespace, Category: "Check", Value: "kube-system", Destination: &o.leaseNamespace, Usage: "namespace of the Leases of --" + FlagCheckLease},
-		&cli.StringSliceFlag{Name: FlagCheckLease, Category: "Check", Destination: &o.leases, Usage: "name of a Lease of the controller (repeat, or comma-separated, for every shard's); each must have a holder whose renewTime + leaseDurationSeconds is not past. Empty skips the Leases"},
+		&cli.StringFlag{Name: FlagReadyzURL, Category: "Check", Destination: &o.readyzURL, Usage: "URL of the controller's /readyz (a Service's address and port, e.g. https://10.96.0.12:10271/readyz); must answer 200. Empty skips it"},
+		&cli.StringFlag{Name: FlagReadyzAddress, Category: "Check", Destination: &o.address, Usage: "IP address (or host name) to connect to instead of resolving the URL's host, which still names the server for TLS: a Service's address from its environment variable, where no cluster DNS resolves the Service's name, IPv6 without brackets"},
+		&cli.StringFlag{Name: FlagCAFile, Category: "Check", Destination: &o.caFile, Usage: "PEM CA bundle the /readyz server's certificate is verified with; empty accepts any certificate (the binaries' default certificate is self-signed at start)"},
+		&cli.StringFlag{Name: FlagTLSServerName, Category: "Check", Destination: &o.serverName, Usage: "name the certificate must hold, with --" + FlagCAFile + "; empty means the URL's host"},
+		&cli.StringFlag{Name: FlagLeaseNamespace, Category: "Check", Value: "kube-system", Destination: &o.leaseNamespace, Usage: "namespace of the Leases of --" + FlagLease},
+		&cli.StringSliceFlag{Name: FlagLease, Category: "Check", Destination: &o.leases, Usage: "name of a Lease of the controller (repeat, or comma-separated, for every shard's); each must have a holder whose renewTime + leaseDurationSeconds is not past. Empty skips the Leases"},
 		&cli.StringFlag{Name: FlagKubeconfig, Category: "Check", Destination: &o.kube.Kubeconfig, Usage: "path to a kubeconfig for reading the Leases; empty means in-cluster credentials"},
-		&cli.DurationFlag{Name: FlagCheckTimeout, Category: "Check", Value: 30 * time.Second, Destination: &o.timeout, Usage: "give up after this long in all, whatever attempts are left"},
-		&cli.IntFlag{Name: FlagCheckAttempts, Category: "Check", Value: 4, Destination: &o.attempts, Usage: "attempts before failing, 1 s apart then doubling (a Lease changing hands or a replica restarting passes on a later one)"},
-		&cli.DurationFlag{Name: FlagCheckClockSkew, Category: "Check", Value: 2 * time.Second, Destination: &o.skew, Usage: "how far this clock may be ahead of the controller's: a Lease counts as expired only once renewTime + leaseDurationSeconds + this is past"},
+		&cli.DurationFlag{Name: FlagTimeout, Category: "Check", Value: 30 * time.Second, Destination: &o.timeout, Usage: "give up after this long in all, whatever attempts are left"},
+		&cli.IntFlag{Name: FlagAttempts, Category: "Check", Value: 4, Destination: &o.attempts, Usage: "attempts before failing, 1 s apart then doubling (a Lease changing hands or a replica restarting passes on a later one)"},
+		&cli.DurationFlag{Name: FlagClockSkew, Category: "Check", Value: 2 * time.Second, Destination: &o.skew, Usage: "how far this clock may be ahead of the controller's: a Lease counts as expired only once renewTime + leaseDurationSeconds + this is past"},
 	}
 }
 
-func (o *checkOptions) validate() error {
+func (o *options) validate() error {
 	if o.readyzURL == "" && len(o.leases.Value()) == 0 {
-		return fmt.Errorf("nothing to check: give --%s, --%s or both", FlagCheckReadyzURL, FlagCheckLease)
+		return fmt.Errorf("nothing to check: give --%s, --%s or both", FlagReadyzURL, FlagLease)
 	}
 	if o.readyzURL != "" {
 		u, err := url.Parse(o.readyzURL)
 		if err != nil {
-			return &FlagError{Flag: FlagCheckReadyzURL, Err: err}
+			return &kube.FlagError{Flag: FlagReadyzURL, Err: err}
 		}
 		if (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-			return &FlagError{Flag: FlagCheckReadyzURL, Err: fmt.Errorf("%q is not an http(s) URL with a host", o.readyzURL)}
+			return &kube.FlagError{Flag: FlagReadyzURL, Err: fmt.Errorf("%q is not an http(s) URL with a host", o.readyzURL)}
 		}
 	}
 	for _, n := range o.leases.Value() {
 		if strings.TrimSpace(n) == "" {
-			return &FlagError{Flag: FlagCheckLease, Err: errors.New("empty name")}
+			return &kube.FlagError{Flag: FlagLease, Err: errors.New("empty name")}
 		}
 	}
 	switch {
 	case o.timeout <= 0:
-		return &FlagError{Flag: FlagCheckTimeout, Err: fmt.Errorf("%s must be positive", o.timeout)}
+		return &kube.FlagError{Flag: FlagTimeout, Err: fmt.Errorf("%s must be positive", o.timeout)}
 	case o.attempts < 1:
-		return &FlagError{Flag: FlagCheckAttempts, Err: fmt.Errorf("%d must be at least 1", o.attempts)}
+		return &kube.FlagError{Flag: FlagAttempts, Err: fmt.Errorf("%d must be at least 1", o.attempts)}
 	case o.skew < 0:
-		return &FlagError{Flag: FlagCheckClockSkew, Err: fmt.Errorf("%s is negative", o.skew)}
+		return &kube.FlagError{Flag: FlagClockSkew, Err: fmt.Errorf("%s is negative", o.skew)}
 	}
 	return nil
 }
 
-// runCheck is `<binary> check`: parse, build the clients, check until one attempt passes or
-// the attempts or the time run out.
-func runCheck(ctx context.Context, spec Spec, args []string, stderr io.Writer) int {
-	o := &checkOptions{}
+// Run is `<binary> check args...` for the binary named binary, at version: parse, build the
+// clients, check until one attempt passes or the attempts or the time run out. It returns the
+// exit code.
+func Run(ctx context.Context, binary, version string, args []string, stderr io.Writer) int {
+	o := &options{}
 	flags := o.flags()
-	cl, err := parseCmdline(spec.ID+" "+CheckCommand, flags, args)
+	cl, err := cmdline.Parse(binary+" "+Command, flags, args)
 	switch {
 	case err != nil:
-		fmt.Fprintf(stderr, "%s %s: %v\n", spec.ID, CheckCommand, err)
-		return ExitUsage
-	case cl.help:
-		printHelp(stderr, Spec{ID: spec.ID + " " + CheckCommand, Usage: "check a running " + spec.ID + ": its /readyz answers 200 and its Lease has a live holder"}, cl.flags)
-		return ExitOK
-	case cl.version:
-		fmt.Fprintf(stderr, "%s version %s\n", spec.ID, Version)
-		return ExitOK
+		fmt.Fprintf(stderr, "%s %s: %v\n", binary, Command, err)
+		return cmdline.ExitUsage
+	case cl.Help:
+		cmdline.PrintHelp(stderr, binary+" "+Command, "check a running "+binary+": its /readyz answers 200 and its Lease has a live holder", version, cl.Flags)
+		return cmdline.ExitOK
+	case cl.Version:
+		fmt.Fprintf(stderr, "%s version %s\n", binary, version)
+		return cmdline.ExitOK
 	}
 	if err := o.validate(); err != nil {
-		fmt.Fprintf(stderr, "%s %s: %v\n", spec.ID, CheckCommand, err)
-		return ExitUsage
+		fmt.Fprintf(stderr, "%s %s: %v\n", binary, Command, err)
+		return cmdline.ExitUsage
 	}
 	c := &checker{attempts: o.attempts, skew: o.skew, now: time.Now, readyzURL: o.readyzURL, leaseNamespace: o.leaseNamespace, leases: o.leases.Value()}
 	if o.readyzURL != "" {
-		if c.http, err = checkHTTPClient(o.caFile, o.serverName, o.address); err != nil {
-			fmt.Fprintf(stderr, "%s %s: %v\n", spec.ID, CheckCommand, err)
-			return ExitUsage
+		if c.http, err = httpClient(o.caFile, o.serverName, o.address); err != nil {
+			fmt.Fprintf(stderr, "%s %s: %v\n", binary, Command, err)
+			return cmdline.ExitUsage
 		}
 	}
 	if len(c.leases) > 0 {
-		o.kube.UserAgent = kube.UserAgent(spec.ID, Version, CheckCommand)
+		o.kube.UserAgent = kube.UserAgent(binary, version, Command)
 		cfg, err := kube.RESTConfig(o.kube)
 		if err != nil {
-			fmt.Fprintf(stderr, "%s %s: %v\n", spec.ID, CheckCommand, err)
-			return ExitUsage
+			fmt.Fprintf(stderr, "%s %s: %v\n", binary, Command, err)
+			return cmdline.ExitUsage
 		}
-		cfg.Timeout = checkRequestTimeout
+		cfg.Timeout = requestTimeout
 		if c.client, err = kubernetes.NewForConfig(cfg); err != nil {
-			fmt.Fprintf(stderr, "%s %s: %v\n", spec.ID, CheckCommand, err)
-			return ExitUsage
+			fmt.Fprintf(stderr, "%s %s: %v\n", binary, Command, err)
+			return cmdline.ExitUsage
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	passed, err := c.run(ctx, func(attempt int, err error) {
-		fmt.Fprintf(stderr, "%s %s: attempt %d/%d: %v\n", spec.ID, CheckCommand, attempt, o.attempts, err)
+		fmt.Fprintf(stderr, "%s %s: attempt %d/%d: %v\n", binary, Command, attempt, o.attempts, err)
 	})
 	if err != nil {
-		fmt.Fprintf(stderr, "%s %s: FAIL: %v\n", spec.ID, CheckCommand, err)
-		return ExitFailure
+		fmt.Fprintf(stderr, "%s %s: FAIL: %v\n", binary, Command, err)
+		return cmdline.ExitFailure
 	}
-	fmt.Fprintf(stderr, "%s %s: OK: %s\n", spec.ID, CheckCommand, passed)
-	return ExitOK
+	fmt.Fprintf(stderr, "%s %s: OK: %s\n", binary, Command, passed)
+	return cmdline.ExitOK
 }
 
-// checkRequestTimeout bounds each request of an attempt, so a server that accepts the
+// requestTimeout bounds each request of an attempt, so a server that accepts the
 // connection and never answers costs one attempt, not the whole --timeout.
-const checkRequestTimeout = 5 * time.Second
+const requestTimeout = 5 * time.Second
 
-// checkHTTPClient trusts caFile when given, else any certificate: the binaries' default
+// httpClient trusts caFile when given, else any certificate: the binaries' default
 // certificate is self-signed at start, so nothing could verify it. A non-empty address is
 // dialled instead of the URL's host (at the URL's port).
-func checkHTTPClient(caFile, serverName, address string) (*http.Client, error) {
+func httpClient(caFile, serverName, address string) (*http.Client, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
 	if caFile == "" {
 		cfg.InsecureSkipVerify = true //nolint:gosec // no CA given: the serving certificate is self-signed
 	} else {
 		pem, err := os.ReadFile(caFile)
 		if err != nil {
-			return nil, &FlagError{Flag: FlagCheckCAFile, Err: err}
+			return nil, &kube.FlagError{Flag: FlagCAFile, Err: err}
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, &FlagError{Flag: FlagCheckCAFile, Err: fmt.Errorf("%s holds no PEM certificate", caFile)}
+			return nil, &kube.FlagError{Flag: FlagCAFile, Err: fmt.Errorf("%s holds no PEM certificate", caFile)}
 		}
 		cfg.RootCAs = pool
 	}
@@ -181,7 +186,7 @@ func checkHTTPClient(caFile, serverName, address string) (*http.Client, error) {
 	tr.TLSClientConfig = cfg
 	tr.Proxy = nil // a check of an in-cluster address never goes through a proxy
 	if address != "" {
-		dialer := &net.Dialer{Timeout: checkRequestTimeout}
+		dialer := &net.Dialer{Timeout: requestTimeout}
 		tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 			_, port, err := net.SplitHostPort(addr)
 			if err != nil {
@@ -190,7 +195,7 @@ func checkHTTPClient(caFile, serverName, address string) (*http.Client, error) {
 			return dialer.DialContext(ctx, network, net.JoinHostPort(address, port))
 		}
 	}
-	return &http.Client{Timeout: checkRequestTimeout, Transport: tr}, nil
+	return &http.Client{Timeout: requestTimeout, Transport: tr}, nil
 }
 
 // checker checks /readyz and the Leases; an attempt passes when every part passes.
