@@ -145,7 +145,7 @@ bench: tools ## Every controller's benchmark against the real apiserver (service
 
 .PHONY: conformance
 conformance: tools ## Upstream's e2e specs for these controllers (e2e.test v1.36.3) against make up; pass/fail per spec (not in make test)
-	@bash deploy/conformance/run.sh
+	@bash deploy/tests/conformance/run.sh
 
 .PHONY: helm-lint
 helm-lint: tools ## Lint the Helm chart: helm lint, template each controller alone and all, schema rejects bad values

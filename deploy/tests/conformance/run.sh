@@ -19,7 +19,7 @@
 #                   override those (the Services [Conformance] specs, for instance, partly
 #                   need a cluster DNS, which make up has not)
 set -euo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
+root=$(cd "$(dirname "$0")/../../.." && pwd)
 bin=$root/bin
 out=$root/.local/conformance
 cd "$root"
