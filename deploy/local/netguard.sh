@@ -68,6 +68,12 @@ netguard_up() {
       { apt-get update -q >>"$LOGS/apt-nftables.log" 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -q nftables >>"$LOGS/apt-nftables.log" 2>&1; } ||
       { printf 'netguard: ERROR: apt-get install nftables failed: %s\n' "$LOGS/apt-nftables.log" >&2; return 1; }
   }
+  # One guard per machine: a cluster of another clone (or a crashed run's, removed by its
+  # `make down`) keeps its table, routes and count.
+  if netguard_active; then
+    ngsay "already up (table $NG_TABLE, $(netguard_count) packets counted so far)"
+    return 0
+  fi
   netguard_down quiet
   local over
   over=$(netguard_overlaps)
