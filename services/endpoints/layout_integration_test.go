@@ -18,6 +18,7 @@ import (
 // TestLayoutChangeTwoToFour: with 2 shards running, 4 shards of a new layout start and wait
 // (no Lease taken, nothing written) until the 2 are stopped; they then take over, and no
 // write of theirs reached the apiserver before the old layout's last Lease was released.
+// Over 80 lines: one scenario on a real apiserver, each step building on the state the last left.
 func TestLayoutChangeTwoToFour(t *testing.T) {
 	testenv.Require(t, env)
 	c := env.Client(t)

@@ -179,6 +179,7 @@ func TestTargetPort(t *testing.T) {
 	}
 }
 
+// Over 80 lines: one table of cases, each a few lines; splitting it would scatter the cases.
 func TestDesiredSubsets(t *testing.T) {
 	headlessNoPorts := func(s *v1.Service) { s.Spec.ClusterIP = v1.ClusterIPNone; s.Spec.Ports = nil }
 	publish := func(s *v1.Service) { s.Spec.PublishNotReadyAddresses = true }
