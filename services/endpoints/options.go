@@ -15,11 +15,10 @@ import (
 	"github.com/kcm-split/kcm-split/shared/app"
 )
 
-// Names this binary is known by. They are the single source of truth for the binary,
-// the Lease, the Helm chart key and what other components see; each controller's queue and
-// Event names are in its package.
+// Names this binary is known by, one constant each: the single source of truth for the binary
+// and the Lease. Each controller's names (Name, ComponentName, QueueName) are in its package.
 const (
-	// ControllerID is the binary name and the default Lease name.
+	// ControllerID is kcm-split's id of this binary: its name and the default Lease name.
 	ControllerID = "endpoints-controller"
 	// DefaultPort is the default --secure-port: HTTPS metrics and health.
 	DefaultPort = 10281

@@ -8,16 +8,19 @@ import (
 	"github.com/kcm-split/kcm-split/shared/app"
 )
 
-// Names this controller is known by. They are the single source of truth for the binary,
-// the Lease, the queue's metrics label, the Helm chart key and what other components see.
+// Names this binary and its controller are known by, one constant each: the single source of
+// truth for the binary, the Lease, the queue's metrics label and what other components see.
+// ControllerID and Name have the same value but two meanings: kcm-split's binary, upstream's
+// controller.
 const (
-	// ControllerID is the binary name and the default Lease name.
+	// ControllerID is kcm-split's id of this binary: its name and the default Lease name.
 	ControllerID = "namespace-controller"
+	// Name is upstream's name of the controller (--controllers, leader migration), and the
+	// source component of its Events.
+	Name = "namespace-controller"
 	// QueueName is upstream's workqueue name, so workqueue_*{name="namespace"} queries written
 	// for kube-controller-manager keep working.
 	QueueName = "namespace"
-	// ComponentName is the source component of the Events this controller writes.
-	ComponentName = "namespace-controller"
 	// DefaultPort serves metrics and health unless --metrics-bind-address says otherwise.
 	DefaultPort = 10284
 	// MetricsSubsystem prefixes this controller's own metrics: kcm_split_namespace_*.
