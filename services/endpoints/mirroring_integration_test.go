@@ -1,4 +1,4 @@
-package endpoints_test
+package endpointscontroller_test
 
 // Integration tests of the EndpointSlice mirroring controller in the endpoints-controller
 // binary, against the real apiserver; writes are counted from the audit log.

@@ -1,10 +1,11 @@
-// Package endpoints is the endpoints-controller binary: kube-controller-manager's endpoints,
-// endpointslice and endpointslice-mirroring controllers in one process, sharing informers and
-// one client budget. Each controller is a package of its own (endpoints, endpointslice,
-// mirroring, as upstream's pkg/controller/{endpoint,endpointslice,endpointslicemirroring});
-// what two of them share is under internal/. This package holds the binary's names, its
-// Options (--controllers and the three packages' flags) and Spec, which composes them.
-package endpoints
+// Package endpointscontroller is the endpoints-controller binary: kube-controller-manager's
+// endpoints, endpointslice and endpointslice-mirroring controllers in one process, sharing
+// informers and one client budget. Each controller is a package of its own (endpoints,
+// endpointslice, mirroring, as upstream's pkg/controller/{endpoint,endpointslice,
+// endpointslicemirroring}); what two of them share is under internal/. This package holds the
+// binary's names, its Options (--controllers and the three packages' flags) and Spec, which
+// composes them. Named for the binary, not its directory: endpoints/ is the package endpoints.
+package endpointscontroller
 
 import (
 	"github.com/urfave/cli/v2"
