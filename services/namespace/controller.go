@@ -403,8 +403,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	return c.finalize(ctx, ns, rep)
 }
 
-// markTerminating sets ns's phase to Terminating unless it is already. A nil namespace and
-// error mean it is gone.
+// markTerminating sets ns's phase to Terminating unless it is already; nil, nil as update.
 func (c *Controller) markTerminating(ctx context.Context, ns *v1.Namespace) (*v1.Namespace, error) {
 	return c.update(ctx, ns, func(ns *v1.Namespace) (*v1.Namespace, error) {
 		if ns.Status.Phase == v1.NamespaceTerminating {
