@@ -10,8 +10,7 @@ import (
 
 // Names this binary and its controller are known by, one constant each: the single source of
 // truth for the binary, the Lease, the queue's metrics label and what other components see.
-// ControllerID and Name have the same value but two meanings: kcm-split's binary, upstream's
-// controller.
+// ControllerID and Name share a value, not a meaning: kcm-split's binary, upstream's controller.
 const (
 	// ControllerID is kcm-split's id of this binary: its name and the default Lease name.
 	ControllerID = "namespace-controller"
