@@ -14,7 +14,8 @@ import (
 const (
 	// ControllerID is kcm-split's id of this binary: its name and the default Lease name.
 	ControllerID = "pv-binder-controller"
-	// Name is upstream's name of the controller (--controllers, leader migration).
+	// Name is upstream's name of the controller (kube-controller-manager's --controllers,
+	// leader migration).
 	Name = "persistentvolume-binder-controller"
 	// ComponentName is upstream's source component of the controller's Events.
 	ComponentName = "persistentvolume-controller"

@@ -18,8 +18,8 @@ import (
 const (
 	// ControllerID is kcm-split's id of this binary: its name and the default Lease name.
 	ControllerID = "quota-controller"
-	// Name is upstream's name of the controller (--controllers, leader migration), and the
-	// source component of its Events: upstream's writes none, so no other name exists.
+	// Name is upstream's name of the controller (kube-controller-manager's --controllers,
+	// leader migration), also its Events' source: upstream's writes none, so no other exists.
 	Name = "resourcequota-controller"
 	// QueuePrimary is upstream's queue for full recalculations and replenishment.
 	QueuePrimary = "resourcequota_primary"
