@@ -1,4 +1,4 @@
-package endpoints_test
+package endpointscontroller_test
 
 // Integration tests: the endpoints-controller binary, built as it ships, against a real
 // etcd + kube-apiserver v1.36.3 (shared/testenv). Tests run one after another; each starts
@@ -25,7 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kcm-split/kcm-split/services/endpoints"
+	endpointscontroller "github.com/kcm-split/kcm-split/services/endpoints"
 	"github.com/kcm-split/kcm-split/shared/testenv"
 )
 
@@ -48,7 +48,7 @@ func TestMain(m *testing.M) {
 }
 
 // controller is the shipped binary, built once per test binary.
-var controller = testenv.Binary{ID: endpoints.ControllerID}
+var controller = testenv.Binary{ID: endpointscontroller.ControllerID}
 
 // ---- object builders ----
 

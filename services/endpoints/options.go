@@ -1,10 +1,11 @@
-// Package endpoints is the endpoints-controller binary: kube-controller-manager's endpoints,
-// endpointslice and endpointslice-mirroring controllers in one process, sharing informers and
-// one client budget. Each controller is a package of its own (endpoints, endpointslice,
-// mirroring, as upstream's pkg/controller/{endpoint,endpointslice,endpointslicemirroring});
-// what two of them share is under internal/. This package holds the binary's names, its
-// Options (--controllers and the three packages' flags) and Spec, which composes them.
-package endpoints
+// Package endpointscontroller is the endpoints-controller binary: kube-controller-manager's
+// endpoints, endpointslice and endpointslice-mirroring controllers in one process, sharing
+// informers and one client budget. Each controller is a package of its own (endpoints,
+// endpointslice, mirroring, as upstream's pkg/controller/{endpoint,endpointslice,
+// endpointslicemirroring}); what two of them share is under internal/. This package holds the
+// binary's names, its Options (--controllers and the three packages' flags) and Spec, which
+// composes them. Named for the binary, not its directory: endpoints/ is the package endpoints.
+package endpointscontroller
 
 import (
 	"github.com/urfave/cli/v2"
@@ -15,11 +16,10 @@ import (
 	"github.com/kcm-split/kcm-split/shared/app"
 )
 
-// Names this binary is known by. They are the single source of truth for the binary,
-// the Lease, the Helm chart key and what other components see; each controller's queue and
-// Event names are in its package.
+// Names this binary is known by, one constant each: the single source of truth for the binary
+// and the Lease. Each controller's names (Name, ComponentName, QueueName) are in its package.
 const (
-	// ControllerID is the binary name and the default Lease name.
+	// ControllerID is kcm-split's id of this binary: its name and the default Lease name.
 	ControllerID = "endpoints-controller"
 	// DefaultPort is the default --secure-port: HTTPS metrics and health.
 	DefaultPort = 10281

@@ -147,57 +147,15 @@ func backgroundDelete() metav1.DeleteOptions {
 // each page's deletes: once it says the namespace is gone or replaced, nothing more is
 // deleted.
 func (d *deleter) deleteAll(ctx context.Context, ns string, r resource, check guard) outcome {
-	out := outcome{gvr: r.GVR}
 	if !d.can(r, verbList) {
-		// Nothing to page over or verify with: one unbounded deletecollection, if allowed.
-		if d.can(r, verbDeleteCollection) {
-			if err := check(ctx); err != nil {
-				out.stopped, out.err = stopReason(err)
-				return out
-			}
-			err := d.content.DeleteCollection(ctx, r.GVR, ns, backgroundDelete(), metav1.ListOptions{})
-			switch {
-			case apierrors.IsMethodNotSupported(err):
-				d.remember(ctx, r, verbDeleteCollection)
-			case err != nil && !apierrors.IsNotFound(err):
-				out.err = err
-			}
-		}
-		return out
+		return d.deleteUnlisted(ctx, ns, r, check)
 	}
-
-	var (
-		mu      sync.Mutex
-		errs    []error
-		stopped atomic.Value // string: the first stop reason a page's check found
-		wg      sync.WaitGroup
-		sem     = make(chan struct{}, pageWorkers)
-	)
-	fail := func(err error) {
-		mu.Lock()
-		errs = append(errs, err)
-		mu.Unlock()
-	}
-	// checked runs the guard before a page's deletes and records why it stopped, if it did.
-	checked := func(ctx context.Context) bool {
-		if stopped.Load() != nil {
-			return false
-		}
-		reason, err := stopReason(check(ctx))
-		switch {
-		case reason != "":
-			stopped.CompareAndSwap(nil, reason)
-			return false
-		case err != nil:
-			fail(fmt.Errorf("checking the namespace before deleting: %w", err))
-			return false
-		}
-		return true
-	}
+	out := outcome{gvr: r.GVR}
+	run := &pages{check: check, sem: make(chan struct{}, pageWorkers)}
 	saw := false
 	token := ""
 	for {
-		if stopped.Load() != nil {
+		if run.stopped.Load() != nil {
 			break
 		}
 		page, err := d.content.List(ctx, r.GVR, ns, metav1.ListOptions{Limit: d.pageSize, Continue: token})
@@ -208,7 +166,7 @@ func (d *deleter) deleteAll(ctx context.Context, ns string, r resource, check gu
 			case apierrors.IsNotFound(err):
 				// The resource went away (a CRD deleted): nothing of it is left.
 			default:
-				fail(fmt.Errorf("listing: %w", err))
+				run.fail(fmt.Errorf("listing: %w", err))
 			}
 			break
 		}
@@ -220,20 +178,15 @@ func (d *deleter) deleteAll(ctx context.Context, ns string, r resource, check gu
 			pageRV = page.ResourceVersion
 		}
 		token = page.Continue
-		var todo []metav1.PartialObjectMetadata
-		for _, item := range page.Items {
-			if item.DeletionTimestamp == nil {
-				todo = append(todo, item)
-			}
-		}
+		todo := notDeleting(page.Items)
 		saw = saw || len(page.Items) > 0
 		if len(todo) > 0 {
 			out.deleted += len(todo)
-			sem <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-sem }()
-				if err := d.deletePage(ctx, ns, r, pageToken, pageRV, todo, checked); err != nil {
-					fail(err)
+			run.sem <- struct{}{}
+			run.wg.Go(func() {
+				defer func() { <-run.sem }()
+				if err := d.deletePage(ctx, ns, r, pageToken, pageRV, todo, run.checked); err != nil {
+					run.fail(err)
 				}
 			})
 		}
@@ -241,12 +194,12 @@ func (d *deleter) deleteAll(ctx context.Context, ns string, r resource, check gu
 			break
 		}
 	}
-	wg.Wait()
-	if reason, ok := stopped.Load().(string); ok {
+	run.wg.Wait()
+	if reason, ok := run.stopped.Load().(string); ok {
 		out.stopped = reason
 		return out
 	}
-	if err := errors.Join(errs...); err != nil {
+	if err := errors.Join(run.errs...); err != nil {
 		out.err = err
 		return out
 	}
@@ -255,6 +208,72 @@ func (d *deleter) deleteAll(ctx context.Context, ns string, r resource, check gu
 	}
 	d.count(ctx, ns, r, &out)
 	return out
+}
+
+// deleteUnlisted is deleteAll for a resource that cannot be listed: nothing to page over or
+// verify with, so one unbounded deletecollection, if allowed.
+func (d *deleter) deleteUnlisted(ctx context.Context, ns string, r resource, check guard) outcome {
+	out := outcome{gvr: r.GVR}
+	if !d.can(r, verbDeleteCollection) {
+		return out
+	}
+	if err := check(ctx); err != nil {
+		out.stopped, out.err = stopReason(err)
+		return out
+	}
+	err := d.content.DeleteCollection(ctx, r.GVR, ns, backgroundDelete(), metav1.ListOptions{})
+	switch {
+	case apierrors.IsMethodNotSupported(err):
+		d.remember(ctx, r, verbDeleteCollection)
+	case err != nil && !apierrors.IsNotFound(err):
+		out.err = err
+	}
+	return out
+}
+
+// pages is the state deleteAll shares with the goroutines deleting its pages.
+type pages struct {
+	check guard
+	sem   chan struct{} // bounds the pages deleted at once to pageWorkers
+	wg    sync.WaitGroup
+
+	stopped atomic.Value // string: the first stop reason a page's check found
+	mu      sync.Mutex
+	errs    []error
+}
+
+func (p *pages) fail(err error) {
+	p.mu.Lock()
+	p.errs = append(p.errs, err)
+	p.mu.Unlock()
+}
+
+// checked runs the guard before a page's deletes and records why it stopped, if it did.
+func (p *pages) checked(ctx context.Context) bool {
+	if p.stopped.Load() != nil {
+		return false
+	}
+	reason, err := stopReason(p.check(ctx))
+	switch {
+	case reason != "":
+		p.stopped.CompareAndSwap(nil, reason)
+		return false
+	case err != nil:
+		p.fail(fmt.Errorf("checking the namespace before deleting: %w", err))
+		return false
+	}
+	return true
+}
+
+// notDeleting returns the items without a deletion timestamp: those a delete still changes.
+func notDeleting(items []metav1.PartialObjectMetadata) []metav1.PartialObjectMetadata {
+	var todo []metav1.PartialObjectMetadata
+	for _, item := range items {
+		if item.DeletionTimestamp == nil {
+			todo = append(todo, item)
+		}
+	}
+	return todo
 }
 
 // stopReason splits a guard's answer into a stop reason (gone, replaced) or another error.

@@ -349,14 +349,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		return worker.RequeueAfter(wait)
 	}
 
-	ns, err = c.update(ctx, ns, func(ns *v1.Namespace) (*v1.Namespace, error) {
-		if ns.Status.Phase == v1.NamespaceTerminating {
-			return ns, nil
-		}
-		next := ns.DeepCopy()
-		next.Status.Phase = v1.NamespaceTerminating
-		return c.namespaces.UpdateStatus(ctx, next, metav1.UpdateOptions{})
-	})
+	ns, err = c.markTerminating(ctx, ns)
 	if err != nil || ns == nil {
 		return ignoreGone(err)
 	}
@@ -407,7 +400,26 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		return worker.RequeueAfter(d)
 	}
 
-	ns, err = c.update(ctx, ns, func(ns *v1.Namespace) (*v1.Namespace, error) {
+	return c.finalize(ctx, ns, rep)
+}
+
+// markTerminating sets ns's phase to Terminating unless it is already; nil, nil as update.
+func (c *Controller) markTerminating(ctx context.Context, ns *v1.Namespace) (*v1.Namespace, error) {
+	return c.update(ctx, ns, func(ns *v1.Namespace) (*v1.Namespace, error) {
+		if ns.Status.Phase == v1.NamespaceTerminating {
+			return ns, nil
+		}
+		next := ns.DeepCopy()
+		next.Status.Phase = v1.NamespaceTerminating
+		return c.namespaces.UpdateStatus(ctx, next, metav1.UpdateOptions{})
+	})
+}
+
+// finalize removes the kubernetes finalizer from ns, whose content rep found all gone, and
+// records how long the deletion took.
+func (c *Controller) finalize(ctx context.Context, ns *v1.Namespace, rep *report) error {
+	logger := klog.FromContext(ctx)
+	ns, err := c.update(ctx, ns, func(ns *v1.Namespace) (*v1.Namespace, error) {
 		next := ns.DeepCopy()
 		next.Spec.Finalizers = slices.DeleteFunc(next.Spec.Finalizers, func(f v1.FinalizerName) bool { return f == v1.FinalizerKubernetes })
 		return c.namespaces.Finalize(ctx, next, metav1.UpdateOptions{})

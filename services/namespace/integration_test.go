@@ -262,6 +262,7 @@ func createWidget(t *testing.T, ns, name string) {
 
 // ---- tests ----
 
+// Over 80 lines: parallel subtests sharing the one controller this test starts (one Lease, one process).
 func TestDeletion(t *testing.T) {
 	testenv.Require(t, env)
 	ctrl := env.StartLeading(t, controller, "namespace-controller")

@@ -8,16 +8,18 @@ import (
 	"github.com/kcm-split/kcm-split/shared/app"
 )
 
-// Names this controller is known by. They are the single source of truth for the binary,
-// the Lease, the queue's metrics label, the Helm chart key and what other components see.
+// Names this binary and its controller are known by, one constant each: the single source of
+// truth for the binary, the Lease, the queue's metrics label and what other components see.
+// ControllerID and Name share a value, not a meaning: kcm-split's binary, upstream's controller.
 const (
-	// ControllerID is the binary name and the default Lease name.
+	// ControllerID is kcm-split's id of this binary: its name and the default Lease name.
 	ControllerID = "namespace-controller"
+	// Name is upstream's name of the controller (kube-controller-manager's --controllers,
+	// leader migration), also its Events' source: upstream's writes none, so no other exists.
+	Name = "namespace-controller"
 	// QueueName is upstream's workqueue name, so workqueue_*{name="namespace"} queries written
 	// for kube-controller-manager keep working.
 	QueueName = "namespace"
-	// ComponentName is the source component of the Events this controller writes.
-	ComponentName = "namespace-controller"
 	// DefaultPort serves metrics and health unless --metrics-bind-address says otherwise.
 	DefaultPort = 10284
 	// MetricsSubsystem prefixes this controller's own metrics: kcm_split_namespace_*.

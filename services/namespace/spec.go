@@ -47,7 +47,7 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("building metadata client: %w", err)
 	}
-	recorder := rt.EventRecorder(ctx, ComponentName)
+	recorder := rt.EventRecorder(ctx, Name)
 
 	// Namespaces are cached without managedFields (never read; an Update sent without them
 	// keeps the stored ones).
@@ -84,6 +84,6 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 			return fmt.Errorf("watching %s: %w", gvr.Resource, err)
 		}
 	}
-	return rt.RunControllers(ctx, []app.Controller{{Name: ControllerID, HasSynced: c.HasSynced,
+	return rt.RunControllers(ctx, []app.Controller{{Name: Name, HasSynced: c.HasSynced,
 		Run: func(ctx context.Context) error { return c.Run(ctx, opts.ConcurrentSyncs) }}}, factory, watched)
 }

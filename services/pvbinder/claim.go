@@ -94,36 +94,12 @@ func (c *Controller) syncUnboundClaim(ctx context.Context, key string, claim *v1
 		return err
 	}
 
-	// Choose and reserve in one step, so two workers never choose the same PV. The claim
-	// joins the waiting list under the same lock, so a PV that becomes Available after this
-	// choice finds it there and wakes it.
-	c.matchMu.Lock()
-	pv, err := findBestMatch(claim, pvs, delayBinding, func(pv *v1.PersistentVolume) bool {
-		holder, ok := c.reserved[pv.Name]
-		return ok && holder != claim.UID
-	})
-	if pv != nil {
-		c.reserveLocked(pv.Name, claim.UID)
-		c.waiting.remove(key)
-	} else if err == nil {
-		c.waiting.add(key, claim.CreationTimestamp.Time)
-	}
-	c.matchMu.Unlock()
+	pv, err := c.chooseVolume(key, claim, pvs, delayBinding)
 	if err != nil {
 		return err
 	}
-
 	if pv != nil {
-		logger.V(4).Info("Binding claim to the best matching volume", "pv", pv.Name)
-		defer c.release(pv.Name, claim.UID)
-		// A provision under way ends here, as upstream: its failed binds count as errors.
-		if err := c.bind(ctx, pv, claim); err != nil {
-			c.ops.end(key, err)
-			return err
-		}
-		c.ops.end(key, nil)
-		c.queueOldestWaitingClaim()
-		return nil
+		return c.bindChosen(ctx, key, pv, claim)
 	}
 
 	// A PV that fits is about to become Available (the volume loop has yet to write its
@@ -161,6 +137,40 @@ func (c *Controller) syncUnboundClaim(ctx context.Context, key string, claim *v1
 	}
 	_, err = c.updateClaimStatus(ctx, key, claim, v1.ClaimPending, nil)
 	return err
+}
+
+// chooseVolume chooses the best PV of pvs for claim and reserves it, in one step, so two
+// workers never choose the same PV. Without one, the claim joins the waiting list under the
+// same lock, so a PV that becomes Available after this choice finds it there and wakes it.
+func (c *Controller) chooseVolume(key string, claim *v1.PersistentVolumeClaim, pvs []*v1.PersistentVolume, delayBinding bool) (*v1.PersistentVolume, error) {
+	c.matchMu.Lock()
+	defer c.matchMu.Unlock()
+	pv, err := findBestMatch(claim, pvs, delayBinding, func(pv *v1.PersistentVolume) bool {
+		holder, ok := c.reserved[pv.Name]
+		return ok && holder != claim.UID
+	})
+	if pv != nil {
+		c.reserveLocked(pv.Name, claim.UID)
+		c.waiting.remove(key)
+	} else if err == nil {
+		c.waiting.add(key, claim.CreationTimestamp.Time)
+	}
+	return pv, err
+}
+
+// bindChosen binds claim to pv, which chooseVolume reserved for it, and releases the
+// reservation.
+func (c *Controller) bindChosen(ctx context.Context, key string, pv *v1.PersistentVolume, claim *v1.PersistentVolumeClaim) error {
+	klog.FromContext(ctx).V(4).Info("Binding claim to the best matching volume", "pv", pv.Name)
+	defer c.release(pv.Name, claim.UID)
+	// A provision under way ends here, as upstream: its failed binds count as errors.
+	if err := c.bind(ctx, pv, claim); err != nil {
+		c.ops.end(key, err)
+		return err
+	}
+	c.ops.end(key, nil)
+	c.queueOldestWaitingClaim()
+	return nil
 }
 
 // syncRequestedVolume handles an unbound claim that names its volume (spec.volumeName).

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// Over 80 lines: one table of cases, each a few lines; splitting it would scatter the cases.
 func TestFindBestMatch(t *testing.T) {
 	rwo, rox, rwx := v1.ReadWriteOnce, v1.ReadOnlyMany, v1.ReadWriteMany
 	tests := []struct {

@@ -9,13 +9,15 @@ import (
 	"github.com/kcm-split/kcm-split/shared/app"
 )
 
-// Names this controller is known by: the single source of truth for the binary, the Lease,
-// the queues' metrics labels, the Helm chart key and the source of its Events.
+// Names this binary and its controller are known by, one constant each: the single source of
+// truth for the binary, the Lease, the queues' metrics labels and the source of its Events.
 const (
-	// ControllerID is the binary name and the default Lease name.
+	// ControllerID is kcm-split's id of this binary: its name and the default Lease name.
 	ControllerID = "pv-binder-controller"
-	// ComponentName is upstream's event source for this controller, so Events read as they
-	// do under kube-controller-manager.
+	// Name is upstream's name of the controller (kube-controller-manager's --controllers,
+	// leader migration).
+	Name = "persistentvolume-binder-controller"
+	// ComponentName is upstream's source component of the controller's Events.
 	ComponentName = "persistentvolume-controller"
 	// VolumeQueueName and ClaimQueueName are upstream's workqueue names.
 	VolumeQueueName = "volumes"

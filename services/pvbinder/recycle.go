@@ -238,27 +238,7 @@ func (c *Controller) recycle(ctx context.Context, pv *v1.PersistentVolume) error
 		obj, exists = live, true
 	}
 	if !exists {
-		// Not while a Pod still uses the claim's data, unless the claim name is another
-		// claim's now (the PV is released all the same), as upstream.
-		if pods := c.podsUsing(refKey(pv.Spec.ClaimRef)); len(pods) > 0 {
-			if _, err := c.claim(refKey(pv.Spec.ClaimRef)); apierrors.IsNotFound(err) {
-				c.recorder.Event(pv, v1.EventTypeNormal, ReasonVolumeFailedRecycle, "Volume is used by pods: "+strings.Join(pods, ","))
-				return nil
-			}
-		}
-		fctx, stop := context.WithCancel(klog.NewContext(c.background(), logger))
-		// Watch the Pod's events from before it exists, so none is missed.
-		c.forwardRecyclerEvents(fctx, pv, want.Namespace, want.Name)
-		if _, err := c.client.CoreV1().Pods(want.Namespace).Create(ctx, want, metav1.CreateOptions{}); err != nil {
-			stop()
-			if apierrors.IsAlreadyExists(err) {
-				return worker.RequeueAfter(time.Second) // the informer shows it soon
-			}
-			return fmt.Errorf("creating recycler pod %s for volume %s: %w", key, pv.Name, err)
-		}
-		c.inFlight.begin(pv.UID, &recycleFlight{created: time.Now(), stop: stop})
-		logger.V(2).Info("Recycler pod created", "pod", key)
-		return worker.RequeueAfter(time.Duration(*want.Spec.ActiveDeadlineSeconds)*time.Second + recyclerGrace)
+		return c.startRecycler(ctx, pv, want)
 	}
 	pod := obj.(*v1.Pod)
 	if pod.Annotations[AnnRecycledVolume] != string(pv.UID) {
@@ -303,6 +283,34 @@ func (c *Controller) recycle(ctx context.Context, pv *v1.PersistentVolume) error
 		return worker.RequeueAfter(left)
 	}
 	return c.recycleFailed(ctx, pv, pod, fmt.Sprintf("recycler pod did not finish within %ds of its creation", int(time.Since(start).Seconds())))
+}
+
+// startRecycler creates the recycler Pod want for pv, unless a Pod still uses the claim's
+// data, and forwards the Pod's Events to pv.
+func (c *Controller) startRecycler(ctx context.Context, pv *v1.PersistentVolume, want *v1.Pod) error {
+	logger := klog.FromContext(ctx)
+	key := want.Namespace + "/" + want.Name
+	// Not while a Pod still uses the claim's data, unless the claim name is another
+	// claim's now (the PV is released all the same), as upstream.
+	if pods := c.podsUsing(refKey(pv.Spec.ClaimRef)); len(pods) > 0 {
+		if _, err := c.claim(refKey(pv.Spec.ClaimRef)); apierrors.IsNotFound(err) {
+			c.recorder.Event(pv, v1.EventTypeNormal, ReasonVolumeFailedRecycle, "Volume is used by pods: "+strings.Join(pods, ","))
+			return nil
+		}
+	}
+	fctx, stop := context.WithCancel(klog.NewContext(c.background(), logger))
+	// Watch the Pod's events from before it exists, so none is missed.
+	c.forwardRecyclerEvents(fctx, pv, want.Namespace, want.Name)
+	if _, err := c.client.CoreV1().Pods(want.Namespace).Create(ctx, want, metav1.CreateOptions{}); err != nil {
+		stop()
+		if apierrors.IsAlreadyExists(err) {
+			return worker.RequeueAfter(time.Second) // the informer shows it soon
+		}
+		return fmt.Errorf("creating recycler pod %s for volume %s: %w", key, pv.Name, err)
+	}
+	c.inFlight.begin(pv.UID, &recycleFlight{created: time.Now(), stop: stop})
+	logger.V(2).Info("Recycler pod created", "pod", key)
+	return worker.RequeueAfter(time.Duration(*want.Spec.ActiveDeadlineSeconds)*time.Second + recyclerGrace)
 }
 
 // recycleFailed removes the recycler Pod (if any) and marks the PV Failed with upstream's

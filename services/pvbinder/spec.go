@@ -38,10 +38,6 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 		opts,
 		rt.Registry,
 	)
-	return rt.RunControllers(ctx, []app.Controller{{Name: kcmName, HasSynced: c.HasSynced,
+	return rt.RunControllers(ctx, []app.Controller{{Name: Name, HasSynced: c.HasSynced,
 		Run: func(ctx context.Context) error { return c.Run(ctx, opts.Workers) }}}, factory)
 }
-
-// kcmName is kube-controller-manager's name of this controller, the name a
-// LeaderMigrationConfiguration gives it (the binary's ID is kcm-split's own).
-const kcmName = "persistentvolume-binder-controller"

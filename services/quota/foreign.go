@@ -28,7 +28,7 @@ func foreignWriters(ctx context.Context, rt *app.Runtime) (cache.TransformFunc, 
 	t := d.Track(&foreign.Target{
 		Controller: ControllerID,
 		Fields:     [][]string{{"status", "hard"}, {"status", "used"}},
-		Recorder:   rt.EventRecorder(ctx, ComponentName),
+		Recorder:   rt.EventRecorder(ctx, Name),
 	})
 	transform := func(obj any) (any, error) {
 		if rq, ok := obj.(*v1.ResourceQuota); ok {

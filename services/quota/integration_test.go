@@ -227,6 +227,7 @@ func customResource(gvr schema.GroupVersionResource, kind, ns, name string) *uns
 // status.used, admission refusing one object past the limit, usage released by deletion (and a
 // Pod turning Failed, a Service changing type) long before the 5-minute resync, and spec.hard
 // edits showing in status.hard.
+// Over 80 lines: one scenario on a real apiserver, each step building on the state the last left.
 func TestUsageAdmissionAndReplenishment(t *testing.T) {
 	testenv.Require(t, env)
 	c := env.Client(t)
@@ -557,6 +558,7 @@ func TestCRDCreatedLaterIsCounted(t *testing.T) {
 // afterwards must find exactly the same numbers (so it writes nothing) for Pods with init
 // containers, sidecars, pod-level resources, hugepages, extended resources and mixed units, and
 // for claims (overall and per StorageClass) and Services (node ports, load balancers).
+// Over 80 lines: one namespace filled with every kind of object admission charges, then one comparison of the totals.
 func TestControllerAgreesWithAdmission(t *testing.T) {
 	testenv.Require(t, env)
 	c := env.Client(t)

@@ -13,18 +13,19 @@ import (
 	"github.com/kcm-split/kcm-split/shared/sharding"
 )
 
-// Names this controller is known by: the single source of truth for the binary, the Lease,
-// the queues' metrics labels and the Events it writes.
+// Names this binary and its controller are known by, one constant each: the single source of
+// truth for the binary, the Lease, the queues' metrics labels and the Events it writes.
 const (
-	// ControllerID is the binary name and the default Lease name.
+	// ControllerID is kcm-split's id of this binary: its name and the default Lease name.
 	ControllerID = "quota-controller"
+	// Name is upstream's name of the controller (kube-controller-manager's --controllers,
+	// leader migration), also its Events' source: upstream's writes none, so no other exists.
+	Name = "resourcequota-controller"
 	// QueuePrimary is upstream's queue for full recalculations and replenishment.
 	QueuePrimary = "resourcequota_primary"
 	// QueuePriority is upstream's queue for quotas whose status is missing hard limits or
 	// usage: until they are computed, admission refuses every create the quota covers.
 	QueuePriority = "resourcequota_priority"
-	// ComponentName is upstream's controller name, the source component of our Events.
-	ComponentName = "resourcequota-controller"
 	// DefaultPort serves metrics and health unless --metrics-bind-address says otherwise.
 	DefaultPort = 10283
 )

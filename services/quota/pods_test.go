@@ -33,6 +33,7 @@ func initContainers(cs ...v1.Container) func(*v1.Pod) {
 
 func phase(ph v1.PodPhase) func(*v1.Pod) { return func(p *v1.Pod) { p.Status.Phase = ph } }
 
+// Over 80 lines: one table of cases, each a few lines; splitting it would scatter the cases.
 func TestPodUsage(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	always := v1.ContainerRestartPolicyAlways

@@ -79,9 +79,9 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 		rt.Client,
 		meta,
 		discoverWith(disc),
-		rt.EventRecorder(ctx, ComponentName),
+		rt.EventRecorder(ctx, Name),
 		opts,
 		rt.Registry,
 	)
-	return rt.RunControllers(ctx, []app.Controller{{Name: ComponentName, HasSynced: c.HasSynced, Run: c.Run}}, factory)
+	return rt.RunControllers(ctx, []app.Controller{{Name: Name, HasSynced: c.HasSynced, Run: c.Run}}, factory)
 }

@@ -9,16 +9,16 @@ import (
 	"github.com/kcm-split/kcm-split/shared/sharding"
 )
 
-// Names of this controller, upstream's.
+// Names of this controller, upstream's, one constant each.
 const (
-	// Name is the controller's name in --controllers and its controller label in the
-	// reconcile metrics; upstream's alias is "endpoint".
+	// Name is upstream's name of the controller (--controllers, leader migration; upstream's
+	// alias is "endpoint"), and its controller label in the reconcile metrics.
 	Name = "endpoints-controller"
 	// QueueName is the workqueue name, upstream's, so workqueue_*{name="endpoint"} queries
 	// written for kube-controller-manager keep working.
 	QueueName = "endpoint"
-	// ComponentName is upstream's name for this controller: the source component of the
-	// Events it writes and the value of LabelManagedBy on the Endpoints it owns.
+	// ComponentName is upstream's source component of the controller's Events, and the value
+	// of LabelManagedBy on the Endpoints it owns.
 	ComponentName = "endpoint-controller"
 )
 

@@ -10,6 +10,7 @@ import (
 	"github.com/kcm-split/kcm-split/services/endpoints/internal/testobj"
 )
 
+// Over 80 lines: one table of steps run in order on one tracker, each step depending on the ones before.
 func TestTriggerTracker(t *testing.T) {
 	t0 := testobj.Created.Time
 	at := func(d time.Duration) time.Time { return t0.Add(d) }

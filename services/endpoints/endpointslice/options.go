@@ -9,14 +9,14 @@ import (
 	"github.com/kcm-split/kcm-split/shared/sharding"
 )
 
-// Names of this controller, upstream's.
+// Names of this controller, upstream's, one constant each.
 const (
-	// Name is the controller's name in --controllers and its controller label in the
-	// reconcile metrics; upstream's alias is "endpointslice".
+	// Name is upstream's name of the controller (--controllers, leader migration; upstream's
+	// alias is "endpointslice"), and its controller label in the reconcile metrics.
 	Name = "endpointslice-controller"
 	// QueueName is upstream's workqueue name: workqueue_*{name="endpoint_slice"}.
 	QueueName = "endpoint_slice"
-	// ComponentName is the source component of the controller's Events.
+	// ComponentName is upstream's source component of the controller's Events.
 	ComponentName = "endpoint-slice-controller"
 	// ManagedBy is the endpointslice.kubernetes.io/managed-by value of the slices this
 	// controller owns: upstream's, so slices kube-controller-manager wrote are adopted, not

@@ -6,10 +6,10 @@
 package main
 
 import (
-	"github.com/kcm-split/kcm-split/services/endpoints"
+	endpointscontroller "github.com/kcm-split/kcm-split/services/endpoints"
 	"github.com/kcm-split/kcm-split/shared/app"
 )
 
 func main() {
-	app.Main(endpoints.Spec())
+	app.Main(endpointscontroller.Spec())
 }

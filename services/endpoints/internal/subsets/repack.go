@@ -64,56 +64,14 @@ func portKeyOf(p *v1.EndpointPort) portKey {
 //
 // The input is not modified and the output shares no memory with it.
 func Repack(in []v1.EndpointSubset) []v1.EndpointSubset {
-	addrs := map[addressKey]*v1.EndpointAddress{}
-	ports := map[portKey]v1.EndpointPort{}
-	// readiness of each address, per port
-	members := map[portKey]map[addressKey]bool{}
-
-	note := func(pk portKey, a *v1.EndpointAddress, ready bool) {
-		ak := keyOf(a)
-		if _, ok := addrs[ak]; !ok {
-			addrs[ak] = a.DeepCopy()
-		}
-		m := members[pk]
-		if m == nil {
-			m = map[addressKey]bool{}
-			members[pk] = m
-		}
-		if was, seen := m[ak]; !seen || was {
-			m[ak] = ready
-		}
-	}
-	for i := range in {
-		s := &in[i]
-		var keys []portKey
-		if len(s.Ports) == 0 {
-			keys = append(keys, portKey{port: noPort})
-		} else {
-			for j := range s.Ports {
-				pk := portKeyOf(&s.Ports[j])
-				if _, ok := ports[pk]; !ok {
-					ports[pk] = *s.Ports[j].DeepCopy()
-				}
-				keys = append(keys, pk)
-			}
-		}
-		for _, pk := range keys {
-			for j := range s.Addresses {
-				note(pk, &s.Addresses[j], true)
-			}
-			for j := range s.NotReadyAddresses {
-				note(pk, &s.NotReadyAddresses[j], false)
-			}
-		}
-	}
-
+	t := collect(in)
 	// Group the ports by who serves them, and how.
 	type group struct {
 		members map[addressKey]bool
 		ports   []v1.EndpointPort
 	}
 	groups := map[string]*group{}
-	for pk, m := range members {
+	for pk, m := range t.members {
 		sig := signature(m)
 		g := groups[sig]
 		if g == nil {
@@ -121,7 +79,7 @@ func Repack(in []v1.EndpointSubset) []v1.EndpointSubset {
 			groups[sig] = g
 		}
 		if pk.port != noPort {
-			g.ports = append(g.ports, ports[pk])
+			g.ports = append(g.ports, t.ports[pk])
 		}
 	}
 
@@ -133,9 +91,9 @@ func Repack(in []v1.EndpointSubset) []v1.EndpointSubset {
 		var s v1.EndpointSubset
 		for ak, ready := range g.members {
 			if ready {
-				s.Addresses = append(s.Addresses, *addrs[ak])
+				s.Addresses = append(s.Addresses, *t.addrs[ak])
 			} else {
-				s.NotReadyAddresses = append(s.NotReadyAddresses, *addrs[ak])
+				s.NotReadyAddresses = append(s.NotReadyAddresses, *t.addrs[ak])
 			}
 		}
 		slices.SortFunc(s.Addresses, compareAddresses)
@@ -153,6 +111,64 @@ func Repack(in []v1.EndpointSubset) []v1.EndpointSubset {
 		return comparePorts(a.Ports[0], b.Ports[0])
 	})
 	return out
+}
+
+// triples are the (address, port, readiness) triples of some subsets, each address and port
+// held once.
+type triples struct {
+	addrs map[addressKey]*v1.EndpointAddress
+	ports map[portKey]v1.EndpointPort
+	// readiness of each address, per port
+	members map[portKey]map[addressKey]bool
+}
+
+// collect returns the triples of in, deep copies of its addresses and ports.
+func collect(in []v1.EndpointSubset) *triples {
+	t := &triples{
+		addrs:   map[addressKey]*v1.EndpointAddress{},
+		ports:   map[portKey]v1.EndpointPort{},
+		members: map[portKey]map[addressKey]bool{},
+	}
+	for i := range in {
+		s := &in[i]
+		var keys []portKey
+		if len(s.Ports) == 0 {
+			keys = append(keys, portKey{port: noPort})
+		} else {
+			for j := range s.Ports {
+				pk := portKeyOf(&s.Ports[j])
+				if _, ok := t.ports[pk]; !ok {
+					t.ports[pk] = *s.Ports[j].DeepCopy()
+				}
+				keys = append(keys, pk)
+			}
+		}
+		for _, pk := range keys {
+			for j := range s.Addresses {
+				t.note(pk, &s.Addresses[j], true)
+			}
+			for j := range s.NotReadyAddresses {
+				t.note(pk, &s.NotReadyAddresses[j], false)
+			}
+		}
+	}
+	return t
+}
+
+// note adds address a on port pk; not ready wins over ready.
+func (t *triples) note(pk portKey, a *v1.EndpointAddress, ready bool) {
+	ak := keyOf(a)
+	if _, ok := t.addrs[ak]; !ok {
+		t.addrs[ak] = a.DeepCopy()
+	}
+	m := t.members[pk]
+	if m == nil {
+		m = map[addressKey]bool{}
+		t.members[pk] = m
+	}
+	if was, seen := m[ak]; !seen || was {
+		m[ak] = ready
+	}
 }
 
 // signature is a string naming a set of (address, readiness) pairs, used as a map key.

@@ -16,6 +16,7 @@ import (
 
 // TestCSIMigration: classes and volumes of in-tree plugins migrated to CSI are handed to the
 // CSI driver (upstream v1.36); those of other in-tree plugins are not.
+// Over 80 lines: one scenario on a real apiserver, each step building on the state the last left.
 func TestCSIMigration(t *testing.T) {
 	c, ns, _ := withController(t)
 	const (

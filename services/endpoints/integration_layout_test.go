@@ -1,4 +1,4 @@
-package endpoints_test
+package endpointscontroller_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/kcm-split/kcm-split/services/endpoints"
+	endpointscontroller "github.com/kcm-split/kcm-split/services/endpoints"
 	"github.com/kcm-split/kcm-split/shared/sharding"
 	"github.com/kcm-split/kcm-split/shared/testenv"
 )
@@ -18,6 +18,7 @@ import (
 // TestLayoutChangeTwoToFour: with 2 shards running, 4 shards of a new layout start and wait
 // (no Lease taken, nothing written) until the 2 are stopped; they then take over, and no
 // write of theirs reached the apiserver before the old layout's last Lease was released.
+// Over 80 lines: one scenario on a real apiserver, each step building on the state the last left.
 func TestLayoutChangeTwoToFour(t *testing.T) {
 	testenv.Require(t, env)
 	c := env.Client(t)
@@ -32,7 +33,7 @@ func TestLayoutChangeTwoToFour(t *testing.T) {
 		createService(t, c, makeService(ns, "web", sel))
 		createPod(t, c, makePod(ns, "web-0", fmt.Sprintf("10.9.%d.1", k), sel))
 	}
-	lease := func(s sharding.Shard) string { return s.LeaseName(endpoints.ControllerID) }
+	lease := func(s sharding.Shard) string { return s.LeaseName(endpointscontroller.ControllerID) }
 	old := make([]*testenv.Controller, 2)
 	for i := range old {
 		old[i] = env.Start(t, controller, fmt.Sprintf("old-%d", i), "--shards=2", fmt.Sprintf("--shard-index=%d", i), "--leader-elect-resource-namespace="+leases)
@@ -50,7 +51,7 @@ func TestLayoutChangeTwoToFour(t *testing.T) {
 	}
 	// Every new shard has seen both old Leases held, and holds no Lease of its own.
 	blocking := func(i int) string {
-		return fmt.Sprintf(`kcm_split_shard_layout_blocking_leases{binary=%q,shard="%d",shards="4"}`, endpoints.ControllerID, i)
+		return fmt.Sprintf(`kcm_split_shard_layout_blocking_leases{binary=%q,shard="%d",shards="4"}`, endpointscontroller.ControllerID, i)
 	}
 	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		for i, n := range news {

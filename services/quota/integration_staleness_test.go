@@ -20,6 +20,7 @@ import (
 // once the CRD's conversion is repaired the type is counted, the annotation goes in the same
 // write that publishes the real count, and the gauge restarts. Deleting the quota drops its
 // series.
+// Over 80 lines: one scenario on a real apiserver, each step building on the state the last left.
 func TestUncountableNamedThenClearedWithStaleness(t *testing.T) {
 	testenv.Require(t, env)
 	c := env.Client(t)

@@ -1,4 +1,4 @@
-package endpoints_test
+package endpointscontroller_test
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
-	epctl "github.com/kcm-split/kcm-split/services/endpoints/endpoints"
+	"github.com/kcm-split/kcm-split/services/endpoints/endpoints"
 	"github.com/kcm-split/kcm-split/shared/sharding"
 	"github.com/kcm-split/kcm-split/shared/testenv"
 )
@@ -85,9 +85,9 @@ func TestInvisibleServiceIsNotDeleted(t *testing.T) {
 	factory := informers.NewSharedInformerFactory(c, 0)
 	factory.InformerFor(&corev1.Service{}, hidingServices(c, "web"))
 	reg := prometheus.NewRegistry()
-	opts := epctl.DefaultOptions()
+	opts := endpoints.DefaultOptions()
 	opts.Shard = shard
-	ctrl := epctl.New(factory.Core().V1().Pods(), factory.Core().V1().Services(), factory.Core().V1().Endpoints(),
+	ctrl := endpoints.New(factory.Core().V1().Pods(), factory.Core().V1().Services(), factory.Core().V1().Endpoints(),
 		c, record.NewFakeRecorder(100), opts, reg)
 	factory.Start(ctx.Done())
 	done := make(chan error, 1)

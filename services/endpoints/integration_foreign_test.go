@@ -1,4 +1,4 @@
-package endpoints_test
+package endpointscontroller_test
 
 import (
 	"context"

@@ -128,6 +128,7 @@ func TestClaimDeviceUsage(t *testing.T) {
 	}
 }
 
+// Over 80 lines: one table of cases, each a few lines; splitting it would scatter the cases.
 func TestClaimExtendedResources(t *testing.T) {
 	now := time.Now()
 	gpuPod := pod(containers(container("c", rl("example.com/gpu", "2"), rl("example.com/gpu", "2"))))

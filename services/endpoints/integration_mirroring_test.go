@@ -1,4 +1,4 @@
-package endpoints_test
+package endpointscontroller_test
 
 // Integration tests of the EndpointSlice mirroring controller in the endpoints-controller
 // binary, against the real apiserver; writes are counted from the audit log.
@@ -112,6 +112,7 @@ func mirrorQueueDrained(t *testing.T, c kubernetes.Interface, ctrl *testenv.Cont
 // (one slice per family, the Endpoints' labels, owned by it), updates and deletion follow in
 // one write each, the skip-mirror label and leader-election locks are honoured, and the
 // Endpoints of a Service with a selector are never mirrored. A restart writes nothing.
+// Over 80 lines: one scenario on a real apiserver, each step building on the state the last left.
 func TestMirrorCustomEndpoints(t *testing.T) {
 	testenv.Require(t, env)
 	c := env.Client(t)

@@ -1,4 +1,4 @@
-package endpoints_test
+package endpointscontroller_test
 
 // Integration tests of the EndpointSlice controller in the endpoints-controller binary,
 // against the real apiserver; writes are counted from the audit log.
@@ -405,6 +405,7 @@ func TestControllersFlag(t *testing.T) {
 // TestRestartMidUpdateLeavesNoDuplicates: the leader is killed while it rewrites a Service's
 // slices after a churn of its Pods (some gone, others new, some flipping readiness); its
 // successor ends with every endpoint in exactly one slice and none left over.
+// Over 80 lines: one scenario on a real apiserver, each step building on the state the last left.
 func TestRestartMidUpdateLeavesNoDuplicates(t *testing.T) {
 	testenv.Require(t, env)
 	c := env.Client(t)
