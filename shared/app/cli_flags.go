@@ -121,10 +121,28 @@ func (o *options) flags(spec Spec) []cli.Flag {
 		&cli.StringFlag{Name: FlagContentType, Category: "Client", Value: kube.ContentTypeProtobuf, Destination: &o.client.kube.ContentType, Usage: "content type of requests sent to the API server"},
 
 		&cli.BoolFlag{Name: FlagLeaderElect, Category: "Leader election", Value: true, Destination: &o.leader.Enabled, Usage: "hold a Lease while running, so that only one replica acts at a time"},
-		&cli.DurationFlag{Name: FlagLeaseDuration, Category: "Leader election", Value: 15 * time.Second, Destination: &o.leader.LeaseDuration, Usage: "how long a standby waits after the last renewal before taking over"},
-		&cli.DurationFlag{Name: FlagRenewDeadline, Category: "Leader election", Value: 10 * time.Second, Destination: &o.leader.RenewDeadline, Usage: "how long the leader keeps retrying a renewal before giving up; less than the lease duration"},
+		&cli.DurationFlag{
+			Name:        FlagLeaseDuration,
+			Category:    "Leader election",
+			Value:       15 * time.Second,
+			Destination: &o.leader.LeaseDuration,
+			Usage:       "how long a standby waits after the last renewal before taking over",
+		},
+		&cli.DurationFlag{
+			Name:        FlagRenewDeadline,
+			Category:    "Leader election",
+			Value:       10 * time.Second,
+			Destination: &o.leader.RenewDeadline,
+			Usage:       "how long the leader keeps retrying a renewal before giving up; less than the lease duration",
+		},
 		&cli.DurationFlag{Name: FlagRetryPeriod, Category: "Leader election", Value: 2 * time.Second, Destination: &o.leader.RetryPeriod, Usage: "how often candidates try to acquire or renew the Lease"},
-		&cli.DurationFlag{Name: FlagMinResyncPeriod, Category: "Client", Value: 12 * time.Hour, Destination: &o.client.minResync, Usage: "informers resync at a random period between this and twice this, so dropped keys and hand edits are eventually reconciled"},
+		&cli.DurationFlag{
+			Name:        FlagMinResyncPeriod,
+			Category:    "Client",
+			Value:       12 * time.Hour,
+			Destination: &o.client.minResync,
+			Usage:       "informers resync at a random period between this and twice this, so dropped keys and hand edits are eventually reconciled",
+		},
 
 		&cli.StringFlag{Name: FlagLeaseNamespace, Category: "Leader election", Value: "kube-system", Destination: &o.leader.Namespace, Usage: "namespace of the Lease"},
 		&cli.StringFlag{Name: FlagLeaseName, Category: "Leader election", Value: spec.ID, Destination: &o.leader.Name, Usage: "name of the Lease"},
@@ -133,7 +151,13 @@ func (o *options) flags(spec Spec) []cli.Flag {
 		o.takeOver.flags(),
 		o.serving.flags(spec),
 		[]cli.Flag{
-			&cli.DurationFlag{Name: FlagShutdownGracePeriod, Category: "Serving", Value: 20 * time.Second, Destination: &o.leader.ShutdownGrace, Usage: "how long to let workers finish after SIGTERM before releasing the Lease and exiting"},
+			&cli.DurationFlag{
+				Name:        FlagShutdownGracePeriod,
+				Category:    "Serving",
+				Value:       20 * time.Second,
+				Destination: &o.leader.ShutdownGrace,
+				Usage:       "how long to let workers finish after SIGTERM before releasing the Lease and exiting",
+			},
 
 			&cli.StringSliceFlag{Name: FlagFeatureGates, Category: "Feature gates", Destination: &o.features.flags, Usage: featureGatesUsage(spec)},
 		},
@@ -144,30 +168,115 @@ func (o *options) flags(spec Spec) []cli.Flag {
 
 func (o *servingOptions) flags(spec Spec) []cli.Flag {
 	return []cli.Flag{
-		&cli.IntFlag{Name: serving.FlagSecurePort, Category: "Secure serving", Value: spec.DefaultPort, Destination: &o.secure.Port, Usage: "HTTPS port serving /metrics, /healthz, /readyz, /livez (and /debug/pprof with --" + serving.FlagProfiling + "), with authentication and authorization; 0 disables"},
-		&cli.StringFlag{Name: serving.FlagBindAddress, Category: "Secure serving", Value: "0.0.0.0", Destination: &o.secure.BindAddress, Usage: "IP address the secure port listens on (0.0.0.0 or :: for all interfaces)"},
-		&cli.StringFlag{Name: serving.FlagTLSCertFile, Category: "Secure serving", Destination: &o.secure.CertFile, Usage: "PEM certificate (with intermediates) for the secure port; empty means a self-signed certificate generated at start"},
+		&cli.IntFlag{
+			Name:        serving.FlagSecurePort,
+			Category:    "Secure serving",
+			Value:       spec.DefaultPort,
+			Destination: &o.secure.Port,
+			Usage:       "HTTPS port serving /metrics, /healthz, /readyz, /livez (and /debug/pprof with --" + serving.FlagProfiling + "), with authentication and authorization; 0 disables",
+		},
+		&cli.StringFlag{
+			Name:        serving.FlagBindAddress,
+			Category:    "Secure serving",
+			Value:       "0.0.0.0",
+			Destination: &o.secure.BindAddress,
+			Usage:       "IP address the secure port listens on (0.0.0.0 or :: for all interfaces)",
+		},
+		&cli.StringFlag{
+			Name:        serving.FlagTLSCertFile,
+			Category:    "Secure serving",
+			Destination: &o.secure.CertFile,
+			Usage:       "PEM certificate (with intermediates) for the secure port; empty means a self-signed certificate generated at start",
+		},
 		&cli.StringFlag{Name: serving.FlagTLSPrivateKeyFile, Category: "Secure serving", Destination: &o.secure.KeyFile, Usage: "PEM private key matching --" + serving.FlagTLSCertFile},
-		&cli.StringFlag{Name: serving.FlagTLSMinVersion, Category: "Secure serving", Value: serving.DefaultTLSMinVersion, Destination: &o.secure.MinTLSVersion, Usage: "minimum TLS version: VersionTLS12 or VersionTLS13"},
-		&cli.StringFlag{Name: serving.FlagAuthenticationKubconfig, Category: "Secure serving", Destination: &o.secure.AuthenticationKubeconfig, Usage: "kubeconfig of the apiserver that answers TokenReviews; empty means this controller's own credentials"},
-		&cli.StringFlag{Name: serving.FlagAuthorizationKubconfig, Category: "Secure serving", Destination: &o.secure.AuthorizationKubeconfig, Usage: "kubeconfig of the apiserver that answers SubjectAccessReviews; empty means this controller's own credentials"},
-		&cli.StringSliceFlag{Name: serving.FlagAlwaysAllowPaths, Category: "Secure serving", Value: cli.NewStringSlice(serving.DefaultAlwaysAllowPaths...), Destination: &o.allowed, Usage: "paths served without authentication or authorization; a trailing * matches a prefix"},
-		&cli.DurationFlag{Name: FlagAuthnCacheTTL, Category: "Secure serving", Value: serving.DefaultCacheTTLs.Authenticated, Destination: &o.ttls.Authenticated, Usage: "how long an accepted token is trusted before the next TokenReview (upstream's default is 10s; longer than a scrape interval here so scrapes cost no review)"},
-		&cli.DurationFlag{Name: FlagAuthzAllowedTTL, Category: "Secure serving", Value: serving.DefaultCacheTTLs.Authorized, Destination: &o.ttls.Authorized, Usage: "how long an allowing SubjectAccessReview is reused (upstream's default is 10s)"},
-		&cli.DurationFlag{Name: FlagAuthzDeniedTTL, Category: "Secure serving", Value: serving.DefaultCacheTTLs.Unauthorized, Destination: &o.ttls.Unauthorized, Usage: "how long a denying SubjectAccessReview is reused (upstream's default is 10s)"},
+		&cli.StringFlag{
+			Name:        serving.FlagTLSMinVersion,
+			Category:    "Secure serving",
+			Value:       serving.DefaultTLSMinVersion,
+			Destination: &o.secure.MinTLSVersion,
+			Usage:       "minimum TLS version: VersionTLS12 or VersionTLS13",
+		},
+		&cli.StringFlag{
+			Name:        serving.FlagAuthenticationKubconfig,
+			Category:    "Secure serving",
+			Destination: &o.secure.AuthenticationKubeconfig,
+			Usage:       "kubeconfig of the apiserver that answers TokenReviews; empty means this controller's own credentials",
+		},
+		&cli.StringFlag{
+			Name:        serving.FlagAuthorizationKubconfig,
+			Category:    "Secure serving",
+			Destination: &o.secure.AuthorizationKubeconfig,
+			Usage:       "kubeconfig of the apiserver that answers SubjectAccessReviews; empty means this controller's own credentials",
+		},
+		&cli.StringSliceFlag{
+			Name:        serving.FlagAlwaysAllowPaths,
+			Category:    "Secure serving",
+			Value:       cli.NewStringSlice(serving.DefaultAlwaysAllowPaths...),
+			Destination: &o.allowed,
+			Usage:       "paths served without authentication or authorization; a trailing * matches a prefix",
+		},
+		&cli.DurationFlag{
+			Name:        FlagAuthnCacheTTL,
+			Category:    "Secure serving",
+			Value:       serving.DefaultCacheTTLs.Authenticated,
+			Destination: &o.ttls.Authenticated,
+			Usage:       "how long an accepted token is trusted before the next TokenReview (upstream's default is 10s; longer than a scrape interval here so scrapes cost no review)",
+		},
+		&cli.DurationFlag{
+			Name:        FlagAuthzAllowedTTL,
+			Category:    "Secure serving",
+			Value:       serving.DefaultCacheTTLs.Authorized,
+			Destination: &o.ttls.Authorized,
+			Usage:       "how long an allowing SubjectAccessReview is reused (upstream's default is 10s)",
+		},
+		&cli.DurationFlag{
+			Name:        FlagAuthzDeniedTTL,
+			Category:    "Secure serving",
+			Value:       serving.DefaultCacheTTLs.Unauthorized,
+			Destination: &o.ttls.Unauthorized,
+			Usage:       "how long a denying SubjectAccessReview is reused (upstream's default is 10s)",
+		},
 		&cli.BoolFlag{Name: serving.FlagProfiling, Category: "Secure serving", Destination: &o.secure.Profiling, Usage: "serve /debug/pprof on the secure port, to authorized users only"},
-		&cli.StringFlag{Name: FlagMetricsBindAddress, Category: "Plain HTTP serving", Destination: &o.metrics, Usage: "address serving /metrics (and the health endpoints unless --" + FlagHealthBindAddress + " differs) over plain HTTP WITHOUT authentication, e.g. 127.0.0.1:8080; empty or port 0 disables"},
-		&cli.StringFlag{Name: FlagHealthBindAddress, Category: "Plain HTTP serving", Destination: &o.health, Usage: "address serving /healthz, /readyz and /livez over plain HTTP; empty means the metrics address; port 0 disables"},
+		&cli.StringFlag{
+			Name:        FlagMetricsBindAddress,
+			Category:    "Plain HTTP serving",
+			Destination: &o.metrics,
+			Usage: "address serving /metrics (and the health endpoints unless --" + FlagHealthBindAddress +
+				" differs) over plain HTTP WITHOUT authentication, e.g. 127.0.0.1:8080; empty or port 0 disables",
+		},
+		&cli.StringFlag{
+			Name:        FlagHealthBindAddress,
+			Category:    "Plain HTTP serving",
+			Destination: &o.health,
+			Usage:       "address serving /healthz, /readyz and /livez over plain HTTP; empty means the metrics address; port 0 disables",
+		},
 	}
 }
 
 func (o *loggingOptions) flags() []cli.Flag {
 	return []cli.Flag{
 		&cli.IntFlag{Name: FlagV, Category: "Logging", Destination: &o.v, Usage: "log verbosity 0-10: 2 logs retries, 4 every sync, 6 and up client-go's requests (-v=4 and --v=4 alike)"},
-		&cli.StringFlag{Name: FlagVModule, Category: "Logging", Destination: &o.log.VModule, Usage: "comma-separated list of pattern=N giving source files their own verbosity; the pattern matches a file name without .go (or a path, with a /), * and ? as wildcards"},
+		&cli.StringFlag{
+			Name:        FlagVModule,
+			Category:    "Logging",
+			Destination: &o.log.VModule,
+			Usage:       "comma-separated list of pattern=N giving source files their own verbosity; the pattern matches a file name without .go (or a path, with a /), * and ? as wildcards",
+		},
 		&cli.StringFlag{Name: FlagLoggingFormat, Category: "Logging", Value: "json", Destination: &o.format, Usage: "json or text"},
-		&cli.StringFlag{Name: FlagLogLevel, Category: "Logging", Value: "info", Destination: &o.log.Level, Usage: "older name of --v, which wins when both are given: a verbosity 0-10, or debug (1), info (0), warn, error"},
-		&cli.StringFlag{Name: FlagLogFormat, Category: "Logging", Value: "json", Destination: &o.log.Format, Usage: "older name of --logging-format, which wins when both are given: json, or console (the same as text)"},
+		&cli.StringFlag{
+			Name:        FlagLogLevel,
+			Category:    "Logging",
+			Value:       "info",
+			Destination: &o.log.Level,
+			Usage:       "older name of --v, which wins when both are given: a verbosity 0-10, or debug (1), info (0), warn, error",
+		},
+		&cli.StringFlag{
+			Name:        FlagLogFormat,
+			Category:    "Logging",
+			Value:       "json",
+			Destination: &o.log.Format,
+			Usage:       "older name of --logging-format, which wins when both are given: json, or console (the same as text)",
+		},
 	}
 }
 

@@ -31,9 +31,36 @@ type migrationOptions struct {
 
 func (o *migrationOptions) flags() []cli.Flag {
 	return []cli.Flag{
-		&cli.BoolFlag{Name: FlagEnableMigration, Category: "Leader election", Destination: &o.enabled, Usage: "take part in Leader Migration with kube-controller-manager: controllers the --" + FlagMigrationConfig + " file gives to kcm-split (or *) run only while kcm-split's binaries hold its migration Lease together, those it gives to another component never run here; needs --" + FlagLeaderElect},
-		&cli.StringFlag{Name: FlagMigrationConfig, Category: "Leader election", Destination: &o.path, Usage: "path of the LeaderMigrationConfiguration file (controllermanager.config.k8s.io, resourceLock leases) read with --" + FlagEnableMigration + "; empty means every controller of this binary goes to kcm-split under the Lease " + migration.DefaultLeaderName},
-		&cli.StringFlag{Name: FlagMigrationNamespace, Category: "Leader election", Destination: &o.namespace, Usage: "namespace of the migration Lease: kube-controller-manager's --" + FlagLeaseNamespace + "; empty means this binary's --" + FlagLeaseNamespace + " (upstream's choice: one namespace for both Leases)"},
+		&cli.BoolFlag{
+			Name:        FlagEnableMigration,
+			Category:    "Leader election",
+			Destination: &o.enabled,
+			Usage: "take part in Leader Migration with kube-controller-manager: controllers the --" +
+				FlagMigrationConfig +
+				" file gives to kcm-split (or *) run only while kcm-split's binaries hold its migration Lease " +
+				"together, those it gives to another component never run here; needs --" +
+				FlagLeaderElect,
+		},
+		&cli.StringFlag{
+			Name:        FlagMigrationConfig,
+			Category:    "Leader election",
+			Destination: &o.path,
+			Usage: "path of the LeaderMigrationConfiguration file (controllermanager.config.k8s.io, resourceLock " +
+				"leases) read with --" +
+				FlagEnableMigration +
+				"; empty means every controller of this binary goes to kcm-split under the Lease " +
+				migration.DefaultLeaderName,
+		},
+		&cli.StringFlag{
+			Name:        FlagMigrationNamespace,
+			Category:    "Leader election",
+			Destination: &o.namespace,
+			Usage: "namespace of the migration Lease: kube-controller-manager's --" +
+				FlagLeaseNamespace +
+				"; empty means this binary's --" +
+				FlagLeaseNamespace +
+				" (upstream's choice: one namespace for both Leases)",
+		},
 	}
 }
 

@@ -25,7 +25,17 @@ func (o *shardingOptions) flags(spec Spec) []cli.Flag {
 	}
 	o.shard = sharding.Whole
 	return []cli.Flag{
-		&cli.IntFlag{Name: FlagShards, Category: "Sharding", Value: 1, Destination: &o.shard.Count, Usage: "number of static shards the namespaces are split into (by a hash of the namespace name, KEP-5866 ranges); each shard elects on its own Lease <lease name>-shard-<index>-of-<shards> and caches only its namespaces' objects (cluster-scoped ones whole). 1 is one replica for everything, upstream's behaviour. Given (even as 1), the process waits until no Lease of another --shards of this binary is held before it campaigns or writes"},
+		&cli.IntFlag{
+			Name:        FlagShards,
+			Category:    "Sharding",
+			Value:       1,
+			Destination: &o.shard.Count,
+			Usage: "number of static shards the namespaces are split into (by a hash of the namespace name, KEP-5866 " +
+				"ranges); each shard elects on its own Lease <lease name>-shard-<index>-of-<shards> and caches only " +
+				"its namespaces' objects (cluster-scoped ones whole). 1 is one replica for everything, upstream's " +
+				"behaviour. Given (even as 1), the process waits until no Lease of another --shards of this binary " +
+				"is held before it campaigns or writes",
+		},
 		&cli.IntFlag{Name: FlagShardIndex, Category: "Sharding", Value: 0, Destination: &o.shard.Index, Usage: "this process's shard, 0 to --shards minus 1"},
 	}
 }

@@ -22,10 +22,40 @@ type takeOverOptions struct {
 
 func (o *takeOverOptions) flags() []cli.Flag {
 	return []cli.Flag{
-		&cli.BoolFlag{Name: FlagTakeOver, Category: "Leader election", Destination: &o.enabled, Usage: "stand by (Ready) until kube-controller-manager provably runs none of this binary's controllers: every Pod matching --" + FlagKCMPodSelector + " turns them off in its --controllers, and its Lease is free, expired, or taken by a process started in one of those Pods; stop them, writes refused at once, when that no longer holds. Needs --" + FlagLeaderElect + "; not with --" + FlagEnableMigration},
-		&cli.StringFlag{Name: FlagKCMNamespace, Category: "Leader election", Value: "kube-system", Destination: &o.kcm.Namespace, Usage: "namespace of kube-controller-manager's Pods and Lease, for --" + FlagTakeOver},
-		&cli.StringFlag{Name: FlagKCMPodSelector, Category: "Leader election", Value: "component=kube-controller-manager", Destination: &o.kcm.PodSelector, Usage: "label selector of kube-controller-manager's Pods (kubeadm's static Pods' label), for --" + FlagTakeOver},
-		&cli.StringFlag{Name: FlagKCMLeaseName, Category: "Leader election", Value: "kube-controller-manager", Destination: &o.kcm.LeaseName, Usage: "name of kube-controller-manager's Lease (its --leader-elect-resource-name), for --" + FlagTakeOver},
+		&cli.BoolFlag{
+			Name:        FlagTakeOver,
+			Category:    "Leader election",
+			Destination: &o.enabled,
+			Usage: "stand by (Ready) until kube-controller-manager provably runs none of this binary's controllers: " +
+				"every Pod matching --" +
+				FlagKCMPodSelector +
+				" turns them off in its --controllers, and its Lease is free, expired, or taken by a process started " +
+				"in one of those Pods; stop them, writes refused at once, when that no longer holds. Needs --" +
+				FlagLeaderElect +
+				"; not with --" +
+				FlagEnableMigration,
+		},
+		&cli.StringFlag{
+			Name:        FlagKCMNamespace,
+			Category:    "Leader election",
+			Value:       "kube-system",
+			Destination: &o.kcm.Namespace,
+			Usage:       "namespace of kube-controller-manager's Pods and Lease, for --" + FlagTakeOver,
+		},
+		&cli.StringFlag{
+			Name:        FlagKCMPodSelector,
+			Category:    "Leader election",
+			Value:       "component=kube-controller-manager",
+			Destination: &o.kcm.PodSelector,
+			Usage:       "label selector of kube-controller-manager's Pods (kubeadm's static Pods' label), for --" + FlagTakeOver,
+		},
+		&cli.StringFlag{
+			Name:        FlagKCMLeaseName,
+			Category:    "Leader election",
+			Value:       "kube-controller-manager",
+			Destination: &o.kcm.LeaseName,
+			Usage:       "name of kube-controller-manager's Lease (its --leader-elect-resource-name), for --" + FlagTakeOver,
+		},
 	}
 }
 
