@@ -166,6 +166,7 @@ func (o *options) flags(spec Spec) []cli.Flag {
 	)
 }
 
+// Over 80 lines: one literal list of the serving flags, a field a line.
 func (o *servingOptions) flags(spec Spec) []cli.Flag {
 	return []cli.Flag{
 		&cli.IntFlag{

@@ -133,6 +133,8 @@ func FreePort() (int, error) {
 }
 
 // Start launches etcd and kube-apiserver and waits until the apiserver is ready.
+// Over 80 lines: one start sequence (files, etcd, apiserver, readiness) whose deferred cleanup
+// on failure must see every step.
 func Start(opts Options) (env *Env, err error) {
 	if opts.StartTimeout == 0 {
 		opts.StartTimeout = 90 * time.Second
