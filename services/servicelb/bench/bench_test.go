@@ -418,33 +418,26 @@ func installCRDs(cfg *rest.Config) error {
 // skipped.
 func printTable(w io.Writer, results []*result) {
 	fmt.Fprintf(w, "\nservice-lb-controller: %d LoadBalancer Services created at %.0f/s\n", numServices, float64(time.Second)/float64(createInterval))
-	type row struct {
-		name string
-		f    func(*result) string
-	}
-	rows := []row{
-		{"floor (one write -> watcher) p50/p99", func(r *result) string {
+	lines := []benchkit.Line[result]{
+		{Name: "floor (one write -> watcher) p50/p99", Cell: func(r *result) string {
 			return benchkit.MS(benchkit.Percentile(r.floor, 50)) + " / " + benchkit.MS(benchkit.Percentile(r.floor, 99))
 		}},
-		{"create -> address p50", func(r *result) string { return benchkit.MS(benchkit.Percentile(r.latencies, 50)) }},
-		{"create -> address p90", func(r *result) string { return benchkit.MS(benchkit.Percentile(r.latencies, 90)) }},
-		{"create -> address p99 (target <= 1s)", func(r *result) string { return benchkit.MS(benchkit.Percentile(r.latencies, 99)) }},
-		{"create -> address max", func(r *result) string { return benchkit.MS(benchkit.Percentile(r.latencies, 100)) }},
-		{"Service writes per Service (target <= 2)", func(r *result) string { return fmt.Sprintf("%.2f", float64(r.svcWrites)/numServices) }},
-		{"Event writes per Service (at the end)", func(r *result) string { return fmt.Sprintf("%.2f", float64(r.eventWrites)/numServices) }},
-		{"IPAddressPool status writes (total)", func(r *result) string { return fmt.Sprint(r.poolWrites) }},
-		{"controller CPU for the run", func(r *result) string { return r.cpu.Round(time.Millisecond).String() }},
-		{"restart: sentinel served after", func(r *result) string { return benchkit.MS(r.restartSync) }},
-		{"restart: writes to the 500 Services (want 0)", func(r *result) string { return fmt.Sprint(r.restartW) }},
-		{"restart: addresses moved (want 0)", func(r *result) string { return fmt.Sprint(r.restartMoved) }},
+		{Name: "create -> address p50", Cell: func(r *result) string { return benchkit.MS(benchkit.Percentile(r.latencies, 50)) }},
+		{Name: "create -> address p90", Cell: func(r *result) string { return benchkit.MS(benchkit.Percentile(r.latencies, 90)) }},
+		{Name: "create -> address p99 (target <= 1s)", Cell: func(r *result) string { return benchkit.MS(benchkit.Percentile(r.latencies, 99)) }},
+		{Name: "create -> address max", Cell: func(r *result) string { return benchkit.MS(benchkit.Percentile(r.latencies, 100)) }},
+		{Name: "Service writes per Service (target <= 2)", Cell: func(r *result) string { return fmt.Sprintf("%.2f", float64(r.svcWrites)/numServices) }},
+		{Name: "Event writes per Service (at the end)", Cell: func(r *result) string { return fmt.Sprintf("%.2f", float64(r.eventWrites)/numServices) }},
+		{Name: "IPAddressPool status writes (total)", Cell: func(r *result) string { return fmt.Sprint(r.poolWrites) }},
+		{Name: "controller CPU for the run", Cell: func(r *result) string { return r.cpu.Round(time.Millisecond).String() }},
+		{Name: "restart: sentinel served after", Cell: func(r *result) string { return benchkit.MS(r.restartSync) }},
+		{Name: "restart: writes to the 500 Services (want 0)", Cell: func(r *result) string { return fmt.Sprint(r.restartW) }},
+		{Name: "restart: addresses moved (want 0)", Cell: func(r *result) string { return fmt.Sprint(r.restartMoved) }},
 	}
-	var t benchkit.Table
-	for _, v := range variants {
-		t.Headings = append(t.Headings, v.name)
-	}
-	for _, rw := range rows {
-		t.AddRow(rw.name, benchkit.Cells(results, rw.f)...)
+	headings := make([]string, len(variants))
+	for i, v := range variants {
+		headings[i] = v.name
 	}
 	fmt.Fprintln(w)
-	t.Write(w)
+	benchkit.Lines(headings, results, lines...).Write(w)
 }
