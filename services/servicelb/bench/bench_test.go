@@ -15,7 +15,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -23,18 +22,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"sigs.k8s.io/yaml"
 
 	"github.com/kcm-split/kcm-split/services/servicelb/api/v1alpha1"
+	"github.com/kcm-split/kcm-split/services/servicelb/internal/crdtest"
 	"github.com/kcm-split/kcm-split/shared/benchkit"
 	"github.com/kcm-split/kcm-split/shared/testenv"
 )
@@ -96,7 +91,7 @@ func runScenario(b *testing.B, v variant) *result {
 	logf := benchkit.Progress(v.name)
 	bin := benchkit.BuildShipped(b, "github.com/kcm-split/kcm-split/services/servicelb/cmd/service-lb-controller")
 	env := benchkit.ControlPlane(b)
-	if err := installCRDs(env.Config); err != nil {
+	if err := crdtest.Install(env.Config, crdDir); err != nil {
 		b.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -376,40 +371,6 @@ func countWrites(b *testing.B, env *testenv.Env, resource, ns string) int {
 		filters = append(filters, benchkit.InNamespace(ns))
 	}
 	return benchkit.CountWrites(b, env, filters...)
-}
-
-var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-
-func installCRDs(cfg *rest.Config) error {
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	files, _ := filepath.Glob(filepath.Join(crdDir, "*.yaml"))
-	if len(files) == 0 {
-		return fmt.Errorf("no CRDs in %s", crdDir)
-	}
-	for _, f := range files {
-		raw, err := os.ReadFile(f)
-		if err != nil {
-			return err
-		}
-		var obj map[string]any
-		if err := yaml.Unmarshal(raw, &obj); err != nil {
-			return err
-		}
-		if _, err := dyn.Resource(crdGVR).Create(context.Background(), &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil {
-			return err
-		}
-	}
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	return wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		_, err := dc.ServerResourcesForGroupVersion(v1alpha1.GroupVersionResource.GroupVersion().String())
-		return err == nil, nil
-	})
 }
 
 // ---- reporting ----
