@@ -59,7 +59,7 @@ func (c *Controller) onLease(obj any) {
 
 // readyStatus is node's Ready condition status, "" when it has none.
 func readyStatus(node *v1.Node) v1.ConditionStatus {
-	if r := readyCondition(&node.Status); r != nil {
+	if r := nodeReadyCondition(&node.Status); r != nil {
 		return r.Status
 	}
 	return ""

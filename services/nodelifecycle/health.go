@@ -42,7 +42,9 @@ func newHealthTracker(now func() time.Time) *healthTracker {
 	return &healthTracker{nodes: map[string]*health{}, now: now}
 }
 
-func readyCondition(status *v1.NodeStatus) *v1.NodeCondition {
+// nodeReadyCondition returns the Ready condition of status itself, for reading or updating in
+// place, or nil. (Not the endpoints projection's projectReadyCondition, which trims a Pod's.)
+func nodeReadyCondition(status *v1.NodeStatus) *v1.NodeCondition {
 	for i := range status.Conditions {
 		if status.Conditions[i].Type == v1.NodeReady {
 			return &status.Conditions[i]
@@ -54,7 +56,7 @@ func readyCondition(status *v1.NodeStatus) *v1.NodeCondition {
 // observeNode records node's Ready heartbeat. It reports whether that counted as a sign of
 // life.
 func (t *healthTracker) observeNode(node *v1.Node) bool {
-	ready := readyCondition(&node.Status)
+	ready := nodeReadyCondition(&node.Status)
 	now := t.now()
 	t.mu.Lock()
 	defer t.mu.Unlock()

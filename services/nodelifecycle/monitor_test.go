@@ -41,7 +41,7 @@ func TestCheckAllNodesMarksSilentNodeUnknownOnce(t *testing.T) {
 			t.Errorf("condition %s = %s, want %s", c.Type, c.Status, want)
 		}
 	}
-	if r := readyCondition(&b.Status); r.Reason != reasonStatusUnknown || r.Message != messageStatusUnknown || !r.LastHeartbeatTime.Equal(&metav1.Time{Time: t0}) {
+	if r := nodeReadyCondition(&b.Status); r.Reason != reasonStatusUnknown || r.Message != messageStatusUnknown || !r.LastHeartbeatTime.Equal(&metav1.Time{Time: t0}) {
 		t.Errorf("ready condition = %+v", r)
 	}
 	if !hasEvent(f.events(), "NodeNotReady Node b status is now: NodeNotReady") {

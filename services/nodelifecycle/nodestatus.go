@@ -35,7 +35,7 @@ func (c *Controller) updateHealth(ctx context.Context, node *v1.Node) (observed 
 		c.health.observeNode(n)
 		h, _ := c.health.get(n.Name)
 		now := c.now()
-		current = readyCondition(&n.Status)
+		current = nodeReadyCondition(&n.Status)
 		observed = ""
 		if current != nil {
 			observed = current.Status
@@ -55,7 +55,7 @@ func (c *Controller) updateHealth(ctx context.Context, node *v1.Node) (observed 
 		return "", nil, time.Time{}, nil, err
 	}
 	if written != nil {
-		current = readyCondition(&written.Status)
+		current = nodeReadyCondition(&written.Status)
 	}
 	if current != nil && current.Status == v1.ConditionUnknown {
 		deadline = time.Time{}

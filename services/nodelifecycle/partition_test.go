@@ -156,7 +156,7 @@ func TestCheckAllNodesHoldsAPartition(t *testing.T) {
 				f.c.checkAllNodes(ctx)
 			}
 			for _, n := range []string{"a", "b", "c"} {
-				if r := readyCondition(&f.stored(n).Status); r.Status != v1.ConditionUnknown {
+				if r := nodeReadyCondition(&f.stored(n).Status); r.Status != v1.ConditionUnknown {
 					t.Errorf("node %s is %s, want Unknown either way", n, r.Status)
 				}
 			}

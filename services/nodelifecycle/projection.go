@@ -11,20 +11,18 @@ import (
 // cacheTransform trims objects before they enter the informers' caches. Every write this
 // controller makes is a patch of the fields it owns (taints, conditions), never an update
 // of a cached object, so the caches need only what the controller reads.
-func cacheTransform(obj any) (any, error) {
-	switch o := obj.(type) {
-	case *v1.Pod:
-		return projectPod(o), nil
-	case *v1.Node:
-		return projectNode(o), nil
-	case *coordv1.Lease:
-		return &coordv1.Lease{
-			TypeMeta:   o.TypeMeta,
-			ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace, UID: o.UID, ResourceVersion: o.ResourceVersion},
-			Spec:       coordv1.LeaseSpec{RenewTime: o.Spec.RenewTime},
-		}, nil
+// The projections are this binary's own: servicelb, pvbinder and endpoints cache other
+// fields of Pods and Nodes, each only what it reads.
+var cacheTransform = informer.Transform(informer.Project(projectPod), informer.Project(projectNode), informer.Project(projectLease))
+
+// projectLease keeps a Node Lease's identity and its renew time: the heartbeat is all this
+// controller reads of it.
+func projectLease(l *coordv1.Lease) *coordv1.Lease {
+	return &coordv1.Lease{
+		TypeMeta:   l.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{Name: l.Name, Namespace: l.Namespace, UID: l.UID, ResourceVersion: l.ResourceVersion},
+		Spec:       coordv1.LeaseSpec{RenewTime: l.Spec.RenewTime},
 	}
-	return informer.DropManagedFields(obj)
 }
 
 // projectPod keeps identity and deletion, the Node and tolerations for eviction, and the

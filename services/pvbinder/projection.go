@@ -9,18 +9,14 @@ import (
 // cacheTransform trims objects before they enter the informers' caches. Pods are the largest
 // population by far and this controller reads little of them; every other object (volumes,
 // claims, classes) is read whole and only loses managedFields.
-func cacheTransform(obj any) (any, error) {
-	if pod, ok := obj.(*v1.Pod); ok {
-		return projectPod(pod), nil
-	}
-	return informer.DropManagedFields(obj)
-}
+var cacheTransform = informer.Transform(informer.Project(projectPod))
 
 // projectPod keeps what this controller reads of a Pod: identity and deletion (the claim
 // index, events naming the Pods a claim waits for, the UID precondition of a recycler Pod's
 // delete), its creation time and the recycled-volume annotation (a recycler Pod's deadline and
 // owner), the node (scheduled or not), the volumes that name claims (a claim's consumers), and
 // phase, message and container states (whether the Pod still runs; a recycle's outcome).
+// nodelifecycle and endpoints keep other Pod fields: each binary caches only what it reads.
 func projectPod(pod *v1.Pod) *v1.Pod {
 	out := &v1.Pod{
 		TypeMeta:   pod.TypeMeta,

@@ -1,6 +1,7 @@
 package pvbinder
 
 import (
+	"reflect"
 	"slices"
 	"testing"
 
@@ -46,6 +47,9 @@ func TestProjectPodKeepsWhatIsRead(t *testing.T) {
 	full.Status.ContainerStatuses[0].State = v1.ContainerState{Running: &v1.ContainerStateRunning{}}
 	if podTerminated(full) != podTerminated(projectPod(full)) {
 		t.Error("container states lost")
+	}
+	if got, _ := cacheTransform(full); !reflect.DeepEqual(got, projectPod(full)) {
+		t.Errorf("the transform's Pod %+v, projectPod's %+v", got, projectPod(full))
 	}
 	other := &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv"}}
 	benchkit.WithManagedFields(&other.ObjectMeta)

@@ -25,11 +25,12 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kcm-split/kcm-split/services/servicelb/api/v1alpha1"
+	"github.com/kcm-split/kcm-split/services/servicelb/internal/testobj"
 	"github.com/kcm-split/kcm-split/services/servicelb/poolsource"
 	"github.com/kcm-split/kcm-split/shared/testenv/fixtures"
 )
 
-const testNS = "ns"
+const testNS = testobj.Namespace
 
 // fixture is a controller over fake clients whose caches are fed by hand: a test states what
 // the controller sees and calls the sync functions directly.
@@ -244,23 +245,9 @@ func (f *fixture) queued() []string { return slices.Sorted(slices.Values(fixture
 
 // ---- builders ----
 
-type svcOpt func(*v1.Service)
+type svcOpt = testobj.Opt
 
-func lb(name string, opts ...svcOpt) *v1.Service {
-	s := &v1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: name, ResourceVersion: "1", CreationTimestamp: metav1.NewTime(time.Unix(100, 0))},
-		Spec: v1.ServiceSpec{
-			Type:       v1.ServiceTypeLoadBalancer,
-			Ports:      []v1.ServicePort{{Port: 80, Protocol: v1.ProtocolTCP}},
-			IPFamilies: []v1.IPFamily{v1.IPv4Protocol},
-			Selector:   map[string]string{"app": name},
-		},
-	}
-	for _, o := range opts {
-		o(s)
-	}
-	return s
-}
+var lb, withAnnotation = testobj.LB, testobj.WithAnnotation
 
 func withFinalizer() svcOpt {
 	return func(s *v1.Service) { s.Finalizers = []string{FinalizerLoadBalancerCleanup} }
@@ -271,15 +258,6 @@ func withIngress(ips ...string) svcOpt {
 		for _, ip := range ips {
 			s.Status.LoadBalancer.Ingress = append(s.Status.LoadBalancer.Ingress, v1.LoadBalancerIngress{IP: ip, IPMode: ptr.To(v1.LoadBalancerIPModeVIP)})
 		}
-	}
-}
-
-func withAnnotation(k, v string) svcOpt {
-	return func(s *v1.Service) {
-		if s.Annotations == nil {
-			s.Annotations = map[string]string{}
-		}
-		s.Annotations[k] = v
 	}
 }
 

@@ -10,15 +10,11 @@ import (
 // to keep the eligible node set (eligibleNode), so they keep only what it reads; their images,
 // addresses, capacity and conditions are most of their bytes, and every kubelet heartbeat would
 // otherwise be held in full. Every other object is read whole and only loses managedFields.
-func cacheTransform(obj any) (any, error) {
-	if n, ok := obj.(*v1.Node); ok {
-		return projectNode(n), nil
-	}
-	return informer.DropManagedFields(obj)
-}
+var cacheTransform = informer.Transform(informer.Project(projectNode))
 
 // projectNode keeps the Node's identity, deletion, the exclude-from-balancers label and the
-// autoscaler's to-be-deleted taint: all eligibleNode reads.
+// autoscaler's to-be-deleted taint: all eligibleNode reads. The other binaries that cache
+// Nodes keep other fields (each only what it reads), hence a projection per binary.
 func projectNode(n *v1.Node) *v1.Node {
 	out := &v1.Node{
 		TypeMeta:   n.TypeMeta,

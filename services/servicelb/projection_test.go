@@ -1,6 +1,7 @@
 package servicelb
 
 import (
+	"reflect"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -51,6 +52,26 @@ func TestProjectNodeKeepsEligibility(t *testing.T) {
 				t.Fatalf("status kept: %+v", p.Status)
 			}
 		})
+	}
+}
+
+// The transform hands Nodes to projectNode and takes only managedFields off everything else.
+func TestCacheTransformRoutesByType(t *testing.T) {
+	node := benchkit.RealisticNode("n1", "zone-a")
+	benchkit.WithManagedFields(&node.ObjectMeta)
+	got, err := cacheTransform(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, projectNode(node)) {
+		t.Errorf("Node: got %+v, want projectNode's %+v", got, projectNode(node))
+	}
+	svc := benchkit.RealisticService("shop", "web")
+	benchkit.WithManagedFields(&svc.ObjectMeta)
+	want := svc.DeepCopy()
+	want.ManagedFields = nil
+	if got, _ := cacheTransform(svc); !reflect.DeepEqual(got, want) {
+		t.Errorf("Service: got %+v, want it whole but for managedFields", got)
 	}
 }
 

@@ -197,3 +197,21 @@ func Cells[R any](results []*R, cell func(*R) string) []string {
 	}
 	return out
 }
+
+// Line is one row of a Lines table: its name and its cell for one result, which the row
+// formats itself (units and layouts differ from row to row).
+type Line[R any] struct {
+	Name string
+	Cell func(*R) string
+}
+
+// Lines builds the table metric | a column per result, headed by headings in the order of
+// results, for the benchmarks that run several variants of one binary: unlike Compare there
+// is no upstream, so no ratio column. A nil result shows "n/a" (Cells).
+func Lines[R any](headings []string, results []*R, lines ...Line[R]) Table {
+	t := Table{Headings: headings}
+	for _, l := range lines {
+		t.AddRow(l.Name, Cells(results, l.Cell)...)
+	}
+	return t
+}

@@ -2,6 +2,7 @@ package benchkit
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -134,6 +135,25 @@ func TestTableWidensToItsCells(t *testing.T) {
 		if len(l) != len(lines[2]) {
 			t.Errorf("lines not aligned:\n%s", buf.String())
 		}
+	}
+}
+
+func TestLines(t *testing.T) {
+	results := []*fakeResult{{rss: 59 << 20, flips: []time.Duration{3200 * time.Microsecond}}, nil, {rss: 61 << 20}}
+	var buf bytes.Buffer
+	Lines([]string{"defaults", "qps-20", "qps-100"}, results,
+		Line[fakeResult]{"RSS (MiB)", func(r *fakeResult) string { return fmt.Sprintf("%.0f", MiB(r.rss)) }},
+		Line[fakeResult]{"flips", func(r *fakeResult) string { return fmt.Sprint(len(r.flips)) }},
+	).Write(&buf)
+	want := strings.Join([]string{
+		"metric           defaults          qps-20         qps-100",
+		"---------  --------------  --------------  --------------",
+		"RSS (MiB)              59             n/a              61",
+		"flips                   1             n/a               0",
+		"",
+	}, "\n")
+	if got := buf.String(); got != want {
+		t.Errorf("table:\n%s\nwant:\n%s", got, want)
 	}
 }
 

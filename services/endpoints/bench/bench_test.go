@@ -150,7 +150,7 @@ func runScenario(b *testing.B, c benchkit.Side) *result {
 
 	// 3. Idle.
 	r.cold.SettleIdle(proc)
-	r.cold.Writes = countWrites(b, env, c.UserAgent, benchNS)
+	r.cold.Writes = countWrites(b, env, "endpoints", c.UserAgent, benchNS)
 	if r.cold.Writes == 0 {
 		b.Fatalf("the audit log holds no Endpoints writes by user agent %q although the Endpoints converged: did the user agent change?", c.UserAgent)
 	}
@@ -165,11 +165,11 @@ func runScenario(b *testing.B, c benchkit.Side) *result {
 	time.Sleep(benchkit.QuietSettle)
 	r.flipCPU = proc.CPU() - cpuBefore
 	r.peakRSS = proc.Memory().HWM
-	r.flipWrites = countWrites(b, env, c.UserAgent, benchNS) - before
+	r.flipWrites = countWrites(b, env, "endpoints", c.UserAgent, benchNS) - before
 	logf("flips: p50 %s p99 %s, %d writes", benchkit.MS(benchkit.Percentile(r.flips, 50)), benchkit.MS(benchkit.Percentile(r.flips, 99)), r.flipWrites)
 
 	// 5. Warm restart: nothing changed, so a correct controller writes nothing.
-	before = countWrites(b, env, c.UserAgent, benchNS)
+	before = countWrites(b, env, "endpoints", c.UserAgent, benchNS)
 	proc.Shutdown()
 	proc = c.Start(b, bin, env.Kubeconfig)
 	sentinelKey := sentinelNS + "/" + serviceName(0)
@@ -186,7 +186,7 @@ func runScenario(b *testing.B, c benchkit.Side) *result {
 	at = proc.Await(sentinel, restartTimeout, "the sentinel Service's Endpoints after the restart")
 	r.restartSync = at.Sub(proc.Started)
 	time.Sleep(benchkit.QuietSettle)
-	r.restartW = countWrites(b, env, c.UserAgent, benchNS) - before
+	r.restartW = countWrites(b, env, "endpoints", c.UserAgent, benchNS) - before
 	logf("warm restart: sentinel synced after %s, %d Endpoints writes", r.restartSync.Round(time.Millisecond), r.restartW)
 	proc.Shutdown()
 	return r
@@ -399,11 +399,11 @@ func subsetIPs(ep *corev1.Endpoints, pick func(corev1.EndpointSubset) []corev1.E
 	return out
 }
 
-// countWrites counts the Endpoints writes the controller (by user agent) made in ns, failed
-// ones included: they cost the apiserver as much.
-func countWrites(b *testing.B, env *testenv.Env, userAgent, ns string) int {
+// countWrites counts the writes to resource ("endpoints", "endpointslices") the controller
+// (by user agent) made in ns, failed ones included: they cost the apiserver as much.
+func countWrites(b *testing.B, env *testenv.Env, resource, userAgent, ns string) int {
 	b.Helper()
-	return benchkit.CountWrites(b, env, testenv.ByUserAgentPrefix(userAgent, "endpoints"), benchkit.InNamespace(ns))
+	return benchkit.CountWrites(b, env, testenv.ByUserAgentPrefix(userAgent, resource), benchkit.InNamespace(ns))
 }
 
 // ---- reporting ----

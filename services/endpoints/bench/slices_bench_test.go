@@ -123,7 +123,7 @@ func runSliceScenario(b *testing.B, c benchkit.Side, oursBin string) *sliceResul
 	// kube-controller-manager: our binary's Endpoints controller then has nothing to write,
 	// and both sides' cold sync spends the same budget on EndpointSlices alone.
 	writeEndpoints(ctx, b, env, watchClient, oursBin, logf)
-	endpointsBefore := countWrites(b, env, c.UserAgent, benchNS)
+	endpointsBefore := countWrites(b, env, "endpoints", c.UserAgent, benchNS)
 
 	// 4. Cold sync.
 	slices := benchkit.NewObserver[*discovery.EndpointSlice](ctx, b, watchClient, "", func(f informers.SharedInformerFactory) cache.SharedIndexInformer {
@@ -141,7 +141,7 @@ func runSliceScenario(b *testing.B, c benchkit.Side, oursBin string) *sliceResul
 	if r.cold.Writes == 0 {
 		b.Fatalf("the audit log holds no EndpointSlice writes by user agent %q although the slices converged: did the user agent change?", c.UserAgent)
 	}
-	r.coldEndpointsW = countWrites(b, env, c.UserAgent, benchNS) - endpointsBefore
+	r.coldEndpointsW = countWrites(b, env, "endpoints", c.UserAgent, benchNS) - endpointsBefore
 	first := coldWrites[0].RequestReceivedTimestamp
 	for _, ev := range coldWrites {
 		if ev.RequestReceivedTimestamp.Before(first) {
@@ -162,12 +162,12 @@ func runSliceScenario(b *testing.B, c benchkit.Side, oursBin string) *sliceResul
 	<-cpuProfiled
 	time.Sleep(benchkit.QuietSettle)
 	r.flipCPU = proc.CPU() - cpuBefore
-	r.flipWrites = countSliceWrites(b, env, c.UserAgent, benchNS) - before
+	r.flipWrites = countWrites(b, env, "endpointslices", c.UserAgent, benchNS) - before
 	logf("flips: p50 %s p99 %s, %d EndpointSlice writes", benchkit.MS(benchkit.Percentile(r.flips, 50)), benchkit.MS(benchkit.Percentile(r.flips, 99)), r.flipWrites)
 
 	// 6. Rolling update of a 1,000-Pod Deployment.
 	old := deployRevision(ctx, b, client, slices, proc)
-	before = countSliceWrites(b, env, c.UserAgent, deployNS)
+	before = countWrites(b, env, "endpointslices", c.UserAgent, deployNS)
 	cpuBefore = proc.CPU()
 	done := slices.WhenAll(deployComplete(2))
 	start = time.Now()
@@ -177,7 +177,7 @@ func runSliceScenario(b *testing.B, c benchkit.Side, oursBin string) *sliceResul
 	r.rollout = at.Sub(start)
 	time.Sleep(benchkit.QuietSettle)
 	r.rolloutCPU = proc.CPU() - cpuBefore
-	r.rolloutWrites = countSliceWrites(b, env, c.UserAgent, deployNS) - before
+	r.rolloutWrites = countWrites(b, env, "endpointslices", c.UserAgent, deployNS) - before
 	if r.rolloutWrites == 0 {
 		b.Fatal("no EndpointSlice writes during the rolling update although its slices converged")
 	}
@@ -540,13 +540,6 @@ func slicesComplete(services, perService int) func(map[string]*discovery.Endpoin
 
 func endpointReady(ep discovery.Endpoint) bool {
 	return ep.Conditions.Ready != nil && *ep.Conditions.Ready
-}
-
-// countSliceWrites counts the EndpointSlice writes the controller (by user agent) made in ns,
-// failed ones included.
-func countSliceWrites(b *testing.B, env *testenv.Env, userAgent, ns string) int {
-	b.Helper()
-	return benchkit.CountWrites(b, env, testenv.ByUserAgentPrefix(userAgent, "endpointslices"), benchkit.InNamespace(ns))
 }
 
 // ---- reporting ----

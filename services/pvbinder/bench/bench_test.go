@@ -358,47 +358,40 @@ func (r *result) report(b *testing.B) {
 
 // printTable prints one column per side; results are in the order of sides, nil where skipped.
 func printTable(w io.Writer, results []*result) {
-	type row struct {
-		name string
-		get  func(*result) string
-	}
 	sec := func(d time.Duration) string { return fmt.Sprintf("%.1f", d.Seconds()) }
-	rows := []row{
-		{"claim created -> Bound p50 (s)", func(r *result) string { return sec(benchkit.Percentile(r.latencies, 50)) }},
-		{"claim created -> Bound p90 (s)", func(r *result) string { return sec(benchkit.Percentile(r.latencies, 90)) }},
-		{"claim created -> Bound p99 (s)", func(r *result) string { return sec(benchkit.Percentile(r.latencies, 99)) }},
-		{"claim created -> Bound max (s)", func(r *result) string { return sec(benchkit.Percentile(r.latencies, 100)) }},
-		{"fixture creation, context (s)", func(r *result) string { return sec(r.createTime) }},
-		{"total: first create -> all Bound (s)", func(r *result) string { return sec(r.total) }},
-		{"writes / QPS floor (s)", func(r *result) string {
+	lines := []benchkit.Line[result]{
+		{Name: "claim created -> Bound p50 (s)", Cell: func(r *result) string { return sec(benchkit.Percentile(r.latencies, 50)) }},
+		{Name: "claim created -> Bound p90 (s)", Cell: func(r *result) string { return sec(benchkit.Percentile(r.latencies, 90)) }},
+		{Name: "claim created -> Bound p99 (s)", Cell: func(r *result) string { return sec(benchkit.Percentile(r.latencies, 99)) }},
+		{Name: "claim created -> Bound max (s)", Cell: func(r *result) string { return sec(benchkit.Percentile(r.latencies, 100)) }},
+		{Name: "fixture creation, context (s)", Cell: func(r *result) string { return sec(r.createTime) }},
+		{Name: "total: first create -> all Bound (s)", Cell: func(r *result) string { return sec(r.total) }},
+		{Name: "writes / QPS floor (s)", Cell: func(r *result) string {
 			if r.qps == 0 {
 				return "-"
 			}
 			return fmt.Sprintf("%.1f", r.floor())
 		}},
-		{"total / floor", func(r *result) string {
+		{Name: "total / floor", Cell: func(r *result) string {
 			if r.qps == 0 {
 				return "-"
 			}
 			return fmt.Sprintf("%.2f", r.total.Seconds()/r.floor())
 		}},
-		{"binds/s", func(r *result) string { return fmt.Sprintf("%.1f", r.bindsPerSec()) }},
-		{"PV + claim writes", func(r *result) string { return strconv.Itoa(r.writes) }},
-		{"writes per bind", func(r *result) string { return fmt.Sprintf("%.2f", r.perBind()) }},
-		{"409 conflicts", func(r *result) string { return strconv.Itoa(r.conflicts) }},
-		{"Event writes (context)", func(r *result) string { return strconv.Itoa(r.events) }},
-		{"double binds (target 0)", func(r *result) string { return strconv.Itoa(r.doubles) }},
-		{"CPU while binding (s)", func(r *result) string { return fmt.Sprintf("%.1f", r.cpu.Seconds()) }},
-		{"peak RSS (MiB)", func(r *result) string { return fmt.Sprintf("%.0f", benchkit.MiB(r.peakRSS)) }},
+		{Name: "binds/s", Cell: func(r *result) string { return fmt.Sprintf("%.1f", r.bindsPerSec()) }},
+		{Name: "PV + claim writes", Cell: func(r *result) string { return strconv.Itoa(r.writes) }},
+		{Name: "writes per bind", Cell: func(r *result) string { return fmt.Sprintf("%.2f", r.perBind()) }},
+		{Name: "409 conflicts", Cell: func(r *result) string { return strconv.Itoa(r.conflicts) }},
+		{Name: "Event writes (context)", Cell: func(r *result) string { return strconv.Itoa(r.events) }},
+		{Name: "double binds (target 0)", Cell: func(r *result) string { return strconv.Itoa(r.doubles) }},
+		{Name: "CPU while binding (s)", Cell: func(r *result) string { return fmt.Sprintf("%.1f", r.cpu.Seconds()) }},
+		{Name: "peak RSS (MiB)", Cell: func(r *result) string { return fmt.Sprintf("%.0f", benchkit.MiB(r.peakRSS)) }},
 	}
-	var t benchkit.Table
-	for _, s := range sides {
-		t.Headings = append(t.Headings, s.label())
-	}
-	for _, x := range rows {
-		t.AddRow(x.name, benchkit.Cells(results, x.get)...)
+	headings := make([]string, len(sides))
+	for i, s := range sides {
+		headings[i] = s.label()
 	}
 	fmt.Fprintf(w, "\nPV binder benchmark: %d static PV/PVC pairs created at %.0f pairs/s\n\n", numPairs, float64(time.Second)/float64(pairInterval))
-	t.Write(w)
+	benchkit.Lines(headings, results, lines...).Write(w)
 	fmt.Fprintln(w)
 }

@@ -10,6 +10,7 @@ import (
 	mlb "go.universe.tf/metallb/api/v1beta1"
 
 	"github.com/kcm-split/kcm-split/services/servicelb/api/v1alpha1"
+	"github.com/kcm-split/kcm-split/services/servicelb/internal/testobj"
 	"github.com/kcm-split/kcm-split/services/servicelb/poolsource"
 	v1 "k8s.io/api/core/v1"
 )
@@ -94,31 +95,8 @@ func poolObj(name string, age int64, addrs []string, mut ...func(*v1alpha1.IPAdd
 	return p
 }
 
-const testNS = "ns"
+const testNS = testobj.Namespace
 
-type svcOpt func(*v1.Service)
+type svcOpt = testobj.Opt
 
-func lb(name string, opts ...svcOpt) *v1.Service {
-	s := &v1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: name, ResourceVersion: "1", CreationTimestamp: metav1.NewTime(time.Unix(100, 0))},
-		Spec: v1.ServiceSpec{
-			Type:       v1.ServiceTypeLoadBalancer,
-			Ports:      []v1.ServicePort{{Port: 80, Protocol: v1.ProtocolTCP}},
-			IPFamilies: []v1.IPFamily{v1.IPv4Protocol},
-			Selector:   map[string]string{"app": name},
-		},
-	}
-	for _, o := range opts {
-		o(s)
-	}
-	return s
-}
-
-func withAnnotation(k, v string) svcOpt {
-	return func(s *v1.Service) {
-		if s.Annotations == nil {
-			s.Annotations = map[string]string{}
-		}
-		s.Annotations[k] = v
-	}
-}
+var lb, withAnnotation = testobj.LB, testobj.WithAnnotation

@@ -15,7 +15,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -23,18 +22,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"sigs.k8s.io/yaml"
 
 	"github.com/kcm-split/kcm-split/services/servicelb/api/v1alpha1"
+	"github.com/kcm-split/kcm-split/services/servicelb/internal/crdtest"
 	"github.com/kcm-split/kcm-split/shared/benchkit"
 	"github.com/kcm-split/kcm-split/shared/testenv"
 )
@@ -96,7 +91,7 @@ func runScenario(b *testing.B, v variant) *result {
 	logf := benchkit.Progress(v.name)
 	bin := benchkit.BuildShipped(b, "github.com/kcm-split/kcm-split/services/servicelb/cmd/service-lb-controller")
 	env := benchkit.ControlPlane(b)
-	if err := installCRDs(env.Config); err != nil {
+	if err := crdtest.Install(env.Config, crdDir); err != nil {
 		b.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -378,73 +373,32 @@ func countWrites(b *testing.B, env *testenv.Env, resource, ns string) int {
 	return benchkit.CountWrites(b, env, filters...)
 }
 
-var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-
-func installCRDs(cfg *rest.Config) error {
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	files, _ := filepath.Glob(filepath.Join(crdDir, "*.yaml"))
-	if len(files) == 0 {
-		return fmt.Errorf("no CRDs in %s", crdDir)
-	}
-	for _, f := range files {
-		raw, err := os.ReadFile(f)
-		if err != nil {
-			return err
-		}
-		var obj map[string]any
-		if err := yaml.Unmarshal(raw, &obj); err != nil {
-			return err
-		}
-		if _, err := dyn.Resource(crdGVR).Create(context.Background(), &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil {
-			return err
-		}
-	}
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	return wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		_, err := dc.ServerResourcesForGroupVersion(v1alpha1.GroupVersionResource.GroupVersion().String())
-		return err == nil, nil
-	})
-}
-
 // ---- reporting ----
 
 // printTable prints one column per variant; results are in the order of variants, nil where
 // skipped.
 func printTable(w io.Writer, results []*result) {
 	fmt.Fprintf(w, "\nservice-lb-controller: %d LoadBalancer Services created at %.0f/s\n", numServices, float64(time.Second)/float64(createInterval))
-	type row struct {
-		name string
-		f    func(*result) string
-	}
-	rows := []row{
-		{"floor (one write -> watcher) p50/p99", func(r *result) string {
+	lines := []benchkit.Line[result]{
+		{Name: "floor (one write -> watcher) p50/p99", Cell: func(r *result) string {
 			return benchkit.MS(benchkit.Percentile(r.floor, 50)) + " / " + benchkit.MS(benchkit.Percentile(r.floor, 99))
 		}},
-		{"create -> address p50", func(r *result) string { return benchkit.MS(benchkit.Percentile(r.latencies, 50)) }},
-		{"create -> address p90", func(r *result) string { return benchkit.MS(benchkit.Percentile(r.latencies, 90)) }},
-		{"create -> address p99 (target <= 1s)", func(r *result) string { return benchkit.MS(benchkit.Percentile(r.latencies, 99)) }},
-		{"create -> address max", func(r *result) string { return benchkit.MS(benchkit.Percentile(r.latencies, 100)) }},
-		{"Service writes per Service (target <= 2)", func(r *result) string { return fmt.Sprintf("%.2f", float64(r.svcWrites)/numServices) }},
-		{"Event writes per Service (at the end)", func(r *result) string { return fmt.Sprintf("%.2f", float64(r.eventWrites)/numServices) }},
-		{"IPAddressPool status writes (total)", func(r *result) string { return fmt.Sprint(r.poolWrites) }},
-		{"controller CPU for the run", func(r *result) string { return r.cpu.Round(time.Millisecond).String() }},
-		{"restart: sentinel served after", func(r *result) string { return benchkit.MS(r.restartSync) }},
-		{"restart: writes to the 500 Services (want 0)", func(r *result) string { return fmt.Sprint(r.restartW) }},
-		{"restart: addresses moved (want 0)", func(r *result) string { return fmt.Sprint(r.restartMoved) }},
+		{Name: "create -> address p50", Cell: func(r *result) string { return benchkit.MS(benchkit.Percentile(r.latencies, 50)) }},
+		{Name: "create -> address p90", Cell: func(r *result) string { return benchkit.MS(benchkit.Percentile(r.latencies, 90)) }},
+		{Name: "create -> address p99 (target <= 1s)", Cell: func(r *result) string { return benchkit.MS(benchkit.Percentile(r.latencies, 99)) }},
+		{Name: "create -> address max", Cell: func(r *result) string { return benchkit.MS(benchkit.Percentile(r.latencies, 100)) }},
+		{Name: "Service writes per Service (target <= 2)", Cell: func(r *result) string { return fmt.Sprintf("%.2f", float64(r.svcWrites)/numServices) }},
+		{Name: "Event writes per Service (at the end)", Cell: func(r *result) string { return fmt.Sprintf("%.2f", float64(r.eventWrites)/numServices) }},
+		{Name: "IPAddressPool status writes (total)", Cell: func(r *result) string { return fmt.Sprint(r.poolWrites) }},
+		{Name: "controller CPU for the run", Cell: func(r *result) string { return r.cpu.Round(time.Millisecond).String() }},
+		{Name: "restart: sentinel served after", Cell: func(r *result) string { return benchkit.MS(r.restartSync) }},
+		{Name: "restart: writes to the 500 Services (want 0)", Cell: func(r *result) string { return fmt.Sprint(r.restartW) }},
+		{Name: "restart: addresses moved (want 0)", Cell: func(r *result) string { return fmt.Sprint(r.restartMoved) }},
 	}
-	var t benchkit.Table
-	for _, v := range variants {
-		t.Headings = append(t.Headings, v.name)
-	}
-	for _, rw := range rows {
-		t.AddRow(rw.name, benchkit.Cells(results, rw.f)...)
+	headings := make([]string, len(variants))
+	for i, v := range variants {
+		headings[i] = v.name
 	}
 	fmt.Fprintln(w)
-	t.Write(w)
+	benchkit.Lines(headings, results, lines...).Write(w)
 }

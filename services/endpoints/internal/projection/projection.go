@@ -9,6 +9,7 @@ package projection
 
 import (
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/kcm-split/kcm-split/shared/informer"
 )
@@ -18,6 +19,7 @@ import (
 type Projection struct {
 	interned interners
 	observe  func(obj any)
+	project  cache.TransformFunc
 }
 
 // Observe has fn see every object as the API server sent it, managedFields included, before
@@ -27,10 +29,12 @@ func (p *Projection) Observe(fn func(obj any)) { p.observe = fn }
 
 // New returns an empty projection.
 func New() *Projection {
-	return &Projection{interned: interners{
+	p := &Projection{interned: interners{
 		labels: informer.NewInterner[map[string]string](internLimit),
 		ports:  informer.NewInterner[projectedPorts](internLimit),
 	}}
+	p.project = informer.Transform(informer.Project(p.projectPod), informer.Project(projectNode))
+	return p
 }
 
 // Transform trims objects before they enter the informers' caches. Pods are by far the
@@ -41,13 +45,7 @@ func (p *Projection) Transform(obj any) (any, error) {
 	if p.observe != nil {
 		p.observe(obj)
 	}
-	switch o := obj.(type) {
-	case *v1.Pod:
-		return p.projectPod(o), nil
-	case *v1.Node:
-		return projectNode(o), nil
-	}
-	return informer.DropManagedFields(obj)
+	return p.project(obj)
 }
 
 // nodeLabels are the Node labels the EndpointSlice controller reads: the zone for each
@@ -57,7 +55,8 @@ var nodeLabels = []string{v1.LabelTopologyZone, "node-role.kubernetes.io/control
 // projectNode returns the part of node the k8s.io/endpointslice Reconciler and topology
 // cache read: the labels above, the Ready condition and the allocatable CPU. Nodes' images,
 // addresses and heartbeat times are most of their bytes and none of this controller's
-// business.
+// business. servicelb and nodelifecycle keep other Node fields: each binary caches only what
+// it reads.
 func projectNode(node *v1.Node) *v1.Node {
 	out := &v1.Node{
 		TypeMeta:   node.TypeMeta,
@@ -112,15 +111,16 @@ func (p *Projection) projectPod(pod *v1.Pod) *v1.Pod {
 			Phase:      pod.Status.Phase,
 			PodIP:      podIP,
 			PodIPs:     pod.Status.PodIPs,
-			Conditions: readyCondition(pod.Status.Conditions),
+			Conditions: projectReadyCondition(pod.Status.Conditions),
 		},
 	}
 }
 
-// readyCondition keeps the Ready condition alone, and of it only the status and the
+// projectReadyCondition keeps the Ready condition alone, and of it only the status and the
 // lastTransitionTime the trigger time is taken from: readiness is all either controller reads
-// of a Pod's conditions, and a kubelet reports five, each with a reason and a message.
-func readyCondition(in []v1.PodCondition) []v1.PodCondition {
+// of a Pod's conditions, and a kubelet reports five, each with a reason and a message. (Not
+// nodelifecycle's nodeReadyCondition, a lookup that returns a Node's condition whole.)
+func projectReadyCondition(in []v1.PodCondition) []v1.PodCondition {
 	for _, c := range in {
 		if c.Type == v1.PodReady {
 			return []v1.PodCondition{{Type: c.Type, Status: c.Status, LastTransitionTime: c.LastTransitionTime}}
