@@ -101,6 +101,7 @@ func runbookSections(t *testing.T, c *Chart) map[string]string {
 // with meaning, impact, diagnosis and mitigation, is listed in the chart README, and has
 // promtool unit tests (deploy/tests/chart/alerts) that expect it firing and silent; then
 // `promtool test rules` runs them on the rendered rules.
+// Over 80 lines: one rendered rule file through promtool check, the runbook, the coverage, promtool test, then the tests on never-firing rules.
 func TestAlertRules(t *testing.T) {
 	c, v := chart(t)
 	_, rules, groups := renderRules(t, c, ruleArgs(v)...)

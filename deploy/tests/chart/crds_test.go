@@ -65,6 +65,7 @@ func TestPoolCRDRendersWithServiceLBOnly(t *testing.T) {
 	}
 }
 
+// Over 80 lines: one Helm release's life (install, upgrade with the older chart, upgrade, service-lb off, uninstall), the CRD and the pool checked after each step.
 func TestPoolCRDUpgradedAndKept(t *testing.T) {
 	testenv.Require(t, env)
 	c, _ := chart(t)

@@ -85,6 +85,7 @@ var liveJobs = []string{"endpoints-controller", "namespace-controller", "nodelif
 // every query of every panel, with the dashboard's variables resolved by their own queries,
 // must return data; chosen panels must show the label values they exist for. Run by
 // `make dashboards-e2e` (make up, this test, make down).
+// Over 80 lines: one live setup in order (the chart's scraper RBAC, a take-over standby, Prometheus, the workload) that every dashboard's queries then run against.
 func TestDashboardsLive(t *testing.T) {
 	if os.Getenv(liveEnv) != "1" {
 		t.Skipf("%s=1 runs it against `make up` (make dashboards-e2e)", liveEnv)
@@ -272,6 +273,7 @@ func TestDashboardsLive(t *testing.T) {
 
 // checkLiveDashboard resolves f's variables and evaluates every query of every panel over
 // [start, end]; it returns the number of queries evaluated.
+// Over 80 lines: a dashboard's variables must be resolved in order before its panels' queries, which substitute them.
 func checkLiveDashboard(t *testing.T, api *promAPI, f string, start, end time.Time) int {
 	t.Helper()
 	name := strings.TrimSuffix(filepath.Base(f), ".json")
@@ -460,6 +462,7 @@ func keys(m map[string]bool) []string {
 }
 
 // workload exercises each controller, waiting for each final state.
+// Over 80 lines: each controller's objects in one namespace, then their final states polled in the order timing needs (the paused zone within 50 s).
 func workload(t *testing.T, ctx context.Context, client kubernetes.Interface, api *promAPI, ports map[string]int, noRights string) {
 	t.Helper()
 	ns := fmt.Sprintf("dash-%d", time.Now().UnixNano()%100000)

@@ -69,6 +69,7 @@ type floodResult struct {
 	floodError string
 }
 
+// Over 80 lines: a control trial and a FlowSchema trial on one throttled apiserver, sharing its flood data, its flooders and the trial closure.
 func TestFlowSchemaKeepsLeaseRenewals(t *testing.T) {
 	testenv.Require(t, env)
 	c, v := chart(t)

@@ -62,6 +62,7 @@ func argValues(args []string, flag string) []string {
 
 // checkTestPod asserts the test objects of one controller against its rendered Deployment and
 // Service; leases are the Lease names the test must check.
+// Over 80 lines: a flat list of assertions on one controller's test Pod, Role and RoleBinding against the Deployment and Service found at its top.
 func checkTestPod(t *testing.T, objs []Object, hooks map[string][]Object, binary string, leases []string) {
 	t.Helper()
 	name := "kcm-split-" + binary

@@ -65,6 +65,7 @@ func envNames(c corev1.Container) []string {
 	return out
 }
 
+// Over 80 lines: a run of render cases, each a few --set values and the checks on what they render, read top to bottom.
 func TestPodOptions(t *testing.T) {
 	c, v := chart(t)
 	const nl, ep = "kcm-split-nodelifecycle-controller", "kcm-split-endpoints-controller"
@@ -323,6 +324,7 @@ func TestNetworkPolicy(t *testing.T) {
 // NetworkPolicy and the budget's eviction policy); the ServiceAccount of one's own holds its
 // Lease through the chart's RBAC; and the chart's scraper token may get /metrics and nothing
 // else.
+// Over 80 lines: one release installed on the shared apiserver, then its stored objects, its RBAC and the scraper's token checked against it in turn.
 func TestPodOptionsOnRealAPIServer(t *testing.T) {
 	testenv.Require(t, env)
 	c, v := chart(t)

@@ -267,6 +267,7 @@ func exportedByAny(name string, families map[string]map[string]bool) bool {
 // during and after the scenario. values are more --set arguments; with shards, one process
 // runs per rendered Deployment (each shard with its own command line), all under the one
 // ServiceAccount, and the scenario's namespace is served by whichever shard owns it.
+// Over 80 lines: the rendered RBAC created, a process per Deployment run under its token, then the grants checked against that same run's audit log.
 func runUnderChartRBAC(t *testing.T, c *Chart, v *Values, alias string, sc scenario, values ...string) []string {
 	ctx := context.Background()
 	admin := env.Client(t)
@@ -673,6 +674,7 @@ func checkSecureServing(t *testing.T, admin kubernetes.Interface, ns, base strin
 // The README's story on a real apiserver: install two controllers, scale one, upgrade one
 // alone. Every rendered object passes the apiserver's validation, and a change under
 // controllers.<alias> leaves the other controller's Deployment untouched.
+// Over 80 lines: one release through the README's story (install, scale, upgrade one); the other Deployment's install-time generation checked last.
 func TestHelmInstallScaleUpgradeOne(t *testing.T) {
 	testenv.Require(t, env)
 	c, _ := chart(t)

@@ -42,6 +42,7 @@ func eventually(t *testing.T, what string, cond func(ctx context.Context) (bool,
 // controller's is removed (slice delete); deleting the Service removes the Endpoints (delete).
 // Custom Endpoints of a Service without a selector are mirrored into a slice, which goes with
 // them.
+// Over 80 lines: one Service's life (ready, unready, a stray slice, deleted) then the mirroring case, each step waiting on the controller in the run's namespace.
 func endpointsScenario(t *testing.T, admin kubernetes.Interface, ns string, _ func() string) {
 	ctx := context.Background()
 	labels := map[string]string{"app": "web"}
@@ -241,6 +242,7 @@ func quotaScenario(t *testing.T, admin kubernetes.Interface, ns string, _ func()
 
 // pvbinderScenario: a claim binds to the matching volume, one no volume fits stays Pending;
 // deleting the bound claim releases its volume.
+// Over 80 lines: bind, recycle, provision and a failed provision in turn, the test playing the kubelet and the protection controllers between the binder's steps.
 func pvbinderScenario(t *testing.T, admin kubernetes.Interface, ns string, snapshot func() string) {
 	ctx := context.Background()
 	empty := ""
@@ -498,6 +500,7 @@ const ipamClusterCIDR = "10.252.0.0/16"
 // Lease is marked Unknown and tainted unreachable:NoExecute; its Pod is marked not ready and,
 // tolerating the taint for no time, deleted. With node IPAM on, both Nodes get distinct Pod
 // ranges first. The test plays both kubelets.
+// Over 80 lines: the test plays both Nodes' kubelets; the live one's renewing goroutine must run until the last step silences it.
 func nodelifecycleScenario(t *testing.T, admin kubernetes.Interface, ns string, snapshot func() string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -118,6 +118,7 @@ func shardedRender(t *testing.T, c *Chart, v *Values) []Object {
 		"--set", "defaults.podAntiAffinity=hard", "--set", "networkPolicy.enabled=true")...)
 }
 
+// Over 80 lines: the checks of one sharded render: per sharded controller, then across every shard's Pod labels gathered on the way.
 func TestShardsRender(t *testing.T) {
 	c, v := chart(t)
 	objs := shardedRender(t, c, v)

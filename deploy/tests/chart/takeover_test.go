@@ -41,6 +41,7 @@ import (
 // exactly kube-controller-manager's Pod and Lease; LIST, WATCH (an event arrives) and GET
 // succeed. Outside that: another Lease (GET, and LIST/WATCH by its name), all Leases unfiltered,
 // and Secrets are Forbidden.
+// Over 80 lines: kube-controller-manager's fixtures and the rendered take-over RBAC created once, then every binary's checks as subtests sharing them.
 func TestTakeOverRBAC(t *testing.T) {
 	testenv.Require(t, env)
 	ctx := context.Background()

@@ -106,6 +106,7 @@ func setupPool(t *testing.T, ns string) {
 	sc.setup(f)
 }
 
+// Over 80 lines: a table of the six fights, each a controller's prepare, ready and undo closures, read top to bottom.
 func fights() []fight {
 	wrongIP := "198.51.100.250"
 	return []fight{

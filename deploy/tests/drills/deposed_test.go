@@ -16,6 +16,7 @@ import (
 // process must write nothing more (its writes are fenced: the audit log shows none after the
 // new leader's acquire time), must not exit, and must stand by again; nothing is lost and
 // nothing doubled.
+// Over 80 lines: per scenario, the freeze, takeover, thaw and audit-log check must run in order against the same two processes.
 func TestDeposedLeader(t *testing.T) {
 	testenv.Require(t, env)
 	for _, sc := range scenarios() {

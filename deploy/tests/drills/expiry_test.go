@@ -21,6 +21,7 @@ import (
 // did not read are gone (their watches get 410 and they relist), then thaws them. Every delete
 // made during the gap must be acted on: no orphaned Endpoints, quota usage right, every deleted
 // namespace finalized.
+// Over 80 lines: the drill's phases (fixtures, catch-up, freeze, deletes in the gap, etcd compacted, thaw, checks) must run in order against one control plane.
 func TestWatchExpiry(t *testing.T) {
 	testenv.Require(t, env)
 	ctx := context.Background()

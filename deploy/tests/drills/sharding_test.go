@@ -72,6 +72,7 @@ type shardDrill struct {
 
 var shardBins = []testenv.Binary{bin("endpoints-controller", "endpoints"), bin("quota-controller", "quota")}
 
+// Over 80 lines: the layouts (2 shards, 2 -> 4, 4 -> 2, rolling update, settle) must run in order on one control plane under one churn.
 func shardingDrill(t *testing.T, mode string) {
 	begin := time.Now()
 	args := []string{}
@@ -297,6 +298,7 @@ func (d *shardDrill) checkMode(p *shardProc, mode string) {
 // of its shard, outside every term of another layout of its binary, and no object written by
 // two shards in overlapping terms, (c) every process sent SIGTERM gave its Lease up (a
 // release after its last write, not an expiry); then prints the figures.
+// Over 80 lines: one pass over the audit log builds the terms, writers and per-phase counts that the three checks and the figures all read.
 func (d *shardDrill) verify(takeovers map[string][]*shardProc) {
 	t := d.t
 	evs, err := readAudit(d.e)

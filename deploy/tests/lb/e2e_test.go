@@ -521,6 +521,7 @@ func (s *suite) dataPath(ip string, start time.Time) time.Duration {
 // leaderDeleted deletes the acting Pod while a request goes out every 100 ms (at most 600, for at
 // most 60 s past the deletion), and a new Service is created once the Pod is gone: the first
 // Service's address must stay what it was throughout; failures and timings are printed.
+// Over 80 lines: the request loop and the address sampler run as goroutines across the deletion, and are stopped and read after it in one place.
 func (s *suite) leaderDeleted(pod, ns, ip string) {
 	t := s.t
 	var (

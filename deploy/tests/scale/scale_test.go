@@ -165,6 +165,7 @@ func (c *cluster) appNamespaces() []string {
 	return out
 }
 
+// Over 80 lines: the env read, then one control plane whose fixtures and observers every side reuses in turn, the report rewritten after each side.
 func TestScale(t *testing.T) {
 	name := os.Getenv("SCALE_SIZE")
 	if name == "" {
@@ -314,6 +315,7 @@ func startKwok(t *testing.T, env *testenv.Env) {
 
 // ---- fixtures ----
 
+// Over 80 lines: the fixture kinds in dependency order (Nodes before Pods, the ReplicaSets' UIDs into the Pods), all through the one progress-logging step.
 func (c *cluster) createFixtures(ctx context.Context, t *testing.T) {
 	sz := c.sz
 	cl := c.client

@@ -126,6 +126,7 @@ type shardProc struct {
 	index int
 }
 
+// Over 80 lines: the env read, then one control plane whose fixtures, observers and watch baseline every layout reuses in turn.
 func TestShards(t *testing.T) {
 	counts := os.Getenv("SCALE_SHARDS")
 	if counts == "" {
@@ -355,6 +356,7 @@ func (c *cluster) startShards(t *testing.T, bin string, ctl controller, n int, q
 // runLayout runs ctl as n shards: a main phase at one replica's budget split n ways (cold
 // start, idle, churn), then for endpoints a capacity phase with each shard at the full default
 // budget (ramp, takeover).
+// Over 80 lines: one layout's phases (cold start, idle, churn, then endpoints' ramp and takeover) on the same shard processes, filling one result.
 func (c *cluster) runLayout(ctx context.Context, t *testing.T, ctl controller, n int, gate string) *layoutResult {
 	id := c.runID.Add(1)
 	budget := defaultBudget[ctl.alias]
@@ -750,6 +752,7 @@ func (c *cluster) takeover(ctx context.Context, t *testing.T, bin string, ctl co
 
 // shardsReport writes the run's tables: per layout, per-shard idle and peak RSS (max, mean,
 // sum) with their ratios to N=1, cold start, churn, watch events, capacity and takeover.
+// Over 80 lines: four markdown tables in the order of the report, each a header and a row per layout.
 func shardsReport(sz size, gate, spread string, perWrite float64, rs []*layoutResult, final bool) string {
 	var b strings.Builder
 	if !final {

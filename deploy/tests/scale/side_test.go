@@ -133,6 +133,7 @@ func settle(t *testing.T, p *benchkit.Process, timeout time.Duration) time.Durat
 
 // prepare puts back what a previous side left (Endpoints written, quota status computed) so
 // that every side's cold start does the same work, and returns what the cold start must reach.
+// Over 80 lines: a switch with one reset-and-wait case per controller, whose conditions are merged into one channel at the end.
 func (c *cluster) prepare(ctx context.Context, t *testing.T, active []controller) <-chan time.Time {
 	var conds []<-chan time.Time
 	for _, ch := range active {

@@ -102,6 +102,7 @@ type sliceResult struct {
 	peakRSS        int64 // VmHWM at the end
 }
 
+// Over 80 lines: the numbered phases (floor, fixtures, Endpoints, cold sync, flips, rolling update) measured on one process into one result.
 func runSliceScenario(b *testing.B, c benchkit.Side, oursBin string) *sliceResult {
 	// 1. Floor.
 	sc := begin(b, c, benchNS, deployNS)

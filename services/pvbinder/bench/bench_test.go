@@ -117,6 +117,7 @@ type result struct {
 	qps        float64
 }
 
+// Over 80 lines: one binder process measured through the probe, the paced creates, the binding and the audit count, the watch's boundAt shared by all.
 func runScenario(b *testing.B, s side) *result {
 	logf := benchkit.Progress(s.label())
 	bin := s.Executable(b)

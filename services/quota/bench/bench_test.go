@@ -83,6 +83,7 @@ type result struct {
 
 func ns(i int) string { return fmt.Sprintf("%s%03d", nsPrefix, i) }
 
+// Over 80 lines: the phases (floor, cold sync, quiet deletes, warm restart, busy deletes) share one control plane, the Pods left and the delete cursor.
 func runScenario(b *testing.B, c benchkit.Side) *result {
 	bin, env, logf := c.Begin(b)
 

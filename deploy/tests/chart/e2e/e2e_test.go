@@ -67,6 +67,7 @@ type suite struct {
 	ctx   context.Context
 }
 
+// Over 80 lines: one release's life on a real node, install to uninstall, each step starting from the state (leaders, snapshots, tags) the last one left.
 func TestChartE2E(t *testing.T) {
 	if os.Getenv(enableEnv) != "1" {
 		t.Skipf("chart end-to-end needs a real node: run `make chart-e2e` (root; it sets %s=1)", enableEnv)
@@ -678,6 +679,7 @@ func (s *suite) scrapeMetrics(binaries []string) {
 // endpointsOfRealPods: a Deployment of real Pods on the node behind a Service gets Endpoints
 // (and EndpointSlices) listing exactly its Pods, written while only the chart's endpoints
 // controller runs.
+// Over 80 lines: one chain on the real node: the Pods' IPs found first are what the Endpoints, the slices and the ClusterIP request are checked against.
 func (s *suite) endpointsOfRealPods() {
 	s.t.Helper()
 	t := s.t

@@ -39,6 +39,7 @@ func TestMain(m *testing.M) {
 // TestMigrationDrill runs the naive switch, the Leader Migration switch and its rollback, and
 // the take-over switch (--take-over-from-kcm) under churn, and asserts no two writers after
 // each switch point and no lost work.
+// Over 80 lines: the scenarios (naive, ordered switch, rollback, take-over) must run in order against one live control plane, one KCM set and one churn.
 func TestMigrationDrill(t *testing.T) {
 	if os.Getenv(DrillEnv) == "" {
 		t.Skip("the migration drill takes minutes: run it with `make migration-drill` (sets " + DrillEnv + "=1)")
@@ -384,6 +385,7 @@ func overlap(t *testing.T, from, at, to time.Time) (n int, examples []string, kc
 }
 
 // report prints the figures, asserts the invariants and returns the last line.
+// Over 80 lines: the churn stopped first, then the gap table and each scenario's overlap; the last line needs the figures of every part.
 func report(t *testing.T, began time.Time, logf func(string, ...any), churners []*churner, windows []window, naive window, naiveSwitch time.Time, b *bResult) string {
 	t.Helper()
 	// The churn stops; each loop's last change is awaited (bounded), then every end state is
