@@ -13,6 +13,7 @@ import (
 	"github.com/kcm-split/kcm-split/shared/app/check"
 	"github.com/kcm-split/kcm-split/shared/app/internal/cmdline"
 	"github.com/kcm-split/kcm-split/shared/kube"
+	"github.com/kcm-split/kcm-split/shared/metrics"
 )
 
 // Version is the kcm-split release, set at build time with
@@ -82,6 +83,8 @@ func Main(spec Spec) {
 // gracefully; a second signal exits at once. `<binary> check ...` checks a running controller
 // instead (see CheckCommand).
 func Run(ctx context.Context, spec Spec, args []string, stderr io.Writer) int {
+	// Before any client exists, whichever command runs (see metrics.InstallClientGoSinks).
+	metrics.InstallClientGoSinks()
 	if len(args) > 1 && args[1] == CheckCommand {
 		return check.Run(ctx, spec.ID, Version, args[2:], stderr)
 	}

@@ -14,12 +14,24 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/kcm-split/kcm-split/shared/logging"
+	"github.com/kcm-split/kcm-split/shared/metrics"
 	"github.com/kcm-split/kcm-split/shared/testenv"
 )
 
 var env *testenv.Env
 
-func TestMain(m *testing.M) { testenv.Main(m, &env) }
+// The tests run several binaries in this one process, one often already talking to the apiserver
+// while another starts: the process-global sinks a binary sets once (client-go's metrics, klog's
+// logger) are set before any of them, or any test client, runs.
+func TestMain(m *testing.M) {
+	metrics.InstallClientGoSinks()
+	lo := logging.Options{Level: "info", Format: "json"}
+	if _, l, err := logging.New(lo); err == nil {
+		_ = logging.RouteKlog(l, lo)
+	}
+	testenv.Main(m, &env)
+}
 
 // testOptions are a test controller's settings: one flag of its own, and any extra flags.
 type testOptions struct {

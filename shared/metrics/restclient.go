@@ -44,7 +44,11 @@ func (a resultAdapter) Increment(_ context.Context, code, method, host string) {
 	a.c.WithLabelValues(code, method, host).Inc()
 }
 
-func registerRESTClientMetrics(reg prometheus.Registerer) {
+// InstallClientGoSinks gives client-go this package's REST metric sinks, once per process. Call
+// it before any client of the process sends a request: client-go reads its sinks without a lock,
+// so sinks installed while another goroutine already sends requests race with them (two
+// in-process runs of a binary, as the app tests start, one of them already talking).
+func InstallClientGoSinks() {
 	restOnce.Do(func() {
 		clientmetrics.Register(clientmetrics.RegisterOpts{
 			RequestLatency:     latencyAdapter{restLatency},
@@ -52,6 +56,10 @@ func registerRESTClientMetrics(reg prometheus.Registerer) {
 			RequestResult:      resultAdapter{restResult},
 		})
 	})
+}
+
+func registerRESTClientMetrics(reg prometheus.Registerer) {
+	InstallClientGoSinks()
 	Register(reg, restLatency)
 	Register(reg, restRateLimiter)
 	Register(reg, restResult)
