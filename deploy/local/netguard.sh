@@ -118,6 +118,7 @@ table inet $NG_TABLE {
   }
 }
 EOF
+  NG_ADDED=1 # this run made it: a failed start removes it again (up.sh)
   ngsay "up: ${NG_RANGES_V4[*]} ${NG_RANGES_V6[*]} routed on the machine; packets toward them out of ${uplinks:-no uplink} counted and rejected"
 }
 

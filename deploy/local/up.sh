@@ -244,7 +244,8 @@ cleanup() {
   if [ -z "$ok" ]; then
     say "stopping what was started; logs stay in $LOGS"
     stop_all >/dev/null || true
-    netguard_down quiet
+    # Only a guard this run made: another clone's cluster keeps its own.
+    if [ "${NG_ADDED:-}" = 1 ]; then netguard_down quiet; fi
   fi
 }
 trap cleanup EXIT
