@@ -20,6 +20,7 @@ help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 include deploy/local/local.mk
+include deploy/kubeadm/kubeadm.mk
 
 .PHONY: tools
 tools: ## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet, kube-proxy, kwok, helm, staticcheck, prometheus, promtool into bin/ (skips what is present)

@@ -80,6 +80,31 @@ node_wait() { poll_until node_alive node_fail "$@"; }
 # node_recorded: a node was started (and not yet torn down).
 node_recorded() { [ -d "$NODE_RUN" ] || [ -f "$NODE_DIR/up" ]; }
 
+# One real node per machine (the kubelet's ports, /sys/fs/cgroup/*/kubepods, the CNI namespaces):
+# `make node-up` and `make kubeadm-up`, from any clone, claim the node here first. The claim
+# holds the claimer's node directory; it is stale (taken over) once that directory is gone.
+NODE_CLAIM=/run/kcm-split-node.claim
+
+# node_claim DIR WHAT: claims the machine's node for DIR, or fails naming who holds it.
+node_claim() {
+  local dir=$1 what=$2 held="" by=""
+  if [ -f "$NODE_CLAIM" ]; then
+    read -r held by <"$NODE_CLAIM" || true
+    if [ -n "$held" ] && [ "$held" != "$dir" ] && [ -d "$held" ]; then
+      ndie "this machine's one real node is held by $by ($held): tear that down first"
+    fi
+  fi
+  mkdir -p "$(dirname "$NODE_CLAIM")"
+  echo "$dir $what" >"$NODE_CLAIM"
+}
+
+# node_release DIR: drops the claim if DIR holds it.
+node_release() {
+  local held=""
+  [ -f "$NODE_CLAIM" ] && read -r held _ <"$NODE_CLAIM"
+  if [ "$held" = "$1" ]; then rm -f "$NODE_CLAIM"; fi
+}
+
 # node_packages installs containerd, runc and the CNI plugins (and iptables) when missing.
 node_packages() {
   local missing=()
@@ -255,6 +280,8 @@ node_up() {
   mapfile -t images < <(node_images)
   [ ${#images[@]} -gt 0 ] || nwarn "no images in $BIN/images (make images): the node comes up, but no Pod can start"
 
+  # Before anything is made: a failure here must not tear down the other node (node_down).
+  node_claim "$NODE_DIR" "make node-up"
   mkdir -p "$NODE_RUN" "$NODE_DIR/pki" "$NODE_DIR/kubelet/manifests" "$NODE_DIR/pod-logs" "$LOGS"
   touch "$NODE_DIR/up"
   local s
@@ -447,6 +474,7 @@ node_down() {
   fi
   # Keep logs (in .local/logs) but not the node's state: the next node-up starts afresh.
   rm -rf "$NODE_DIR"
+  node_release "$NODE_DIR"
   nsay "torn down in $((SECONDS - start))s"
   node_leftovers || nwarn "leftovers above (see $LOGS/node-*.log)"
 }

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# make kubeadm-down: removes the cluster of `make kubeadm-up` and all it put on the machine, in
+# the order that leaves nothing behind: Pods off the node (the kubelet runs CNI DEL and
+# unmounts), the kubelet, `kubeadm reset` (its files, etcd's data), containerd's containers
+# and images, the CNI bridge, iptables, the node IP, the network guard. Safe to run twice.
+# Usage: deploy/kubeadm/down.sh
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=../local/lib.sh
+source "$here/../local/lib.sh"
+# shellcheck source=../local/node.sh
+source "$here/../local/node.sh"
+# shellcheck source=kubeadm.sh
+source "$here/kubeadm.sh"
+
+[ "$(id -u)" = 0 ] || kdie "needs root"
+if ! ka_recorded; then ksay "no kubeadm cluster recorded in $KA_DIR"; exit 0; fi
+mkdir -p "$LOGS"
+start=$SECONDS
+if node_alive kubelet-service; then ka_drain; fi
+node_stop kubelet-service
+if [ -x "$BIN/kubeadm" ]; then
+  kadm reset -f --cri-socket "unix://$CONTAINERD_SOCK" >"$LOGS/kubeadm-reset.log" 2>&1 ||
+    kwarn "kubeadm reset failed: $LOGS/kubeadm-reset.log"
+fi
+rm -f /etc/kubernetes/kcm-split-audit.yaml
+# node_down's remaining steps: kube-proxy's rules, containerd, links, mounts, node IP, sysctls,
+# cgroups. Its drain and API cleanup are skipped (no ports.env here).
+node_down
+ours=""; [ -f "$KA_DIR/netguard.ours" ] && ours=1
+rm -rf "$KA_DIR"
+if [ -n "$ours" ]; then
+  netguard_verdict kubeadm || true
+  netguard_down
+fi
+ksay "torn down in $((SECONDS - start))s"
