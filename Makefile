@@ -48,6 +48,12 @@ images: ## OCI images without Docker into bin/images/: each controller (linux/am
 	@cd deploy/images && GOWORK=off go run . -root $(ROOT) -out $(BIN)/images -version $(VERSION) \
 		-revision "$(REVISION)" -epoch $(SOURCE_DATE_EPOCH) -agnhost $(BIN)/agnhost $(IMAGES_FLAGS)
 
+.PHONY: kubeadm-images
+kubeadm-images: ## kubeadm v1.36.3's images (control plane, etcd, kube-proxy, CoreDNS, pause) under kubeadm's names into bin/images/kubeadm/ (node arch)
+	@TOOLS_ONLY="kubeadm etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy coredns" bash deploy/tools/build.sh $(BIN)
+	@cd deploy/images && GOWORK=off go run . -root $(ROOT) -out $(BIN)/images/kubeadm -version $(VERSION) \
+		-revision "$(REVISION)" -epoch $(SOURCE_DATE_EPOCH) -kubeadm $(BIN) $(IMAGES_FLAGS)
+
 comma := ,
 empty :=
 space := $(empty) $(empty)

@@ -258,6 +258,17 @@ func onPath(files map[string]*File, cmd string) bool {
 	return false
 }
 
+// onPathResolved reports whether a command of that name is in one of DefaultPath's
+// directories and, through its symbolic links, is a regular file of files.
+func onPathResolved(files map[string]*File, cmd string) bool {
+	for _, d := range strings.Split(strings.TrimPrefix(DefaultPath, "PATH=/"), ":/") {
+		if _, ok := resolve(files, d+"/"+cmd); ok {
+			return true
+		}
+	}
+	return false
+}
+
 // busyboxApplets lists busybox's applets as paths (bin/sh, usr/bin/wget, ...), asking the
 // binary itself (`--list-full`), so it runs only on the build machine's architecture;
 // elsewhere none is linked (busybox stays callable as `busybox <applet>`).
@@ -281,6 +292,17 @@ func busyboxApplets(ctx context.Context, busybox []byte, p v1.Platform) ([]strin
 	return strings.Fields(string(out)), nil
 }
 
+// unpackDebs is the files of every package of debs, less the dropped ones.
+func unpackDebs(ctx context.Context, debs []string) (map[string]*File, error) {
+	files := map[string]*File{}
+	for _, d := range debs {
+		if err := unpackDeb(ctx, d, files); err != nil {
+			return nil, err
+		}
+	}
+	return files, nil
+}
+
 // Userland is the agnhost image's userland from debs: every package's files (less the
 // dropped ones), /bin/nc for netcat-openbsd's nc.openbsd (Debian links it by alternatives,
 // at install time), and a /bin/busybox symlink for each busybox applet no package provides
@@ -288,11 +310,9 @@ func busyboxApplets(ctx context.Context, busybox []byte, p v1.Platform) ([]strin
 // a shared library that no package holds. The files come sorted by path, each parent
 // directory before its entries.
 func Userland(ctx context.Context, debs []string, p v1.Platform) ([]File, error) {
-	files := map[string]*File{}
-	for _, d := range debs {
-		if err := unpackDeb(ctx, d, files); err != nil {
-			return nil, err
-		}
+	files, err := unpackDebs(ctx, debs)
+	if err != nil {
+		return nil, err
 	}
 	if _, ok := files["bin/nc.openbsd"]; ok && !onPath(files, "nc") {
 		files["bin/nc"] = &File{Name: "bin/nc", Type: tar.TypeSymlink, Mode: 0o777, Linkname: "nc.openbsd"}
@@ -310,8 +330,15 @@ func Userland(ctx context.Context, debs []string, p v1.Platform) ([]File, error)
 			files[a] = &File{Name: a, Type: tar.TypeSymlink, Mode: 0o777, Linkname: "/bin/busybox"}
 		}
 	}
-	for _, cmd := range []string{"sh", "curl"} {
-		if !onPath(files, cmd) {
+	return finishUserland(files, "sh", "curl")
+}
+
+// finishUserland checks that each of cmds is on DefaultPath and that every ELF file finds its
+// libraries (checkLinked), adds the parent directories no package holds, and returns the files
+// sorted by path, each parent directory before its entries.
+func finishUserland(files map[string]*File, cmds ...string) ([]File, error) {
+	for _, cmd := range cmds {
+		if !onPathResolved(files, cmd) {
 			return nil, fmt.Errorf("no %s in the userland: the package list must provide it", cmd)
 		}
 	}

@@ -36,7 +36,8 @@ const (
 type Spec struct {
 	// Binary is the file on disk put into the image at Path.
 	Binary string
-	// Path is where the binary lands in the image, and the entrypoint ("/controller").
+	// Path is where the binary lands in the image, and the entrypoint ("/controller",
+	// "/usr/local/bin/kube-apiserver": parent directories are made, mode 0755).
 	Path string
 	// Platform the binary was built for.
 	Platform v1.Platform
@@ -107,8 +108,8 @@ func Image(spec Spec) (v1.Image, error) {
 }
 
 // layerTar is the layer: the binary, owned by root (the non-root user cannot rewrite its own
-// binary), mode 0755, plus spec.Dirs and spec.Files; every entry owned by root with a fixed
-// mtime, nothing else.
+// binary), mode 0755, plus spec.Dirs, spec.Files and the binary's parent directories; every
+// entry owned by root with a fixed mtime, nothing else.
 func layerTar(spec Spec) ([]byte, error) {
 	b, err := os.ReadFile(spec.Binary)
 	if err != nil {
@@ -140,6 +141,26 @@ func layerTar(spec Spec) ([]byte, error) {
 			return nil, err
 		}
 		if _, err := tw.Write(f.Data); err != nil {
+			return nil, err
+		}
+	}
+	// The binary's parent directories (usr/local/bin/) that no entry above made, mode 0755.
+	have := map[string]bool{}
+	for _, d := range spec.Dirs {
+		have[strings.Trim(d, "/")] = true
+	}
+	for _, f := range spec.Files {
+		have[f.Name] = true
+	}
+	parts := strings.Split(strings.Trim(spec.Path, "/"), "/")
+	for i := 1; i < len(parts); i++ {
+		d := strings.Join(parts[:i], "/")
+		if have[d] {
+			continue
+		}
+		if err := tw.WriteHeader(&tar.Header{
+			Typeflag: tar.TypeDir, Name: d + "/", Mode: 0o755, ModTime: mtime, Format: tar.FormatPAX,
+		}); err != nil {
 			return nil, err
 		}
 	}

@@ -5,11 +5,14 @@
 // also holds a shell, curl and nc from Debian's packages (agnhost-debs.txt) as upstream's does;
 // the same sources (and packages), version and SOURCE_DATE_EPOCH give the same digests. Images
 // are written as OCI-layout tarballs (`ctr images import` reads them) and, with -push, pushed
-// to the registry.
+// to the registry. With -kubeadm, it builds instead the images kubeadm v1.36.3 runs (control
+// plane, etcd, kube-proxy with iptables from Debian's packages, CoreDNS, pause) under kubeadm's
+// own names, from binaries built by deploy/tools/build.sh.
 //
-// Usage (from the repository root; `make images` does this):
+// Usage (from the repository root; `make images` and `make kubeadm-images` do this):
 //
 //	go run ./deploy/images -root . -out bin/images -version v0.1.0 -revision <sha> -epoch <unix>
+//	go run ./deploy/images -root . -out bin/images/kubeadm -kubeadm bin -epoch <unix>
 package main
 
 import (
@@ -48,6 +51,7 @@ type options struct {
 	platforms, nodePlatform, only, agnhost, tags   string
 	debList, debsDir                               string
 	metallb                                        string
+	kubeadm, proxyDebList, proxyDebsDir, iptables  string
 	epoch                                          int64
 	push                                           bool
 }
@@ -67,6 +71,10 @@ func main() {
 	flag.StringVar(&o.debList, "agnhost-debs", "", "the list of Debian packages that make the agnhost image's userland (default <root>/deploy/images/agnhost-debs.txt)")
 	flag.StringVar(&o.debsDir, "agnhost-debs-dir", "", "where those packages are kept, fetched by apt-get download when missing (default agnhost-debs/ beside -agnhost)")
 	flag.StringVar(&o.metallb, "metallb", "", "a directory holding MetalLB's metallb-controller and metallb-speaker (node platform) to make "+MetalLBControllerRef+" and "+MetalLBSpeakerRef+" of")
+	flag.StringVar(&o.kubeadm, "kubeadm", "", "a directory holding kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy and etcd of Kubernetes "+KubeadmVersion+" and CoreDNS (node platform): build only the images kubeadm "+KubeadmVersion+" runs, under its names, and pause")
+	flag.StringVar(&o.proxyDebList, "kube-proxy-debs", "", "the list of Debian packages that make the kube-proxy image's userland (default <root>/deploy/images/kube-proxy-debs.txt)")
+	flag.StringVar(&o.proxyDebsDir, "kube-proxy-debs-dir", "", "where those packages are kept, fetched by apt-get download when missing (default kube-proxy-debs/ in the -kubeadm directory)")
+	flag.StringVar(&o.iptables, "iptables-backend", "nft", "the kube-proxy image's iptables: nft (Debian 12's default) or legacy; the node's own iptables must use the same")
 	flag.Int64Var(&o.epoch, "epoch", envEpoch(), "creation time and file mtime, Unix seconds (default $SOURCE_DATE_EPOCH, else 0)")
 	flag.StringVar(&o.tags, "extra-tags", "", "comma-separated tags the controllers' images also get besides -version (the release adds the chart's appVersion, without the v)")
 	flag.BoolVar(&o.push, "push", false, "also push each controller's index to <registry>/<binary>:<version> (and each extra tag); credentials from the Docker config, as docker login writes it")
@@ -96,8 +104,19 @@ type target struct {
 	args      []string
 	dirs      []string
 	push      bool
-	userland  bool // the Debian userland of Userland (agnhost)
+	env       []string // the config's environment; with a userland, DefaultPath by default
+	version   string   // the version label; empty: -version
+	userland  string   // a Debian userland: "agnhost" (Userland) or "iptables" (KubeProxyUserland)
+	// versionArgs make the prebuilt binary print its version, which holds the line versionOut.
+	versionArgs []string
+	versionOut  string
 }
+
+// Debian userlands of the images that carry one.
+const (
+	userlandAgnhost  = "agnhost"
+	userlandIptables = "iptables"
+)
 
 func run(ctx context.Context, o options) error {
 	root, err := filepath.Abs(o.root)
@@ -121,17 +140,9 @@ func run(ctx context.Context, o options) error {
 	}
 	created := time.Unix(o.epoch, 0).UTC()
 	for _, t := range targets {
-		var files []File
-		var env []string
-		lbls := labels(o, t.name, created)
-		if t.userland {
-			var pkgs string
-			if files, pkgs, err = agnhostUserland(ctx, root, o, t.platforms[0]); err != nil {
-				return err
-			}
-			env = []string{DefaultPath}
-			// The packages' versions: which userland a digest holds.
-			lbls["io.kcm-split.debian-packages"] = pkgs
+		files, env, lbls, err := contents(ctx, root, o, t, created)
+		if err != nil {
+			return err
 		}
 		var imgs []v1.Image
 		for _, p := range t.platforms {
@@ -177,6 +188,34 @@ func run(ctx context.Context, o options) error {
 	return nil
 }
 
+// contents is what t's image holds besides its binary, after checking the binary's version
+// when t names one: the userland's files, the environment and the labels.
+func contents(ctx context.Context, root string, o options, t target, created time.Time) ([]File, []string, map[string]string, error) {
+	if err := checkVersion(ctx, t); err != nil {
+		return nil, nil, nil, err
+	}
+	lbls := labels(o, t.name, created)
+	if t.version != "" {
+		lbls["org.opencontainers.image.version"] = t.version
+	}
+	files, pkgs, err := userland(ctx, root, o, t)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	env := t.env
+	if pkgs != "" {
+		if env == nil {
+			env = []string{DefaultPath}
+		}
+		// The packages' versions: which userland a digest holds.
+		lbls["io.kcm-split.debian-packages"] = pkgs
+	}
+	if t.userland == userlandIptables {
+		lbls["io.kcm-split.iptables-backend"] = o.iptables
+	}
+	return files, env, lbls, nil
+}
+
 // push writes idx (its images and blobs first) under every reference.
 func push(ctx context.Context, idx v1.ImageIndex, refs []string, keys authn.Keychain) error {
 	d, err := idx.Digest()
@@ -208,6 +247,34 @@ func targets(root string, o options) ([]target, error) {
 	if len(node) != 1 {
 		return nil, errors.New("-node-platform takes one platform")
 	}
+	var ts []target
+	if o.kubeadm != "" {
+		ts, err = kubeadmTargets(root, o.kubeadm, node[0])
+	} else {
+		ts, err = projectTargets(root, o, platforms, node)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if o.only == "" {
+		return ts, nil
+	}
+	want := strings.Split(o.only, ",")
+	var sel []target
+	for _, t := range ts {
+		if slices.Contains(want, t.name) {
+			sel = append(sel, t)
+		}
+	}
+	if len(sel) != len(want) {
+		return nil, fmt.Errorf("-only %s: some names match no image (agnhost needs -agnhost)", o.only)
+	}
+	return sel, nil
+}
+
+// projectTargets are kcm-split's controllers (platforms), pause and, when given, agnhost,
+// nginx and MetalLB (node).
+func projectTargets(root string, o options, platforms, node []v1.Platform) ([]target, error) {
 	cmds, err := filepath.Glob(filepath.Join(root, "services", "*", "cmd", "*"))
 	if err != nil {
 		return nil, err
@@ -235,10 +302,7 @@ func targets(root string, o options) ([]target, error) {
 			push:      true,
 		})
 	}
-	ts = append(ts, target{
-		name: "pause", dir: filepath.Join(root, "deploy", "images"), pkg: "./pause", ldflags: "-s -w",
-		path: "/pause", refs: []string{PauseRef, LocalPauseRef}, platforms: node,
-	})
+	ts = append(ts, pauseTarget(root, []string{PauseRef, LocalPauseRef}, node[0]))
 	if o.agnhost != "" {
 		abs, err := filepath.Abs(o.agnhost)
 		if err != nil {
@@ -249,7 +313,7 @@ func targets(root string, o options) ([]target, error) {
 		// that exec into the Pod: Debian's packages where upstream's has Alpine's.
 		ts = append(ts, target{
 			name: "agnhost", prebuilt: abs, path: "/agnhost", refs: []string{AgnhostRef}, platforms: node,
-			user: "0:0", args: []string{"pause"}, dirs: []string{"tmp", "uploads"}, userland: true,
+			user: "0:0", args: []string{"pause"}, dirs: []string{"tmp", "uploads"}, userland: userlandAgnhost,
 		})
 		// A stand-in for upstream's nginx image, which the EndpointSlice specs run only to
 		// have Ready Pods: agnhost serving HTTP on port 80, as nginx would.
@@ -265,33 +329,52 @@ func targets(root string, o options) ([]target, error) {
 		}
 		ts = append(ts, ml...)
 	}
-	if o.only == "" {
-		return ts, nil
-	}
-	want := strings.Split(o.only, ",")
-	var sel []target
-	for _, t := range ts {
-		if slices.Contains(want, t.name) {
-			sel = append(sel, t)
-		}
-	}
-	if len(sel) != len(want) {
-		return nil, fmt.Errorf("-only %s: some names match no image (agnhost needs -agnhost)", o.only)
-	}
-	return sel, nil
+	return ts, nil
 }
 
-// agnhostUserland fetches (when missing) and unpacks the Debian packages of the list for
-// platform p; it returns the layer's files and "name=version ..." of the packages.
-func agnhostUserland(ctx context.Context, root string, o options, p v1.Platform) ([]File, string, error) {
-	list := o.debList
-	if list == "" {
-		list = filepath.Join(root, "deploy", "images", "agnhost-debs.txt")
+// pauseTarget is the sandbox's pause program (deploy/images/pause) under refs.
+func pauseTarget(root string, refs []string, node v1.Platform) target {
+	return target{
+		name: "pause", dir: filepath.Join(root, "deploy", "images"), pkg: "./pause", ldflags: "-s -w",
+		path: "/pause", refs: refs, platforms: []v1.Platform{node},
 	}
-	dir := o.debsDir
-	if dir == "" {
-		dir = filepath.Join(filepath.Dir(o.agnhost), "agnhost-debs")
+}
+
+// userland is t's Debian userland, if it has one, and "name=version ..." of its packages.
+func userland(ctx context.Context, root string, o options, t target) ([]File, string, error) {
+	switch t.userland {
+	case "":
+		return nil, "", nil
+	case userlandAgnhost:
+		list, dir := o.debList, o.debsDir
+		if list == "" {
+			list = filepath.Join(root, "deploy", "images", "agnhost-debs.txt")
+		}
+		if dir == "" {
+			dir = filepath.Join(filepath.Dir(o.agnhost), "agnhost-debs")
+		}
+		return debUserland(ctx, list, dir, t.platforms[0], func(debs []string) ([]File, error) {
+			return Userland(ctx, debs, t.platforms[0])
+		})
+	case userlandIptables:
+		list, dir := o.proxyDebList, o.proxyDebsDir
+		if list == "" {
+			list = filepath.Join(root, "deploy", "images", "kube-proxy-debs.txt")
+		}
+		if dir == "" {
+			dir = filepath.Join(o.kubeadm, "kube-proxy-debs")
+		}
+		return debUserland(ctx, list, dir, t.platforms[0], func(debs []string) ([]File, error) {
+			return KubeProxyUserland(ctx, debs, o.iptables)
+		})
 	}
+	return nil, "", fmt.Errorf("%s: no userland %q", t.name, t.userland)
+}
+
+// debUserland fetches (when missing) the Debian packages of the list for platform p into
+// dir, and makes a userland of them; it returns the layer's files and "name=version ..." of
+// the packages.
+func debUserland(ctx context.Context, list, dir string, p v1.Platform, unpack func(debs []string) ([]File, error)) ([]File, string, error) {
 	names, err := readDebList(list)
 	if err != nil {
 		return nil, "", err
@@ -304,7 +387,7 @@ func agnhostUserland(ctx context.Context, root string, o options, p v1.Platform)
 	if err != nil {
 		return nil, "", err
 	}
-	files, err := Userland(ctx, debs, p)
+	files, err := unpack(debs)
 	if err != nil {
 		return nil, "", err
 	}

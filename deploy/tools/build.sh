@@ -2,7 +2,8 @@
 # Builds the real control plane and helper tools into bin/ (git-ignored), skipping what is present.
 # Usage: deploy/tools/build.sh [BIN_DIR]
 # TOOLS_ONLY="name ..." builds only those (make images: agnhost; make lint: staticcheck actionlint;
-# make lb-e2e: metallb-controller metallb-speaker).
+# make lb-e2e: metallb-controller metallb-speaker; make kubeadm-images: kubeadm etcd kube-apiserver
+# kube-controller-manager kube-scheduler kube-proxy coredns).
 # Everything comes from the Go module proxy; nothing else is downloaded.
 set -euo pipefail
 
@@ -68,6 +69,8 @@ if [ "${TOOLS_MINIMAL:-}" != "1" ] || [ -n "${TOOLS_ONLY:-}" ]; then
   # The real node of `make node-up` / `make chart-e2e` (deploy/node).
   build kubelet k8s.io/kubernetes/cmd/kubelet "$ldflags"
   build kube-proxy k8s.io/kubernetes/cmd/kube-proxy "$ldflags"
+  # The kubeadm cluster (make kubeadm-up): kubeadm itself; its images come from make kubeadm-images.
+  build kubeadm k8s.io/kubernetes/cmd/kubeadm "$ldflags"
   build tcpforward ./tcpforward
   install kwok "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
   install helm "helm.sh/helm/v4/cmd/helm@$HELM_VERSION"
@@ -101,5 +104,10 @@ if [[ " ${TOOLS_ONLY:-} " == *" metallb-controller "* ]]; then
 fi
 if [[ " ${TOOLS_ONLY:-} " == *" metallb-speaker "* ]]; then
   build_in metallb metallb-speaker go.universe.tf/metallb/speaker
+fi
+# CoreDNS v1.14.2, kubeadm v1.36.3's cluster DNS (make kubeadm-images wraps it in an image): only
+# when asked for.
+if [[ " ${TOOLS_ONLY:-} " == *" coredns "* ]]; then
+  build_in coredns coredns github.com/coredns/coredns
 fi
 echo "tools: done ($bin)"
