@@ -17,13 +17,18 @@ source "$here/kubeadm.sh"
 if ! ka_recorded; then ksay "no kubeadm cluster recorded in $KA_DIR"; exit 0; fi
 mkdir -p "$LOGS"
 start=$SECONDS
-if node_alive kubelet-service; then ka_drain; fi
+if node_alive kubelet-service; then ka_drain; ksay "drained in $((SECONDS - start))s"; fi
 node_stop kubelet-service
 if [ -x "$BIN/kubeadm" ]; then
   kadm reset -f --cri-socket "unix://$CONTAINERD_SOCK" >"$LOGS/kubeadm-reset.log" 2>&1 ||
     kwarn "kubeadm reset failed: $LOGS/kubeadm-reset.log"
 fi
 rm -f /etc/kubernetes/kcm-split-audit.yaml
+# The audit log goes with the logs of this run.
+if [ -d /var/log/kubernetes/audit ]; then
+  rm -rf "$LOGS/kubeadm-audit" && mv /var/log/kubernetes/audit "$LOGS/kubeadm-audit"
+  rmdir /var/log/kubernetes 2>/dev/null || true
+fi
 # node_down's remaining steps: kube-proxy's rules, containerd, links, mounts, node IP, sysctls,
 # cgroups. Its drain and API cleanup are skipped (no ports.env here).
 node_down

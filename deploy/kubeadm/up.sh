@@ -20,6 +20,8 @@ mkdir -p "$LOGS"
 exec 8>"$LOCAL/kubeadm.lock"
 flock -n 8 || kdie "another kubeadm-up or kubeadm-down runs (lock: $LOCAL/kubeadm.lock)"
 ka_recorded && kdie "a kubeadm cluster is recorded in $KA_DIR: 'make kubeadm-down' first"
+# kubeadm looks for the kubelet on PATH (its version check).
+export PATH=$BIN:$PATH
 for b in kubeadm kubelet kubectl; do [ -x "$BIN/$b" ] || kdie "$BIN/$b missing: make tools"; done
 [ ! -e /etc/kubernetes/manifests/kube-apiserver.yaml ] ||
   kdie "/etc/kubernetes/manifests already holds a control plane (another kubeadm cluster?): 'make kubeadm-down' or 'kubeadm reset'"
