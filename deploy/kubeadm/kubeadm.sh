@@ -157,9 +157,10 @@ ka_import_images() {
       kdie "importing $img failed: $LOGS/kubeadm-images.log"
     n=$((n + 1))
   done
-  local want missing=()
+  local want have missing=()
+  have=$(nctr images ls -q)
   for want in $(kadm config images list --kubernetes-version "$KUBEADM_VERSION" 2>/dev/null); do
-    nctr images ls -q | grep -qxF "$want" || missing+=("$want")
+    grep -qxF "$want" <<<"$have" || missing+=("$want")
   done
   [ ${#missing[@]} -eq 0 ] || kdie "images kubeadm needs are not among $KA_IMAGES: ${missing[*]} (make kubeadm-images)"
   ksay "imported $n images"
