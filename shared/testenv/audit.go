@@ -1,6 +1,14 @@
 package testenv
 
 import (
+	"bufio"
+	"compress/gzip"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -73,4 +81,140 @@ func all(ev AuditEvent, keep []func(AuditEvent) bool) bool {
 		}
 	}
 	return true
+}
+
+// Filter returns the events every filter keeps (a nil filter keeps all), in their order: Writes
+// and Audit on an audit log read some other way (ReadAuditFiles).
+func Filter(evs []AuditEvent, keep ...func(AuditEvent) bool) []AuditEvent {
+	var out []AuditEvent
+	for _, ev := range evs {
+		if all(ev, keep) {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// backupTimeFormat is the timestamp the apiserver's log rotation (lumberjack) puts in a
+// backup's name: audit.log becomes audit-2006-01-02T15-04-05.000.log, then .log.gz if the
+// apiserver compresses backups (--audit-log-compress).
+const backupTimeFormat = "2006-01-02T15-04-05.000"
+
+// auditBackup is one rotated file of an audit log.
+type auditBackup struct {
+	path    string
+	rotated time.Time
+}
+
+// auditBackups lists the rotated backups of the audit log at path, oldest first. A backup
+// present both plain and compressed is being compressed: the plain one is read (the other may
+// be partial).
+func auditBackups(path string) ([]auditBackup, error) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	ext := filepath.Ext(base)
+	prefix := strings.TrimSuffix(base, ext) + "-"
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	byStamp := map[string]auditBackup{}
+	for _, e := range entries {
+		name := e.Name()
+		plain := strings.TrimSuffix(name, ".gz")
+		stamp, ok := strings.CutPrefix(plain, prefix)
+		if !ok || e.IsDir() {
+			continue
+		}
+		if stamp, ok = strings.CutSuffix(stamp, ext); !ok {
+			continue
+		}
+		at, err := time.Parse(backupTimeFormat, stamp)
+		if err != nil {
+			continue // not a backup of this log (audit-policy.yaml, another log's file)
+		}
+		if prev, seen := byStamp[stamp]; seen && !strings.HasSuffix(prev.path, ".gz") {
+			continue
+		}
+		byStamp[stamp] = auditBackup{path: filepath.Join(dir, name), rotated: at}
+	}
+	out := make([]auditBackup, 0, len(byStamp))
+	for _, b := range byStamp {
+		out = append(out, b)
+	}
+	slices.SortFunc(out, func(a, b auditBackup) int { return a.rotated.Compare(b.rotated) })
+	return out, nil
+}
+
+// ReadAuditFiles decodes every event of the JSON-lines audit log at path (the apiserver's
+// --audit-log-path, e.g. kubeadm's /var/log/kubernetes/audit/audit.log) into a T, its rotated
+// backups first (oldest first, gzipped ones too), in the log's order. T is AuditEvent or a type
+// embedding it (see ReadAudit). A line that does not decode is skipped: the one the apiserver
+// is writing may be torn. A rotation during the read (a backup appearing or going) makes it
+// read again, a few times at most.
+func ReadAuditFiles[T any](path string) ([]T, error) {
+	var lastErr error
+	for attempt := range 5 {
+		if attempt > 0 {
+			time.Sleep(50 * time.Millisecond)
+		}
+		before, err := auditBackups(path)
+		if err != nil {
+			return nil, err
+		}
+		var out []T
+		for _, b := range before {
+			if out, err = appendAuditFile(out, b.path); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			out, err = appendAuditFile(out, path)
+		}
+		after, lerr := auditBackups(path)
+		if lerr != nil {
+			return nil, lerr
+		}
+		if err == nil && slices.EqualFunc(before, after, func(a, b auditBackup) bool { return a.path == b.path }) {
+			return out, nil
+		}
+		lastErr = err
+		if lastErr == nil {
+			lastErr = fmt.Errorf("%s: rotated while being read", path)
+		}
+	}
+	return nil, lastErr
+}
+
+// appendAuditFile decodes one file of an audit log (gzipped if its name ends with .gz).
+func appendAuditFile[T any](out []T, path string) ([]T, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return out, err
+	}
+	defer f.Close()
+	var r io.Reader = f
+	if strings.HasSuffix(path, ".gz") {
+		zr, err := gzip.NewReader(f)
+		if err != nil {
+			return out, fmt.Errorf("%s: %w", path, err)
+		}
+		defer zr.Close()
+		r = zr
+	}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var ev T
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			continue
+		}
+		out = append(out, ev)
+	}
+	if err := sc.Err(); err != nil {
+		return out, fmt.Errorf("%s: %w", path, err)
+	}
+	return out, nil
 }

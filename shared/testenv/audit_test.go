@@ -1,7 +1,12 @@
 package testenv
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
+	"os"
+	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -115,5 +120,59 @@ func TestAuditTellsReplicasApart(t *testing.T) {
 	}
 	if got, _ := env.Writes(ByUserAgent("testenv-replica/v0"), inNS); len(got) != 0 {
 		t.Fatalf("ByUserAgent matched a prefix: %+v", got)
+	}
+}
+
+// TestReadAuditFiles reads a rotated log as the apiserver leaves it: two backups (one gzipped,
+// one being compressed: plain and a partial .gz side by side), the current file with a torn
+// last line, and files of the directory that are not backups.
+func TestReadAuditFiles(t *testing.T) {
+	dir := t.TempDir()
+	line := func(id string) string {
+		return `{"auditID":"` + id + `","verb":"update","objectRef":{"resource":"pods","namespace":"a","name":"p"},"responseStatus":{"code":200},"requestReceivedTimestamp":"2026-01-01T00:00:00.000001Z"}` + "\n"
+	}
+	write := func(name, text string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gz := func(text string) string {
+		var b bytes.Buffer
+		zw := gzip.NewWriter(&b)
+		if _, err := zw.Write([]byte(text)); err != nil {
+			t.Fatal(err)
+		}
+		if err := zw.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
+	}
+	// Oldest, compressed.
+	write("audit-2026-01-01T10-00-00.000.log.gz", gz(line("1")+line("2")))
+	// Being compressed: the plain file is whole, the .gz a torn prefix.
+	write("audit-2026-01-01T11-00-00.000.log", line("3"))
+	write("audit-2026-01-01T11-00-00.000.log.gz", gz(line("3"))[:10])
+	write("audit.log", line("4")+line("5")+`{"auditID":"6","verb":"upd`)
+	write("audit-policy.yaml", "rules: []\n")
+	write("audit-old.log", line("x"))
+	write("other-2026-01-01T09-00-00.000.log", line("y"))
+
+	evs, err := ReadAuditFiles[AuditEvent](filepath.Join(dir, "audit.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, ev := range evs {
+		ids = append(ids, ev.AuditID)
+	}
+	if want := []string{"1", "2", "3", "4", "5"}; !slices.Equal(ids, want) {
+		t.Errorf("read %v, want %v (backups oldest first, then the current file)", ids, want)
+	}
+	if got := Filter(evs, func(ev AuditEvent) bool { return ev.AuditID > "3" }, nil); len(got) != 2 {
+		t.Errorf("Filter kept %d events, want 2", len(got))
+	}
+	if _, err := ReadAuditFiles[AuditEvent](filepath.Join(dir, "missing.log")); err == nil {
+		t.Error("a missing log read without an error")
 	}
 }

@@ -11,7 +11,6 @@
 package testenv
 
 import (
-	"bufio"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -19,7 +18,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
-	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -428,35 +426,15 @@ func (env *Env) Audit(keep ...func(AuditEvent) bool) ([]AuditEvent, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := evs[:0]
-	for _, ev := range evs {
-		if all(ev, keep) {
-			out = append(out, ev)
-		}
-	}
-	return out, nil
+	return Filter(evs, keep...), nil
 }
 
 // ReadAudit decodes every event of env's audit log so far into a T, in the log's order: T is
 // AuditEvent, or a type embedding it with the fields a test needs beyond it (a request body
-// the policy records). A line that does not decode is skipped.
+// the policy records). A line that does not decode is skipped. ReadAuditFiles reads any
+// apiserver's log the same way.
 func ReadAudit[T any](env *Env) ([]T, error) {
-	f, err := os.Open(env.auditPath)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []T
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		var ev T
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			continue
-		}
-		out = append(out, ev)
-	}
-	return out, sc.Err()
+	return ReadAuditFiles[T](env.auditPath)
 }
 
 // ByUserAgentPrefix keeps events whose user agent starts with prefix (a controller ID).

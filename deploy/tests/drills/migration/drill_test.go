@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +18,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kcm-split/kcm-split/deploy/tests/drills/churn"
+	"github.com/kcm-split/kcm-split/deploy/tests/drills/handover"
 	"github.com/kcm-split/kcm-split/shared/testenv"
 )
 
@@ -27,6 +27,12 @@ import (
 const DrillEnv = "KCM_SPLIT_MIGRATION_DRILL"
 
 var env *testenv.Env
+
+// effectTimeout bounds the wait for each change's effect: past it the change is lost work.
+const effectTimeout = 3 * time.Minute
+
+// poolGVR is the chart's address pool, which the servicelb churn needs.
+var poolGVR = churn.PoolGVR
 
 func TestMain(m *testing.M) {
 	if os.Getenv(DrillEnv) == "" {
@@ -71,60 +77,39 @@ func TestMigrationDrill(t *testing.T) {
 	// The cluster as an operator runs it: KCM, two replicas, every controller on. Scenario C
 	// shows them as static Pods on this host's Node (KCM names its host in its identity).
 	cpNode := controlPlaneNode(t)
-	nodes := &fakeNodes{c: client, silent: map[string]bool{}, renewed: map[string]time.Time{}, extra: []string{cpNode}}
-	if err := setupChurn(ctx, client, dyn, nodes); err != nil {
+	ch, err := churn.New(churn.Config{Client: client, Dynamic: dyn, Prefix: "mig", NodeGrace: nodeGrace,
+		ExtraNodes: []string{cpNode}, EffectTimeout: effectTimeout, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Setup(ctx); err != nil {
 		t.Fatal(err)
 	}
 	kcm := newKCMSet(t, kcmBin)
 	kcm.startAll(t)
 	logf("kube-controller-manager: 2 replicas up, every controller on")
-	if err := createLongLivedQuotaPod(ctx, client); err != nil {
-		t.Fatal(err)
-	}
-	renewCtx, stopRenew := context.WithCancel(ctx)
-	defer stopRenew()
-	go nodes.renew(renewCtx)
-
-	churners := []*churner{endpointsChurner(client), nodeChurner(nodes), quotaChurner(client),
-		namespaceChurner(client), serviceLBChurner(client), pvChurner(client)}
-	lb := churners[4]
 	// KCM runs no service-lb controller without a cloud provider: LoadBalancer Services are
 	// churned only while kcm-split's runs, so servicelb's figures are its own (no handover).
-	lb.paused.Store(true)
-	churnCtx, stopChurn := context.WithCancel(ctx)
-	for _, c := range churners {
-		c.run(churnCtx, t)
+	ch.Pause(churn.ServiceLB)
+	if err := ch.Start(ctx); err != nil {
+		t.Fatal(err)
 	}
-	defer func() {
-		stopChurn()
-		for _, c := range churners {
-			<-c.done
-		}
-	}()
+	defer ch.Close()
 	caughtUp := func(what string) {
 		t.Helper()
-		since := time.Now()
-		err := wait.PollUntilContextTimeout(ctx, pollEvery, effectTimeout+time.Minute, true, func(context.Context) (bool, error) {
-			for _, c := range churners {
-				if !c.caughtUp(since) {
-					return false, nil
-				}
-			}
-			return true, nil
-		})
-		if err != nil {
+		if err := ch.WaitCaughtUp(ctx, effectTimeout+time.Minute); err != nil {
 			t.Fatalf("%s: a controller's churn never caught up: %v", what, err)
 		}
 	}
-	var windows []window
-	phase := func(name string, body func()) window {
-		w := window{name: name, start: time.Now()}
+	var windows []churn.Window
+	phase := func(name string, body func()) churn.Window {
+		w := churn.Window{Name: name, Start: time.Now()}
 		logf("== %s", name)
 		body()
 		caughtUp(name)
-		w.end = time.Now()
+		w.End = time.Now()
 		windows = append(windows, w)
-		logf("== %s done in %s", name, w.end.Sub(w.start).Round(time.Millisecond))
+		logf("== %s done in %s", name, w.End.Sub(w.Start).Round(time.Millisecond))
 		return w
 	}
 	// finish runs the Leader Migration probe once every figure is taken and every end state
@@ -154,13 +139,13 @@ func TestMigrationDrill(t *testing.T) {
 			logf("%s leading and synced", b.bin.ID)
 		}
 		logf("kcm-split: all six leading and synced")
-		lb.resume()
+		ch.Resume(churn.ServiceLB)
 	})
 	naiveSwitch := firstWrite(t, naive, ourWrite)
 
 	// Back to KCM owning everything (naive too: unmeasured), as the next scenario starts.
 	phase("reset to KCM", func() {
-		lb.pause()
+		ch.Pause(churn.ServiceLB)
 		for _, b := range ours {
 			b.stop(t)
 		}
@@ -169,7 +154,7 @@ func TestMigrationDrill(t *testing.T) {
 	})
 
 	if os.Getenv("KCM_SPLIT_MIGRATION_NAIVE_ONLY") != "" {
-		finish(report(t, began, logf, churners, windows, naive, naiveSwitch, nil))
+		finish(report(t, began, logf, ch, windows, naive, naiveSwitch, nil))
 		return
 	}
 
@@ -181,12 +166,12 @@ func TestMigrationDrill(t *testing.T) {
 	migrationFlags := func(cfg string) []string {
 		return []string{"--enable-leader-migration", "--leader-migration-config=" + cfg}
 	}
-	var steps []window
+	var steps []churn.Window
 	step := func(name string, body func()) {
-		w := window{name: name, start: time.Now()}
+		w := churn.Window{Name: name, Start: time.Now()}
 		logf("-- %s", name)
 		body()
-		w.end = time.Now()
+		w.End = time.Now()
 		steps = append(steps, w)
 	}
 	// kcmStopped is B's switch point: the moment the last KCM process that ran the migrated
@@ -221,7 +206,7 @@ func TestMigrationDrill(t *testing.T) {
 				logf("%s active", b.bin.ID)
 			}
 			waitLease(t, "the migration Lease held by kcm-split", func(_, mig testenv.LeaseRecord) bool { return mig.Holder == "kcm-split" })
-			lb.resume()
+			ch.Resume(churn.ServiceLB)
 		})
 	})
 	// oursLeft is the rollback's switch point: the moment our last binary left phase active,
@@ -233,7 +218,7 @@ func TestMigrationDrill(t *testing.T) {
 		step("R1: kcm-split restarted with C_kcm (standby)", func() {
 			// KCM runs no service-lb controller: its churn stops while ours still runs it,
 			// the change in flight awaited.
-			lb.pause()
+			ch.Pause(churn.ServiceLB)
 			for _, b := range ours {
 				b.stop(t)
 				oursLeft = time.Now()
@@ -272,12 +257,12 @@ func TestMigrationDrill(t *testing.T) {
 				b.waitTakeOver(t, "active", 2*time.Minute)
 				logf("%s took over", b.bin.ID)
 			}
-			lb.resume()
+			ch.Resume(churn.ServiceLB)
 		})
 	})
 	sp := switchPoints{naive: naiveSwitch, b: kcmStopped, rollback: oursLeft, takeOver: kcmGone}
 	windows = append(windows, steps...)
-	last := report(t, began, logf, churners, windows, naive, naiveSwitch, &bResult{sw: sw, rb: rb, to: to, sp: sp})
+	last := report(t, began, logf, ch, windows, naive, naiveSwitch, &bResult{sw: sw, rb: rb, to: to, sp: sp})
 	for _, b := range ours {
 		b.stop(t)
 	}
@@ -306,211 +291,117 @@ func waitLease(t *testing.T, what string, ok func(main, mig testenv.LeaseRecord)
 	}
 }
 
-func sortByReceived(evs []testenv.AuditEvent) {
-	sort.SliceStable(evs, func(i, j int) bool { return evs[i].RequestReceivedTimestamp.Before(evs[j].RequestReceivedTimestamp) })
-}
-
-// firstWrite is when the apiserver received the first write in w that keep keeps, or w's end.
-func firstWrite(t *testing.T, w window, keep func(testenv.AuditEvent) bool) time.Time {
+// writes are the successful writes the apiserver received after from.
+func writes(t *testing.T, from time.Time) []testenv.AuditEvent {
 	t.Helper()
-	evs, err := env.Writes(testenv.AuditEvent.Succeeded, testenv.ReceivedAfter(w.start), keep)
+	evs, err := env.Writes(testenv.AuditEvent.Succeeded, testenv.ReceivedAfter(from))
 	if err != nil {
 		t.Fatal(err)
 	}
-	sortByReceived(evs)
-	if len(evs) == 0 || evs[0].RequestReceivedTimestamp.After(w.end) {
-		return w.end
+	return evs
+}
+
+// firstWrite is when the apiserver received the first write in w that keep keeps, or w's end.
+func firstWrite(t *testing.T, w churn.Window, keep func(testenv.AuditEvent) bool) time.Time {
+	t.Helper()
+	if at, ok := handover.FirstWrite(writes(t, w.Start), handover.Term{From: w.Start, To: w.End}, keep); ok {
+		return at
 	}
-	return evs[0].RequestReceivedTimestamp
+	return w.End
 }
 
 type switchPoints struct{ naive, b, rollback, takeOver time.Time }
 
 type bResult struct {
-	sw, rb, to window
+	sw, rb, to churn.Window
 	sp         switchPoints
 }
 
-// overlap counts the objects written by both KCM's migrated controllers and kcm-split's
-// controllers on the same side of the switch point at, within [from, to): two writers of one
-// object at one time. Written means a successful write (a refused one changed nothing). Leases
-// are left out: both sides write the migration Lease by design. KCM's in-flight writes count:
-// a request KCM sent before it let go but the apiserver received after the switch point is a
-// write after it.
-func overlap(t *testing.T, from, at, to time.Time) (n int, examples []string, kcmAfter, oursBefore int) {
+// overlap finds the objects written by both the old side's writers and the new side's on the
+// same side of the switch point at, within [from, to): two writers of one object at one time.
+// Written means a successful write (a refused one changed nothing). Leases are left out: both
+// sides write the migration Lease by design. The old side's in-flight writes count: a request
+// it sent before it let go but the apiserver received after the switch point is a write after
+// it. In handover's terms the old side's term ends at the switch point and the new side's
+// begins there: OutOfTermA are the old side's writes after it, OutOfTermB the new side's
+// before it.
+func overlap(t *testing.T, from, at, to time.Time, old, nu func(testenv.AuditEvent) bool) handover.Result {
 	t.Helper()
-	evs, err := env.Writes(testenv.AuditEvent.Succeeded, testenv.ReceivedAfter(from), func(ev testenv.AuditEvent) bool {
+	evs := testenv.Filter(writes(t, from), func(ev testenv.AuditEvent) bool {
 		return ev.RequestReceivedTimestamp.Before(to) && ev.ObjectRef.Resource != "leases"
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	type sides struct{ kcm, ours bool }
-	before, after := map[string]*sides{}, map[string]*sides{}
-	for _, ev := range evs {
-		k, o := kcmMigratedWrite(ev), ourWrite(ev)
-		if !k && !o {
-			continue
-		}
-		isAfter := !ev.RequestReceivedTimestamp.Before(at)
-		m := before
-		if isAfter {
-			m = after
-		}
-		key := fmt.Sprintf("%s/%s %s/%s", ev.ObjectRef.APIGroup, ev.ObjectRef.Resource, ev.ObjectRef.Namespace, ev.ObjectRef.Name)
-		s := m[key]
-		if s == nil {
-			s = &sides{}
-			m[key] = s
-		}
-		s.kcm = s.kcm || k
-		s.ours = s.ours || o
-		if k && isAfter {
-			kcmAfter++
-		}
-		if o && !isAfter {
-			oursBefore++
-		}
-	}
-	for _, m := range []map[string]*sides{before, after} {
-		for key, s := range m {
-			if s.kcm && s.ours {
-				n++
-				examples = append(examples, key)
-			}
-		}
-	}
-	slices.Sort(examples)
-	return n, examples, kcmAfter, oursBefore
+	return handover.TwoWriters(evs,
+		handover.Side{Name: "old", Writes: old, Terms: []handover.Term{{From: from, To: at}}},
+		handover.Side{Name: "new", Writes: nu, Terms: []handover.Term{{From: at, To: to}}})
 }
 
 // report prints the figures, asserts the invariants and returns the last line.
 // Over 80 lines: the churn stopped first, then the gap table and each scenario's overlap; the last line needs the figures of every part.
-func report(t *testing.T, began time.Time, logf func(string, ...any), churners []*churner, windows []window, naive window, naiveSwitch time.Time, b *bResult) string {
+func report(t *testing.T, began time.Time, logf func(string, ...any), ch *churn.Churn, windows []churn.Window, naive churn.Window, naiveSwitch time.Time, b *bResult) string {
 	t.Helper()
 	// The churn stops; each loop's last change is awaited (bounded), then every end state is
 	// checked.
-	ctx := context.Background()
-	lost := 0
-	for _, c := range churners {
-		c.pause()
-		lost += c.lost()
-		var what string
-		err := wait.PollUntilContextTimeout(ctx, pollEvery, effectTimeout, true, func(ctx context.Context) (bool, error) {
-			ok, w, err := c.final(ctx)
-			what = w
-			return ok && err == nil, nil
-		})
-		if err != nil {
-			lost++
-			t.Errorf("lost work: %s: end state not reached: %s", c.name, what)
+	rep := ch.Stop(context.Background())
+	for _, cr := range rep.Controllers {
+		if !cr.EndStateOK {
+			t.Errorf("lost work: %s: end state not reached: %s", cr.Name, cr.EndState)
 		}
-		if n := c.lost(); n > 0 {
-			t.Errorf("lost work: %s: %d changes never had their effect", c.name, n)
+		if cr.Lost > 0 {
+			t.Errorf("lost work: %s: %d changes never had their effect", cr.Name, cr.Lost)
 		}
 	}
+	lost := rep.Lost()
 
 	// Gaps: per controller and phase, the longest time a change waited for its effect.
-	logf("longest time nothing acted on a change, per controller (s; changes covered):")
-	var hdr strings.Builder
-	fmt.Fprintf(&hdr, "%-44s", "phase")
-	for _, c := range churners {
-		fmt.Fprintf(&hdr, " %16s", c.name)
+	for _, line := range ch.GapTable(windows) {
+		logf("%s", line)
 	}
-	logf("%s", hdr.String())
 	// The maximum over the controllers KCM hands over: servicelb's figures are its own steady
 	// state (KCM never ran it).
-	gapMax := func(w window) float64 {
-		worst := 0.0
-		for _, c := range churners {
-			if c.name == "servicelb" {
-				continue
-			}
-			g, _ := c.gapIn(w)
-			worst = max(worst, g.Seconds())
-		}
-		return worst
-	}
-	for _, w := range windows {
-		var line strings.Builder
-		fmt.Fprintf(&line, "%-44s", w.name)
-		for _, c := range churners {
-			g, n := c.gapIn(w)
-			fmt.Fprintf(&line, " %10.2f (%3d)", g.Seconds(), n)
-		}
-		logf("%s", line.String())
-	}
-	for _, c := range churners {
-		logf("churn %s: %d changes, %d step errors", c.name, len(c.snapshot()), c.errors.Load())
+	gapMax := func(w churn.Window) float64 { return ch.GapMax(w, churn.ServiceLB).Seconds() }
+	for _, cr := range rep.Controllers {
+		logf("churn %s: %d changes, %d step errors", cr.Name, cr.Changes, cr.StepErrors)
 	}
 	// The changes behind the figures: every one that waited more than the goal.
-	for _, w := range windows {
-		for _, c := range churners {
-			for _, s := range c.slowIn(w, 2*time.Second) {
-				seen := "never"
-				if !s.seen.IsZero() {
-					seen = fmt.Sprintf("after %.2fs", s.seen.Sub(s.at).Seconds())
-				}
-				logf("slow in %q: %s: %s at %s, effect %s", w.name, c.name, s.what, s.at.Format(time.StampMilli), seen)
-			}
-		}
+	for _, line := range ch.SlowChanges(windows, 2*time.Second) {
+		logf("%s", line)
 	}
 
-	nOverlap, ex, kcmAfter, oursBefore := overlap(t, naive.start, naiveSwitch, naive.end)
-	logf("naive: switch point (first kcm-split write) %s; objects written by both sides: %d %v; KCM writes after it: %d", naiveSwitch.Format(time.StampMilli), nOverlap, ex, kcmAfter)
-	_ = oursBefore
+	res := overlap(t, naive.Start, naiveSwitch, naive.End, kcmMigratedWrite, ourWrite)
+	logf("naive: switch point (first kcm-split write) %s; objects written by both sides: %d %v; KCM writes after it: %d",
+		naiveSwitch.Format(time.StampMilli), len(res.TwoWriters), res.Objects(), len(res.OutOfTermA))
 	if b == nil {
 		logf("scenario B not run to its end (see above)")
 		logf("run duration %s", time.Since(began).Round(time.Second))
 		return fmt.Sprintf("migration: overlap=- gap_max_s=- lost=%d rollback_overlap=- rollback_gap_max_s=- naive_gap_max_s=%.1f", lost, gapMax(naive))
 	}
-	ov, ex, kcmAfter, oursBefore := overlap(t, b.sw.start, b.sp.b, b.rb.start)
+	res = overlap(t, b.sw.Start, b.sp.b, b.rb.Start, kcmMigratedWrite, ourWrite)
+	ov := len(res.TwoWriters)
 	logf("switch: switch point %s (last KCM process running the migrated controllers exited); objects written by both sides: %d %v; KCM writes received after it: %d; kcm-split writes before it: %d",
-		b.sp.b.Format(time.StampMilli), ov, ex, kcmAfter, oursBefore)
+		b.sp.b.Format(time.StampMilli), ov, res.Objects(), len(res.OutOfTermA), len(res.OutOfTermB))
 	if ov != 0 {
-		t.Errorf("switch: %d objects written by both KCM and kcm-split on one side of the switch point: %v", ov, ex)
+		t.Errorf("switch: %d objects written by both KCM and kcm-split on one side of the switch point: %v", ov, res.Examples(-1))
 	}
 	// Rollback: the roles swap (KCM is the new side).
-	rov, rex, oursAfter, kcmBefore := overlapRollback(t, b.rb.start, b.sp.rollback, b.to.start)
+	res = overlap(t, b.rb.Start, b.sp.rollback, b.to.Start, ourWrite, kcmMigratedWrite)
+	rov := len(res.TwoWriters)
 	logf("rollback: switch point %s (last kcm-split binary left active); objects written by both sides: %d %v; kcm-split writes received after it: %d; KCM writes before it: %d",
-		b.sp.rollback.Format(time.StampMilli), rov, rex, oursAfter, kcmBefore)
+		b.sp.rollback.Format(time.StampMilli), rov, res.Objects(), len(res.OutOfTermA), len(res.OutOfTermB))
 	if rov != 0 {
-		t.Errorf("rollback: %d objects written by both KCM and kcm-split on one side of the switch point: %v", rov, rex)
+		t.Errorf("rollback: %d objects written by both KCM and kcm-split on one side of the switch point: %v", rov, res.Examples(-1))
 	}
-	tov, tex, kcmAfter, oursBefore := overlap(t, b.to.start, b.sp.takeOver, time.Now())
+	res = overlap(t, b.to.Start, b.sp.takeOver, time.Now(), kcmMigratedWrite, ourWrite)
+	tov := len(res.TwoWriters)
 	logf("take-over: switch point %s (last KCM process running the controllers exited); objects written by both sides: %d %v; KCM writes received after it: %d; kcm-split writes before it: %d",
-		b.sp.takeOver.Format(time.StampMilli), tov, tex, kcmAfter, oursBefore)
+		b.sp.takeOver.Format(time.StampMilli), tov, res.Objects(), len(res.OutOfTermA), len(res.OutOfTermB))
 	if tov != 0 {
-		t.Errorf("take-over: %d objects written by both KCM and kcm-split on one side of the switch point: %v", tov, tex)
+		t.Errorf("take-over: %d objects written by both KCM and kcm-split on one side of the switch point: %v", tov, res.Examples(-1))
 	}
 	logf("take-over: overlap=%d gap_max_s=%.1f", tov, gapMax(b.to))
 	logf("run duration %s", time.Since(began).Round(time.Second))
 	// The last line, exactly (stdout, without the test log's prefix; the Makefile prints it last).
 	return fmt.Sprintf("migration: overlap=%d gap_max_s=%.1f lost=%d rollback_overlap=%d rollback_gap_max_s=%.1f naive_gap_max_s=%.1f",
 		ov, gapMax(b.sw), lost, rov, gapMax(b.rb), gapMax(naive))
-}
-
-// overlapRollback is overlap for the rollback, where kcm-split is the old side: it also
-// returns kcm-split's writes after the switch point and KCM's before it.
-func overlapRollback(t *testing.T, from, at, to time.Time) (n int, examples []string, oursAfter, kcmBefore int) {
-	t.Helper()
-	n, examples, _, _ = overlap(t, from, at, to)
-	evs, err := env.Writes(testenv.AuditEvent.Succeeded, testenv.ReceivedAfter(from), func(ev testenv.AuditEvent) bool {
-		return ev.RequestReceivedTimestamp.Before(to) && ev.ObjectRef.Resource != "leases"
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ev := range evs {
-		after := !ev.RequestReceivedTimestamp.Before(at)
-		if ourWrite(ev) && after {
-			oursAfter++
-		}
-		if kcmMigratedWrite(ev) && !after {
-			kcmBefore++
-		}
-	}
-	return n, examples, oursAfter, kcmBefore
 }
 
 // installPoolCRD installs the chart's IPAddressPool CRD and waits until it is served.

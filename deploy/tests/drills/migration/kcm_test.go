@@ -14,6 +14,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/kcm-split/kcm-split/deploy/tests/drills/handover"
 	"github.com/kcm-split/kcm-split/shared/testenv"
 )
 
@@ -40,28 +41,13 @@ func controllersOff() string {
 	return "--controllers=*," + "-" + strings.Join(migrated, ",-")
 }
 
-// kcmClients are the suffixes KCM v1.36 adds to its user agent for the clients of the migrated
-// controllers (controllerContext.NewClient names in cmd/kube-controller-manager/app): with
-// --use-service-account-credentials=false every request of controller X carries
-// "kube-controller-manager/<version> (...) kubernetes/<commit>/<client>". The service-lb
-// controller is absent: KCM runs none without a cloud provider.
-var kcmClients = []string{
-	"/endpoint-controller", "/endpointslice-controller", "/endpointslicemirroring-controller",
-	"/node-controller", "/resourcequota-controller", "/namespace-controller", "/persistent-volume-binder",
-}
+// kcmMigratedWrite reports whether ev is a write by one of KCM's migrated controllers: with
+// --use-service-account-credentials=false each one's client name ends the user agent.
+var kcmMigratedWrite = handover.KCMByUserAgent(handover.KCMClients...)
 
-// kcmMigratedWrite reports whether ev is a write by one of KCM's migrated controllers.
-func kcmMigratedWrite(ev testenv.AuditEvent) bool {
-	if !strings.HasPrefix(ev.UserAgent, "kube-controller-manager/") {
-		return false
-	}
-	for _, s := range kcmClients {
-		if strings.HasSuffix(ev.UserAgent, s) {
-			return true
-		}
-	}
-	return false
-}
+// nodeGrace is --node-monitor-grace-period on both sides: a Node whose Lease is not renewed
+// for that long is the node lifecycle controller's to mark NotReady.
+const nodeGrace = 8 * time.Second
 
 // kcmReplica is one kube-controller-manager replica, as a static Pod is: one identity per
 // process, restarted with new flags by a roll.
@@ -102,7 +88,7 @@ func (k *kcmReplica) flags(extra ...string) []string {
 		"--kubeconfig=" + env.Kubeconfig,
 		"--leader-elect=true",
 		// One identity for every controller, so that each request's user agent names its
-		// controller (kcmClients) and the admin token the drill writes to the kubeconfig is
+		// controller (handover.KCMClients) and the admin token the drill writes to the kubeconfig is
 		// enough: no ServiceAccount token controller needed.
 		"--use-service-account-credentials=false",
 		"--bind-address=127.0.0.1",

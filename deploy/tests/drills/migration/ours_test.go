@@ -12,6 +12,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/kcm-split/kcm-split/deploy/tests/drills/handover"
 	"github.com/kcm-split/kcm-split/shared/testenv"
 )
 
@@ -126,22 +127,7 @@ func (b *binary) waitTakeOver(t *testing.T, state string, timeout time.Duration)
 
 // ourWrite reports whether ev is a write by one of our binaries' controllers (not their
 // leader election, which the switch point analysis reads apart).
-func ourWrite(ev testenv.AuditEvent) bool {
-	return isOurs(ev) && !strings.HasSuffix(ev.UserAgent, "/leader-election")
-}
-
-var ourIDs = []string{"endpoints-controller", "nodelifecycle-controller", "quota-controller",
-	"namespace-controller", "service-lb-controller", "pv-binder-controller"}
-
-// isOurs reports whether ev comes from one of our binaries.
-func isOurs(ev testenv.AuditEvent) bool {
-	for _, id := range ourIDs {
-		if strings.HasPrefix(ev.UserAgent, id+"/") {
-			return true
-		}
-	}
-	return false
-}
+var ourWrite = handover.KcmSplitWrites(handover.KcmSplitIDs...)
 
 // writeMigrationConfig writes a LeaderMigrationConfiguration (v1: Leases only, no resourceLock
 // field; strict decoding refuses one) giving every migrated controller
