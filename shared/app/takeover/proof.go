@@ -99,10 +99,12 @@ func proveKCMOff(controllers []string, v kcmView, now time.Time) (verdict, strin
 	if l.Spec.RenewTime == nil {
 		return unproven, fmt.Sprintf("kube-controller-manager's Lease, held by %q, has no renew time", holder)
 	}
+	onHost := false
 	for _, p := range v.pods {
 		if !strings.EqualFold(p.Spec.NodeName, host) { // a Node name is the host name in lower case
 			continue
 		}
+		onHost = true
 		started := kcmStartedAt(p)
 		if started.IsZero() {
 			continue
@@ -116,8 +118,32 @@ func proveKCMOff(controllers []string, v kcmView, now time.Time) (verdict, strin
 			return undecided, fmt.Sprintf("kube-controller-manager's Lease is held by %q, renewed within the second Pod %s/%s's process started", holder, p.Namespace, p.Name)
 		}
 	}
-	return unproven, fmt.Sprintf("kube-controller-manager's Lease is held by %q, last renewed at %s, and no Pod on node %q runs a process started before that", holder,
-		l.Spec.RenewTime.UTC().Format(time.RFC3339Nano), host)
+	if !onHost {
+		return acquiredAfterEveryStart(holder, host, l, v.pods)
+	}
+	// No time in the reason: it is logged when it changes, and the Lease renews every few seconds.
+	return unproven, fmt.Sprintf("kube-controller-manager's Lease is held by %q, and no Pod on node %q runs a process started before its last renewal", holder, host)
+}
+
+// acquiredAfterEveryStart judges a Lease whose holder names a host that is no Pod's node: the
+// kubelet's --hostname-override (kubeadm's nodeRegistration.name, a cloud's node names) makes
+// the Node's name differ from the host name kube-controller-manager puts in its identity. The
+// holder is then taken for a process of one of the Pods only if it acquired the Lease a second
+// after every Pod's process started: every process running then belongs to one of those Pods
+// (the kubelet ended each replaced one before its successor started), and each turns the
+// controllers off. A holder that kept the Lease through the roll is not proof: it may be a
+// kube-controller-manager outside those Pods.
+func acquiredAfterEveryStart(holder, host string, l *coordinationv1.Lease, pods []*corev1.Pod) (verdict, string) {
+	if len(pods) == 0 || l.Spec.AcquireTime == nil {
+		return unproven, fmt.Sprintf("kube-controller-manager's Lease is held by %q, on host %q, which runs none of its Pods", holder, host)
+	}
+	for _, p := range pods {
+		started := kcmStartedAt(p)
+		if started.IsZero() || !l.Spec.AcquireTime.Time.After(started.Add(time.Second)) {
+			return unproven, fmt.Sprintf("kube-controller-manager's Lease is held by %q, on host %q (no Pod's node), which took it before Pod %s/%s's process started", holder, host, p.Namespace, p.Name)
+		}
+	}
+	return proven, fmt.Sprintf("kube-controller-manager's Lease is held by %q, on host %q (no Pod's node: a --hostname-override), which took it after every Pod's process started", holder, host)
 }
 
 // kcmContainer is the Pod's kube-controller-manager container: the one of that name, else the

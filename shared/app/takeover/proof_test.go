@@ -33,6 +33,12 @@ func kcmLeaseHeld(holder string, renewed time.Time) *coordinationv1.Lease {
 			AcquireTime: &metav1.MicroTime{Time: renewed.Add(-time.Hour)}, RenewTime: &metav1.MicroTime{Time: renewed}}}
 }
 
+// acquiredAt sets the Lease's acquire time.
+func acquiredAt(l *coordinationv1.Lease, at time.Time) *coordinationv1.Lease {
+	l.Spec.AcquireTime = &metav1.MicroTime{Time: at}
+	return l
+}
+
 func TestProveKCMOff(t *testing.T) {
 	now := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
 	start := now.Add(-time.Minute)
@@ -66,19 +72,33 @@ func TestProveKCMOff(t *testing.T) {
 		{name: "Lease released", v: kcmView{synced: true, pods: []*corev1.Pod{kcmPod("cp-1", start, off)}, lease: released, leaseSince: now}, proof: proven},
 		{name: "Lease held by a process started in a proven Pod", proof: proven,
 			v: kcmView{synced: true, pods: []*corev1.Pod{kcmPod("cp-1", start, off)}, lease: kcmLeaseHeld("cp-1_4a1b", start.Add(5*time.Second)), leaseSince: now}},
-		{name: "Lease last renewed before the Pod's process started: maybe by the one it replaced", why: "no Pod on node \"cp-1\" runs a process started before that",
+		{name: "Lease last renewed before the Pod's process started: maybe by the one it replaced", why: "no Pod on node \"cp-1\" runs a process started before its last renewal",
 			v: kcmView{synced: true, pods: []*corev1.Pod{kcmPod("cp-1", start, off)}, lease: kcmLeaseHeld("cp-1_4a1b", start.Add(-time.Hour)), leaseSince: now}},
 		{name: "Lease renewed within the start's second: not surely after", proof: undecided, why: "within the second",
 			v: kcmView{synced: true, pods: []*corev1.Pod{kcmPod("cp-1", start, off)}, lease: kcmLeaseHeld("cp-1_4a1b", start.Add(500*time.Millisecond)), leaseSince: now}},
-		{name: "Lease held by a host without a Pod", why: "no Pod on node \"elsewhere\"",
+		{name: "Lease held by a host without a Pod, since before the Pods started", why: "on host \"elsewhere\" (no Pod's node), which took it before Pod kube-system/kube-controller-manager-cp-1's",
 			v: kcmView{synced: true, pods: []*corev1.Pod{kcmPod("cp-1", start, off)}, lease: kcmLeaseHeld("elsewhere_4a1b", now), leaseSince: now}},
 		{name: "Lease held by a host whose Pod does not run", why: "no Pod on node \"cp-1\"",
 			v: kcmView{synced: true, pods: []*corev1.Pod{kcmPod("cp-1", time.Time{}, off)}, lease: kcmLeaseHeld("cp-1_4a1b", now), leaseSince: now}},
+		// kubeadm's nodeRegistration.name or a cloud's node names: the Node is not named after the
+		// host in kube-controller-manager's identity.
+		{name: "Lease taken after every Pod's process started, by a host that is no Pod's node", proof: proven, why: "took it after every Pod's process started",
+			v: kcmView{synced: true, pods: []*corev1.Pod{kcmPod("cp-1", start, off), kcmPod("cp-2", start.Add(10*time.Second), off)},
+				lease: acquiredAt(kcmLeaseHeld("vm_4a1b", now), start.Add(12*time.Second)), leaseSince: now}},
+		{name: "Lease taken before the last Pod's process started, by a host that is no Pod's node", why: "took it before Pod kube-system/kube-controller-manager-cp-2's",
+			v: kcmView{synced: true, pods: []*corev1.Pod{kcmPod("cp-1", start, off), kcmPod("cp-2", start.Add(10*time.Second), off)},
+				lease: acquiredAt(kcmLeaseHeld("vm_4a1b", now), start.Add(5*time.Second)), leaseSince: now}},
+		{name: "Lease taken within the second a Pod's process started, by a host that is no Pod's node", why: "took it before",
+			v: kcmView{synced: true, pods: []*corev1.Pod{kcmPod("cp-1", start, off)},
+				lease: acquiredAt(kcmLeaseHeld("vm_4a1b", now), start.Add(500*time.Millisecond)), leaseSince: now}},
+		{name: "Lease held by a host that is no Pod's node, a Pod not running", why: "took it before",
+			v: kcmView{synced: true, pods: []*corev1.Pod{kcmPod("cp-1", start, off), kcmPod("cp-2", time.Time{}, off)},
+				lease: acquiredAt(kcmLeaseHeld("vm_4a1b", now), start.Add(5*time.Second)), leaseSince: now}},
 		{name: "Lease held, no host in the identity", why: "names no host",
 			v: kcmView{synced: true, pods: []*corev1.Pod{kcmPod("cp-1", start, off)}, lease: kcmLeaseHeld("kcm", now), leaseSince: now}},
 		{name: "Lease held by an unknown host, expired by local observation", proof: proven,
 			v: kcmView{synced: true, pods: []*corev1.Pod{kcmPod("cp-1", start, off)}, lease: kcmLeaseHeld("elsewhere_4a1b", start), leaseSince: now.Add(-16 * time.Second)}},
-		{name: "Lease renewed long ago by its own clock, seen changing here: not expired", why: "no Pod on node \"elsewhere\"",
+		{name: "Lease renewed long ago by its own clock, seen changing here: not expired", why: "on host \"elsewhere\" (no Pod's node), which took it before",
 			v: kcmView{synced: true, pods: []*corev1.Pod{kcmPod("cp-1", start, off)}, lease: kcmLeaseHeld("elsewhere_4a1b", now.Add(-time.Hour)), leaseSince: now.Add(-14 * time.Second)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
