@@ -7,7 +7,7 @@ SHELL := /bin/bash
 
 ROOT     := $(abspath .)
 BIN      := $(ROOT)/bin
-MODULES  := shared $(patsubst %/go.mod,%,$(wildcard services/*/go.mod)) deploy/tests/chart deploy/tests/chart/dashboards deploy/tests/drills deploy/images deploy/tests/scale deploy/tests/lb
+MODULES  := shared $(patsubst %/go.mod,%,$(wildcard services/*/go.mod)) deploy/kubeadm/plan deploy/tests/chart deploy/tests/chart/dashboards deploy/tests/drills deploy/images deploy/tests/scale deploy/tests/lb
 # One binary per services/<alias>/cmd/<name>.
 CMDS     := $(wildcard services/*/cmd/*)
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -53,6 +53,11 @@ kubeadm-images: ## kubeadm v1.36.3's images (control plane, etcd, kube-proxy, Co
 	@TOOLS_ONLY="kubeadm etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy coredns" bash deploy/tools/build.sh $(BIN)
 	@cd deploy/images && GOWORK=off go run . -root $(ROOT) -out $(BIN)/images/kubeadm -version $(VERSION) \
 		-revision "$(REVISION)" -epoch $(SOURCE_DATE_EPOCH) -kubeadm $(BIN) $(IMAGES_FLAGS)
+
+.PHONY: plan
+plan: ## Build bin/kcm-split-plan: reads a running kube-controller-manager (manifest or Pods), prints the chart values carrying its flags and the --controllers turning its controllers off
+	@echo "build: bin/kcm-split-plan"
+	@cd deploy/kubeadm/plan && CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o $(BIN)/kcm-split-plan ./cmd/kcm-split-plan
 
 comma := ,
 empty :=
@@ -161,3 +166,4 @@ helm-lint: tools ## Lint the Helm chart: helm lint, template each controller alo
 .PHONY: clean
 clean: ## Remove built controller binaries (keeps the tools)
 	@for c in $(CMDS); do rm -f $(BIN)/$$(basename $$c); done
+	@rm -f $(BIN)/kcm-split-plan
