@@ -69,7 +69,7 @@ func TestPlanFromLivePods(t *testing.T) {
 	}
 	live := func(args ...string) (int, string, string) {
 		var out, errOut bytes.Buffer
-		code := Main(context.Background(), append([]string{"--kubeconfig=" + env.Kubeconfig, "--namespace=" + ns}, args...), &out, &errOut)
+		code := Main(context.Background(), append([]string{"--kubeconfig=" + env.Kubeconfig, "--namespace=" + ns}, args...), strings.NewReader(""), &out, &errOut)
 		return code, out.String(), errOut.String()
 	}
 

@@ -25,6 +25,7 @@ const (
 	outValues      = "values"
 	outControllers = "controllers"
 	outKubeadm     = "kubeadm"
+	outCluster     = "cluster-config"
 )
 
 const usage = `kcm-split-plan reads a running kube-controller-manager and prints what moving some of its
@@ -41,7 +42,7 @@ Flags:
 `
 
 // Main runs kcm-split-plan with args (without the program name) and returns its exit code.
-func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("kcm-split-plan", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -55,11 +56,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var opts Options
 	fs.StringVar(&opts.Controllers, "controllers", "", "the kcm-split binaries that take over, comma-separated: "+
 		"endpoints, namespace, nodelifecycle, pvbinder, quota, servicelb, or all (every one but servicelb)")
+	clusterConfig := fs.String("cluster-config", "", "with -o cluster-config: kubeadm's ClusterConfiguration (v1beta4) to print with the new --controllers set in it, "+
+		"every other setting kept (- reads stdin): kubectl -n kube-system get cm kubeadm-config -o jsonpath='{.data.ClusterConfiguration}'")
 	fs.BoolVar(&opts.TakeOver, "take-over", true, "add takeOverFromKCM to the values: each binary waits until kube-controller-manager's Pods turn its controllers off")
 	output := outAll
 	for _, name := range []string{"o", "output"} {
 		fs.StringVar(&output, name, outAll, "what to print on stdout: values (the chart values), controllers (kube-controller-manager's "+
-			"new --controllers value), kubeadm (the ClusterConfiguration entry), or all (values, then kubeadm, as two YAML documents)")
+			"new --controllers value), kubeadm (the ClusterConfiguration entry), cluster-config (--cluster-config's file with that entry merged), or all (values, then kubeadm, as two YAML documents)")
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -80,8 +83,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return fail(badInput("unexpected arguments %q", fs.Args()))
 	case (*manifest == "") == (*kubeconfig == ""):
 		return fail(badInput("give one of --manifest and --kubeconfig"))
-	case output != outAll && output != outValues && output != outControllers && output != outKubeadm:
-		return fail(badInput("-o %q: want all, values, controllers or kubeadm", output))
+	case output != outAll && output != outValues && output != outControllers && output != outKubeadm && output != outCluster:
+		return fail(badInput("-o %q: want all, values, controllers, kubeadm or cluster-config", output))
+	case output == outCluster && *clusterConfig == "":
+		return fail(errNoClusterConfig)
 	}
 	var src source
 	var err error
@@ -97,8 +102,18 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
-	out, err := p.output(output)
-	if err != nil {
+	var out string
+	if output == outCluster {
+		doc, err := readClusterConfig(*clusterConfig, stdin)
+		if err != nil {
+			return fail(err)
+		}
+		b, err := withControllers(doc, p.New.String())
+		if err != nil {
+			return fail(err)
+		}
+		out = string(b)
+	} else if out, err = p.output(output); err != nil {
 		return fail(err)
 	}
 	p.Report(stderr)

@@ -246,7 +246,7 @@ func TestPlanSpecialValues(t *testing.T) {
 func TestCommand(t *testing.T) {
 	run := func(args ...string) (int, string, string) {
 		var out, errOut bytes.Buffer
-		code := Main(context.Background(), args, &out, &errOut)
+		code := Main(context.Background(), args, strings.NewReader(""), &out, &errOut)
 		return code, out.String(), errOut.String()
 	}
 	const manifest = "--manifest=testdata/kube-controller-manager-extra.yaml"
