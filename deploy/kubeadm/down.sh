@@ -23,7 +23,8 @@ if [ -x "$BIN/kubeadm" ]; then
   kadm reset -f --cri-socket "unix://$CONTAINERD_SOCK" >"$LOGS/kubeadm-reset.log" 2>&1 ||
     kwarn "kubeadm reset failed: $LOGS/kubeadm-reset.log"
 fi
-rm -f /etc/kubernetes/kcm-split-audit.yaml
+# kubeadm reset leaves the upgrade's backups (/etc/kubernetes/tmp) behind.
+rm -rf /etc/kubernetes/kcm-split-audit.yaml /etc/kubernetes/tmp
 # The audit log goes with the logs of this run.
 if [ -d /var/log/kubernetes/audit ]; then
   rm -rf "$LOGS/kubeadm-audit" && mv /var/log/kubernetes/audit "$LOGS/kubeadm-audit"
