@@ -246,6 +246,7 @@ func TestAlertRules(t *testing.T) {
 
 // The PrometheusRule is off by default and needs the CRD; prometheusRule.* values do what
 // values.yaml says.
+// Over 80 lines: one value after another, each rendered and checked in turn.
 func TestPrometheusRuleValues(t *testing.T) {
 	c, v := chart(t)
 	all := ruleArgs(v)
