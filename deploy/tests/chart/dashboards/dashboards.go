@@ -254,7 +254,7 @@ func commonSections() []section {
 			ts("Fenced writes by reason", "ops", 6, "Mutating requests refused inside the process because its Lease may have been taken.",
 				q(rateBy("kcm_split_leader_fenced_writes_total", "name, reason", ""), "{{name}} {{reason}}")),
 			ts("Leader Migration phase", "short", 24,
-				"The phase each replica reports (1): off (no --enable-leader-migration), standby, waiting (leads its Lease, waits for the migration Lease's group), active, handing-back.",
+				"The phase each replica reports (1): off (Leader Migration not enabled), standby, waiting (leads its Lease, waits for the migration Lease's group), active, handing-back.",
 				q(`max by (instance, phase) (kcm_split_leader_migration_phase{$SEL}) == 1`, "{{instance}} {{phase}}")),
 		}},
 		{title: "Reconciles", panels: []panel{
@@ -320,7 +320,7 @@ func overviewSections() []section {
 			ts("Take-over lapses", "short", 8,
 				"Binaries started with --take-over-from-kcm only: times the proof stopped holding while the controllers ran on it, per window (they stopped, their writes refused, and wait for the proof again).",
 				q(`sum by (job) (increase(kcm_split_takeover_lapses_total{$SEL}[$__rate_interval]))`, "{{job}}")),
-			{title: "Leader Migration phase by replica", kind: "table", width: 8, desc: "One row per replica and the phase it reports: off (no --enable-leader-migration), standby, waiting, active, handing-back.",
+			{title: "Leader Migration phase by replica", kind: "table", width: 8, desc: "One row per replica and the phase it reports: off (Leader Migration not enabled), standby, waiting, active, handing-back.",
 				queries: []query{q(`max by (job, instance, phase) (kcm_split_leader_migration_phase{$SEL}) == 1`, "")}},
 			ts("Foreign writer episodes", "short", 12,
 				"Episodes in which another field manager (kube-controller-manager still running a controller, a hand edit) wrote fields a controller owns (endpoints and quota controllers); ForeignWriterDetected Events name it.",
