@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -36,7 +37,7 @@ func publishKCMPod(t *testing.T, client kubernetes.Interface, ns, node, controll
 // controller never may write while a KCM process whose flags run that controller leads: the
 // binary waits while KCM runs it, takes over once the roll turned it off, stops (writes
 // refused) when a Pod turns it on again, and takes over again after the next roll.
-// Long: one sampler watches every roll, so the rolls run in order in one function.
+// Over 80 lines: one sampler watches every roll, so the rolls run in order in one function.
 func TestTakeOverFromKCM(t *testing.T) {
 	testenv.Require(t, env)
 	client := env.Client(t)
@@ -98,6 +99,8 @@ func TestTakeOverFromKCM(t *testing.T) {
 	if n := m.starts.Load(); n != 0 {
 		t.Fatalf("the controller started %d times while KCM runs it", n)
 	}
+	// What the alerts read: KCM runs it, no lapse, not proven (a planned take-over).
+	m.waitMetrics(t, "a planned take-over", "kcm_split_takeover_kcm_runs_controllers 1", "kcm_split_takeover_lapses_total 0", "kcm_split_takeover_proven 0")
 
 	// The roll: the kubelet stops the process (its Lease left to expire), publishes the new
 	// mirror Pod, and starts the new process, which turns the controller off.
@@ -112,7 +115,8 @@ func TestTakeOverFromKCM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"kcm_split_takeover_proven 1", `kcm_split_leader_fenced_writes_total{name="a-controller",reason="kcm_may_run"}`} {
+	for _, want := range []string{"kcm_split_takeover_proven 1", `kcm_split_leader_fenced_writes_total{name="a-controller",reason="kcm_may_run"}`,
+		"kcm_split_takeover_kcm_runs_controllers 0", "kcm_split_takeover_lapses_total 0"} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
@@ -127,6 +131,7 @@ func TestTakeOverFromKCM(t *testing.T) {
 	if mayWrite() {
 		t.Fatal("writes allowed after the proof lapsed")
 	}
+	m.waitMetrics(t, "the trap", "kcm_split_takeover_kcm_runs_controllers 1", "kcm_split_takeover_lapses_total 1", "kcm_split_takeover_proven 0")
 	kcm.stop()
 	kcm = startProc(true, true)
 	waitFor(t, "KCM to lead", 20*time.Second, kcm.owns.Load)
@@ -142,6 +147,7 @@ func TestTakeOverFromKCM(t *testing.T) {
 	if n := m.starts.Load(); n != 2 {
 		t.Errorf("the controller started %d times, want 2", n)
 	}
+	m.waitMetrics(t, "taken over again", "kcm_split_takeover_kcm_runs_controllers 0", "kcm_split_takeover_lapses_total 1", "kcm_split_takeover_proven 1")
 
 	m.cancel()
 	select {
@@ -159,4 +165,38 @@ func TestTakeOverFromKCM(t *testing.T) {
 		t.Fatalf("%d samples where KCM ran the controller and the binary could write; first: %v", n, first.Load())
 	}
 	_ = kcm
+}
+
+// waitMetrics waits until m's /metrics has every line of want (a metric without labels and its
+// value), failing t after 10 s with the lines it had.
+func (m *groupMember) waitMetrics(t *testing.T, what string, want ...string) {
+	t.Helper()
+	var body string
+	ok := func() bool {
+		_, b, err := httpGet(m.base + "/metrics")
+		if err != nil {
+			return false
+		}
+		body = b
+		lines := strings.Split(b, "\n")
+		for _, w := range want {
+			if !slices.Contains(lines, w) {
+				return false
+			}
+		}
+		return true
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			var got []string
+			for l := range strings.SplitSeq(body, "\n") {
+				if strings.HasPrefix(l, "kcm_split_takeover_") {
+					got = append(got, l)
+				}
+			}
+			t.Fatalf("%s: /metrics has %q, want %q", what, got, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

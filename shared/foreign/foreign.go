@@ -103,9 +103,13 @@ type Detector struct {
 	log           logr.Logger
 	now           func() time.Time
 	detected      *prometheus.CounterVec
-	// start excludes history: entries older than the Detector (for example KCM's, from before
-	// the switch) were written before this term could have seen them.
-	start time.Time
+	// start excludes history: entries older than the first object the Detector looks at (for
+	// example KCM's, from before the switch) were written before this term's controllers ran.
+	// It is taken then, not in New: a term built while the controllers still wait (for the
+	// take-over's proof, or the migration Lease) would otherwise count every write the other
+	// owner made during the wait, reporting a planned switch as a second writer.
+	startOnce sync.Once
+	start     time.Time
 
 	mu sync.Mutex
 	// seen holds, per object, the time of each foreign entry already looked at, only for
@@ -147,8 +151,6 @@ func New(o Options) *Detector {
 	if d.now == nil {
 		d.now = time.Now
 	}
-	// managedFields times have whole seconds: an entry of start's own second counts.
-	d.start = d.now().Truncate(time.Second)
 	return d
 }
 
@@ -188,6 +190,8 @@ type Write struct {
 // informer's transform, before managedFields are dropped. It returns the writes found (for
 // tests); the reports are made already.
 func (d *Detector) Observe(t *Target, obj any) []Write {
+	// managedFields times have whole seconds: an entry of start's own second counts.
+	d.startOnce.Do(func() { d.start = d.now().Truncate(time.Second) })
 	m, err := meta.Accessor(obj)
 	if err != nil || len(m.GetManagedFields()) == 0 {
 		return nil

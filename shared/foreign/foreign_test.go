@@ -104,6 +104,22 @@ func TestOwnAndIgnoredManagersDoNotCount(t *testing.T) {
 	}
 }
 
+// A term built before its controllers may run (waiting for the take-over's proof or the
+// migration Lease) sees, once they run, the writes the other owner made while it waited: they
+// are history, not a second writer. A write after the first object looked at is one.
+func TestWritesWhileWaitingAreHistory(t *testing.T) {
+	f := newFixture(t, Options{})
+	during := f.clock.step(3 * time.Minute) // KCM still runs the controller, this term waits
+	f.clock.step(2 * time.Minute)           // the controllers start: their informers list
+	if got := f.d.Observe(f.target, endpoints("u1", entry("kube-controller-manager", metav1.ManagedFieldsOperationUpdate, "", during, subsets))); len(got) != 0 || f.count() != 0 {
+		t.Errorf("a write from before the controllers ran was reported: %v, counter %v", got, f.count())
+	}
+	after := f.clock.step(time.Minute)
+	if got := f.d.Observe(f.target, endpoints("u1", entry("kube-controller-manager", metav1.ManagedFieldsOperationUpdate, "", after, subsets))); len(got) != 1 || f.count() != 1 {
+		t.Errorf("a write after the controllers ran: found %v, counter %v; want it reported", got, f.count())
+	}
+}
+
 func TestOwnsFilters(t *testing.T) {
 	f := newFixture(t, Options{})
 	f.target.Owns = func(m metav1.Object) bool { return m.GetName() != "web" }

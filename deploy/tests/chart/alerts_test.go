@@ -20,20 +20,37 @@ import (
 const (
 	alertRelease   = "kcm-split"
 	alertNamespace = "kube-system"
-	// defaultRunbook is values.yaml's prometheusRule.runbookBaseURL.
-	defaultRunbook = "https://github.com/kcm-split/kcm-split/blob/main/charts/kcm-split/RUNBOOK.md"
+	// promtoolRunbook stands for the runbook base in the promtool tests' expected annotations
+	// (the default follows the chart's version, which a test file should not repeat).
+	promtoolRunbook = "RUNBOOK.md"
 )
 
 var ruleCapability = []string{"--api-versions", "monitoring.coreos.com/v1/PrometheusRule"}
 
-// ruleArgs enables every controller and the PrometheusRule, then appends more.
+// ruleArgs enables every controller, the PrometheusRule and the opt-in scrape of
+// kube-controller-manager's job (every alert the chart can render), then appends more.
 func ruleArgs(v *Values, more ...string) []string {
 	args := append([]string{}, ruleCapability...)
-	args = append(args, "--set", "prometheusRule.enabled=true")
+	args = append(args, "--set", "prometheusRule.enabled=true", "--set", "prometheusRule.kubeControllerManagerJob=kube-controller-manager")
 	for _, a := range v.Aliases() {
 		args = append(args, "--set", "controllers."+a+".enabled=true")
 	}
 	return append(args, more...)
+}
+
+// defaultRunbook is the runbook_url base with prometheusRule.runbookBaseURL empty: RUNBOOK.md
+// on GitHub at the tag the release workflow gives this chart version.
+func defaultRunbook(t *testing.T, c *Chart) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(c.Dir, "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var meta struct{ Name, Version, Home string }
+	if err := yaml.Unmarshal(b, &meta); err != nil || meta.Version == "" || meta.Home == "" {
+		t.Fatalf("Chart.yaml: %v %+v", err, meta)
+	}
+	return strings.TrimSuffix(meta.Home, "/") + "/blob/v" + meta.Version + "/charts/" + meta.Name + "/RUNBOOK.md"
 }
 
 // renderRules renders the chart and returns its one PrometheusRule as a rule file.
@@ -105,12 +122,14 @@ func runbookSections(t *testing.T, c *Chart) map[string]string {
 func TestAlertRules(t *testing.T) {
 	c, v := chart(t)
 	_, rules, groups := renderRules(t, c, ruleArgs(v)...)
-	for _, p := range []string{"__JOB__", "__CONTROLLER__", "__KCM_SPLIT_JOBS__", "__KCM_JOB__"} {
+	runbook := defaultRunbook(t, c)
+	for _, p := range []string{"__JOB__", "__CONTROLLER__", "__KCM_SPLIT_JOBS__", "__KCM_JOB__", "__TAKEOVER_WAITING_FOR__", "__MIGRATION_UNFINISHED_FOR__"} {
 		if bytes.Contains(rules, []byte(p)) {
 			t.Errorf("placeholder %s left in the rendered rules", p)
 		}
 	}
 	dir := t.TempDir()
+	rules = bytes.ReplaceAll(rules, []byte(runbook+"#"), []byte(promtoolRunbook+"#"))
 	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), rules, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +155,7 @@ func TestAlertRules(t *testing.T) {
 					t.Errorf("%s: no %s", name, a)
 				}
 			}
-			if want := defaultRunbook + "#" + strings.ToLower(name); r.Annotations["runbook_url"] != want {
+			if want := runbook + "#" + strings.ToLower(name); r.Annotations["runbook_url"] != want {
 				t.Errorf("%s: runbook_url %q, want %q", name, r.Annotations["runbook_url"], want)
 			}
 		}
@@ -227,6 +246,7 @@ func TestAlertRules(t *testing.T) {
 
 // The PrometheusRule is off by default and needs the CRD; prometheusRule.* values do what
 // values.yaml says.
+// Over 80 lines: one value after another, each rendered and checked in turn.
 func TestPrometheusRuleValues(t *testing.T) {
 	c, v := chart(t)
 	all := ruleArgs(v)
@@ -282,6 +302,24 @@ func TestPrometheusRuleValues(t *testing.T) {
 	}
 	if !strings.Contains(alerts["KcmSplitKubeControllerManagerStillRunning"][0].Expr, `job="kcm"`) {
 		t.Errorf("kubeControllerManagerJob not used: %s", alerts["KcmSplitKubeControllerManagerStillRunning"][0].Expr)
+	}
+
+	// kube-controller-manager's scrape is opt-in: without its job, the rule that reads it is
+	// left out and the one that reads the API stays; the waits' thresholds are values.
+	_, _, groups = renderRules(t, c, append(append([]string{}, ruleCapability...),
+		"--set", "prometheusRule.enabled=true", "--set", "controllers.quota.enabled=true",
+		"--set", "prometheusRule.takeOverWaitingFor=2h", "--set", "prometheusRule.migrationUnfinishedFor=45m")...)
+	alerts = Alerts(groups)
+	if _, ok := alerts["KcmSplitKubeControllerManagerStillRunning"]; ok {
+		t.Error("KcmSplitKubeControllerManagerStillRunning rendered without prometheusRule.kubeControllerManagerJob")
+	}
+	if _, ok := alerts["KcmSplitKubeControllerManagerRunsAgain"]; !ok {
+		t.Error("KcmSplitKubeControllerManagerRunsAgain not rendered by default")
+	}
+	for name, want := range map[string]string{"KcmSplitTakeOverWaiting": "2h", "KcmSplitLeaderMigrationUnfinished": "45m"} {
+		if rs := alerts[name]; len(rs) != 1 || rs[0].For != want || !strings.Contains(rs[0].Annotations["summary"], want) {
+			t.Errorf("%s: %+v, want for %s, also in its summary", name, rs, want)
+		}
 	}
 
 	// Only the enabled controllers' alerts and jobs.

@@ -437,6 +437,8 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{"controllers." + alias + ".priorityClassName=Not A Class", "/controllers/" + alias + "/priorityClassName"},
 		{"defaults.replicas=-1", "/defaults/replicas"},
 		{"podDisruptionBudget.maxUnavailable=0", "/podDisruptionBudget/maxUnavailable"},
+		{"prometheusRule.takeOverWaitingFor=half an hour", "/prometheusRule/takeOverWaitingFor"},
+		{"prometheusRule.migrationUnfinishedFor=30", "/prometheusRule/migrationUnfinishedFor"},
 	} {
 		_, err := c.Template("r", ns, "--set", tc.set)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -202,10 +202,16 @@ func Families(body string) (map[string]dto.MetricType, error) {
 // Synthetic are series Prometheus itself adds to every scrape target; no binary exports them.
 var Synthetic = map[string]bool{"up": true, "scrape_duration_seconds": true, "scrape_samples_scraped": true}
 
-// OptIn are metrics a binary exports only when a flag asks for them: a dashboard may query them
-// though a binary run with its defaults lacks them. The live test (dashboards_live_test.go)
-// runs a replica with the flag, so its panel is still proven to show data.
-var OptIn = map[string]string{"kcm_split_takeover_proven": "--take-over-from-kcm"}
+// OptIn are metrics a binary exports only when a flag asks for them: a dashboard or an alert may
+// query them though a binary run with its defaults lacks them. The live test
+// (dashboards_live_test.go) runs a replica with the flags, so their panels are still proven to
+// show data.
+var OptIn = map[string]string{
+	"kcm_split_takeover_proven":               "--take-over-from-kcm",
+	"kcm_split_takeover_kcm_runs_controllers": "--take-over-from-kcm",
+	"kcm_split_takeover_lapses_total":         "--take-over-from-kcm",
+	"kcm_split_shard_layout_blocking_leases":  "--shards",
+}
 
 // Exported reports whether a query's metric name is one of families: the family itself, or
 // a histogram's or summary's _bucket, _sum or _count series.

@@ -56,10 +56,12 @@ const (
 // the values a panel that filters or groups on them must show).
 var liveExpect = map[string]map[string]map[string][]string{
 	"endpoints": {
-		"Depth":                                      {"name": {"endpoint", "endpoint_slice", "endpoint_slice_mirroring"}},
-		"Reconciles by controller and result":        {"controller": {"endpoints-controller", "endpointslice-controller", "endpointslice-mirroring-controller"}},
-		"EndpointSlice writes by operation":          {"operation": {"create"}},
-		"Mirrored EndpointSlice writes by operation": {"operation": {"create"}},
+		"Depth":                                           {"name": {"endpoint", "endpoint_slice", "endpoint_slice_mirroring"}},
+		"Reconciles by controller and result":             {"controller": {"endpoints-controller", "endpointslice-controller", "endpointslice-mirroring-controller"}},
+		"EndpointSlice writes by operation":               {"operation": {"create"}},
+		"Mirrored EndpointSlice writes by operation":      {"operation": {"create"}},
+		"Foreign writer episodes by controller":           {"controller": {"endpoints-controller", "endpointslice-controller", "endpointslice-mirroring-controller"}},
+		"Shard layout: Leases of another layout blocking": {"shards": {"2"}},
 	},
 	"nodelifecycle": {
 		"Depth": {"name": {"node_lifecycle_controller", "node_lifecycle_controller_pods", "noexec_taint_node",
@@ -67,12 +69,24 @@ var liveExpect = map[string]map[string]map[string][]string{
 		"Reconciles by controller and result": {"controller": {"nodelifecycle-controller"}},
 		"Pod ranges taken and freed":          {"clusterCIDR": {"198.51.100.0/24", "2001:db8:100::/56"}},
 	},
-	"namespace": {"Depth": {"name": {"namespace"}}},
-	"quota":     {"Depth": {"name": {"resourcequota_primary", "resourcequota_priority"}}},
+	"namespace": {
+		"Depth": {"name": {"namespace"}},
+		"API group versions not answering discovery": {"last_discovery": {"none", "holds_objects", "holds_nothing"}},
+	},
+	"quota": {
+		"Depth": {"name": {"resourcequota_primary", "resourcequota_priority"}},
+		"Shard layout: Leases of another layout blocking": {"shards": {"2"}},
+	},
 	"pvbinder":  {"Depth": {"name": {"volumes", "claims"}}, "Volume operation errors": {"operation_name": {"delete"}}},
 	"servicelb": {"Depth": {"name": {"service", "node", "ipaddresspool"}}},
-	"overview":  {"Replicas up": {"job": liveJobs}, "Secure port refusals (401, 403)": {"decision": {"unauthenticated", "forbidden"}}},
-	"*":         {"Secure port: requests refused (401, 403)": {"decision": {"unauthenticated", "forbidden"}}},
+	"overview": {
+		"Replicas up": {"job": liveJobs}, "Secure port refusals (401, 403)": {"decision": {"unauthenticated", "forbidden"}},
+		"Take-over: proven, and kube-controller-manager running the controllers": {"job": {"quota-controller"}},
+		"Leader Migration phase by replica":                                      {"phase": {"off"}, "job": liveJobs},
+		"Shard layouts: Leases of another layout blocking":                       {"binary": {"endpoints-controller", "quota-controller"}},
+		"Foreign writer episodes":                                                {"controller": {"endpoints-controller", "quota-controller"}},
+	},
+	"*": {"Secure port: requests refused (401, 403)": {"decision": {"unauthenticated", "forbidden"}}},
 }
 
 // liveJobs are the binaries `make up` runs, each scraped as its own job.
@@ -181,22 +195,35 @@ func TestDashboardsLive(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// A second quota-controller replica with --take-over-from-kcm: a standby on the same Lease
-	// (as the chart's second replica is), the only source of kcm_split_takeover_proven.
-	extraPort := freePort(t)
-	extra := exec.CommandContext(ctx, filepath.Join(root, "bin", "quota-controller"),
-		"--kubeconfig="+filepath.Join(root, ".local", "kubeconfig"), "--bind-address=127.0.0.1",
-		fmt.Sprintf("--secure-port=%d", extraPort), "--take-over-from-kcm")
-	extraLog, err := os.Create(filepath.Join(root, ".local", "logs", "quota-controller-takeover.log"))
-	if err != nil {
-		t.Fatal(err)
+	// The sources of the opt-in metrics (OptIn), one more replica each of the two sharded
+	// binaries, run with --shards=2 --shard-index=0 beside `make up`'s unsharded one: the
+	// unsharded Lease is layout 1, held and fresh, so they never campaign and never write
+	// (kcm_split_shard_layout_blocking_leases 1). The quota one also has --take-over-from-kcm
+	// (kcm_split_takeover_*: waiting, not led).
+	extraPorts := map[string]int{}
+	for _, x := range []struct {
+		binary string
+		flags  []string
+	}{
+		{"quota-controller", []string{"--take-over-from-kcm"}},
+		{"endpoints-controller", nil},
+	} {
+		port := freePort(t)
+		extraPorts[x.binary] = port
+		extra := exec.CommandContext(ctx, filepath.Join(root, "bin", x.binary), append([]string{
+			"--kubeconfig=" + filepath.Join(root, ".local", "kubeconfig"), "--bind-address=127.0.0.1",
+			fmt.Sprintf("--secure-port=%d", port), "--shards=2", "--shard-index=0"}, x.flags...)...)
+		extraLog, err := os.Create(filepath.Join(root, ".local", "logs", x.binary+"-opt-in.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		extra.Stdout, extra.Stderr = extraLog, extraLog
+		extra.Env = append(os.Environ(), "KCM_SPLIT_LOG_FORMAT=console")
+		if err := extra.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = extra.Process.Kill(); _ = extra.Wait(); _ = extraLog.Close() })
 	}
-	extra.Stdout, extra.Stderr = extraLog, extraLog
-	extra.Env = append(os.Environ(), "KCM_SPLIT_LOG_FORMAT=console")
-	if err := extra.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = extra.Process.Kill(); _ = extra.Wait(); _ = extraLog.Close() })
 
 	// Prometheus v3 with one job per binary, the labels prometheus-operator gives a
 	// ServiceMonitor's targets, and a cluster label.
@@ -208,8 +235,8 @@ func TestDashboardsLive(t *testing.T) {
 			t.Fatalf("make up runs no %s (ports.env: %v)", job, ports)
 		}
 		targets := fmt.Sprintf("'127.0.0.1:%d'", port)
-		if job == "quota-controller" {
-			targets += fmt.Sprintf(", '127.0.0.1:%d'", extraPort)
+		if p, ok := extraPorts[job]; ok {
+			targets += fmt.Sprintf(", '127.0.0.1:%d'", p)
 		}
 		fmt.Fprintf(&cfg, `- job_name: %s
   scheme: https
@@ -251,7 +278,8 @@ func TestDashboardsLive(t *testing.T) {
 				up++
 			}
 		}
-		return up == len(liveJobs)+1, fmt.Sprintf("%d of %d targets up", up, len(liveJobs)+1)
+		want := len(liveJobs) + len(extraPorts)
+		return up == want, fmt.Sprintf("%d of %d targets up", up, want)
 	})
 
 	workload(t, ctx, client, api, ports, token("no-rights"))

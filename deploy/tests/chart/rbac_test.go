@@ -246,7 +246,7 @@ func checkAlertMetrics(t *testing.T, c *Chart, v *Values, exported func(name str
 				continue
 			}
 			for _, n := range names {
-				if !Synthetic[n] && !exported(n) {
+				if _, optIn := OptIn[n]; !Synthetic[n] && !optIn && !exported(n) {
 					t.Errorf("alert %s queries %s, which no controller binary exports", name, n)
 				}
 			}

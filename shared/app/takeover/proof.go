@@ -146,6 +146,35 @@ func acquiredAfterEveryStart(holder, host string, l *coordinationv1.Lease, pods 
 	return proven, fmt.Sprintf("kube-controller-manager's Lease is held by %q, on host %q (no Pod's node: a --hostname-override), which took it after every Pod's process started", holder, host)
 }
 
+// kcmRunsAny is what kcm_split_takeover_kcm_runs_controllers shows: 1 when a Pod of
+// kube-controller-manager runs one of controllers by its --controllers, 0 when every Pod is read
+// and none does, -1 when that cannot be told (not read yet, or a Pod it cannot read runs none of
+// those it can). Unlike the proof it ignores the Lease: it says what KCM is configured to run,
+// which is what an operator must change, not whether this binary may run.
+func kcmRunsAny(controllers []string, v kcmView) float64 {
+	if !v.synced {
+		return -1
+	}
+	aliases := kcmAliases()
+	unreadable := false
+	for _, p := range v.pods {
+		entries, why := kcmControllersOf(p)
+		if why != "" {
+			unreadable = true
+			continue
+		}
+		for _, c := range controllers {
+			if kcmRuns(c, aliases[c], entries) {
+				return 1
+			}
+		}
+	}
+	if unreadable {
+		return -1
+	}
+	return 0
+}
+
 // kcmContainer is the Pod's kube-controller-manager container: the one of that name, else the
 // only one.
 func kcmContainer(p *corev1.Pod) *corev1.Container {

@@ -14,7 +14,7 @@ import (
 // args, its container running since started (zero: not running).
 func kcmPod(node string, started time.Time, args ...string) *corev1.Pod {
 	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kube-controller-manager-" + node},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kube-controller-manager-" + node, Labels: map[string]string{"component": "kube-controller-manager"}},
 		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{
 			Name: "kube-controller-manager", Command: append([]string{"kube-controller-manager", "--leader-elect=true"}, args...)}}},
 	}
@@ -126,5 +126,33 @@ func TestProveKCMOffEveryBinarysNames(t *testing.T) {
 		if p, _ := proveKCMOff([]string{name}, on, now); p != unproven {
 			t.Errorf("%s: proven off under --controllers=*", name)
 		}
+	}
+}
+
+func TestKCMRunsAny(t *testing.T) {
+	start := time.Now().Add(-time.Minute)
+	ours := []string{"endpoints-controller", "endpointslice-controller"}
+	off := "--controllers=*,-endpoint,-endpointslice-controller"
+	unreadable := "--controllers=$(CONTROLLERS)"
+	for _, tc := range []struct {
+		name string
+		v    kcmView
+		want float64
+	}{
+		{"not read yet", kcmView{}, -1},
+		{"no Pod", kcmView{synced: true}, 0},
+		{"every Pod turns them off", kcmView{synced: true, pods: []*corev1.Pod{kcmPod("cp-1", start, off), kcmPod("cp-2", start, off)}}, 0},
+		{"off, whoever holds the Lease", kcmView{synced: true, pods: []*corev1.Pod{kcmPod("cp-1", start, off)}, lease: kcmLeaseHeld("elsewhere_1", start)}, 0},
+		{"no --controllers runs every one", kcmView{synced: true, pods: []*corev1.Pod{kcmPod("cp-1", start, off), kcmPod("cp-2", start)}}, 1},
+		{"one of them left on", kcmView{synced: true, pods: []*corev1.Pod{kcmPod("cp-1", start, "--controllers=*,-endpoint")}}, 1},
+		{"a Pod not running still says what it will run", kcmView{synced: true, pods: []*corev1.Pod{kcmPod("cp-1", time.Time{})}}, 1},
+		{"an unreadable Pod beside one that runs them", kcmView{synced: true, pods: []*corev1.Pod{kcmPod("cp-1", start, unreadable), kcmPod("cp-2", start)}}, 1},
+		{"an unreadable Pod beside one that does not", kcmView{synced: true, pods: []*corev1.Pod{kcmPod("cp-1", start, unreadable), kcmPod("cp-2", start, off)}}, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := kcmRunsAny(ours, tc.v); got != tc.want {
+				t.Errorf("kcmRunsAny = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -34,12 +34,17 @@ type Gate struct {
 	retry   time.Duration
 	allowed atomic.Bool
 	proven  prometheus.Gauge
+	lapses  prometheus.Counter
 	state   atomic.Pointer[string]
+	// names are the controllers of this process's last term (nil before its first): what
+	// kcm_split_takeover_kcm_runs_controllers looks for in kube-controller-manager's Pods.
+	names atomic.Pointer[[]string]
 }
 
 // New returns a Gate reading kube-controller-manager's Pods and Lease where opts say; retry is
-// how long a term whose proof lapsed waits before the next (RetryPeriod). Its metric,
-// kcm_split_takeover_proven, goes to reg. Start it.
+// how long a term whose proof lapsed waits before the next (RetryPeriod). Its metrics,
+// kcm_split_takeover_proven, kcm_split_takeover_kcm_runs_controllers and
+// kcm_split_takeover_lapses_total, go to reg. Start it.
 func New(client kubernetes.Interface, opts Options, retry time.Duration, reg prometheus.Registerer) (*Gate, error) {
 	w, err := newKCMWatch(client, opts)
 	if err != nil {
@@ -48,10 +53,27 @@ func New(client kubernetes.Interface, opts Options, retry time.Duration, reg pro
 	g := &Gate{watch: w, recheck: time.Second, retry: retry, proven: prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "kcm_split_takeover_proven",
 		Help: "1 while --take-over-from-kcm has proof that kube-controller-manager runs none of this binary's controllers (they run), 0 while this binary waits for it.",
+	}), lapses: prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "kcm_split_takeover_lapses_total",
+		Help: "Times --take-over-from-kcm's proof stopped holding while this binary's controllers ran on it (a kube-controller-manager Pod runs one again, or its Lease is held by a process the proof cannot place): they stopped, their writes refused, and the binary waits for the proof again.",
 	})}
-	reg.MustRegister(g.proven)
+	// Read at each scrape, so it is never stale, whoever leads now.
+	runs := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "kcm_split_takeover_kcm_runs_controllers",
+		Help: "1 while a kube-controller-manager Pod (--kcm-pod-selector) runs one of this binary's controllers by its --controllers, 0 while none does, -1 while that cannot be told: the Pods not read yet, a Pod's --controllers unreadable, or this process not yet led (a term names the controllers).",
+	}, g.kcmRuns)
+	reg.MustRegister(g.proven, g.lapses, runs)
 	g.setState("waiting")
 	return g, nil
+}
+
+// kcmRuns is kcm_split_takeover_kcm_runs_controllers' value now.
+func (g *Gate) kcmRuns() float64 {
+	names := g.names.Load()
+	if names == nil {
+		return -1
+	}
+	return kcmRunsAny(*names, g.watch.view())
 }
 
 // Start reads kube-controller-manager's Pods and Lease until ctx ends.
@@ -98,6 +120,7 @@ func (g *Gate) wait(ctx context.Context, names []string) error {
 // else what run returned.
 func (g *Gate) Run(ctx context.Context, names []string, run func(context.Context) error) error {
 	logger := klog.FromContext(ctx)
+	g.names.Store(&names)
 	if err := g.wait(ctx, names); err != nil {
 		return nil
 	}
@@ -119,6 +142,7 @@ func (g *Gate) Run(ctx context.Context, names []string, run func(context.Context
 			}
 			if v, why := proveKCMOff(names, g.watch.view(), time.Now()); v == unproven {
 				g.allowed.Store(false) // first: nothing leaves from now on
+				g.lapses.Inc()
 				logger.Info("Take-over: kube-controller-manager may run the controllers again; stopping them", "controllers", names, "reason", why)
 				close(lapsed)
 				cancel()

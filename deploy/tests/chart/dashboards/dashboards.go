@@ -79,6 +79,20 @@ func p99(h, by string) string {
 	return fmt.Sprintf(`histogram_quantile(0.99, sum by (%s) (rate(%s_bucket{%s}[%s])))`, g, h, sel, rate)
 }
 
+// foreignAndLayout is the section of a binary that can share its objects with another writer
+// and run as shards (endpoints, quota): the foreign-writer episodes by controller and the
+// shard layout fence.
+func foreignAndLayout() section {
+	return section{title: "Other writers and shard layout", panels: []panel{
+		ts("Foreign writer episodes by controller", "short", 12,
+			"Episodes (a writer quiet for 10 minutes starts a new one) in which another field manager, such as kube-controller-manager still running the controller, wrote fields this controller owns; ForeignWriterDetected Events name it. Never fought.",
+			q(`sum by (controller) (increase(kcm_split_foreign_writer_detected_total{$SEL}[$__rate_interval]))`, "{{controller}}")),
+		ts("Shard layout: Leases of another layout blocking", "short", 12,
+			"Sharded replicas only (a shards value set): Leases of another shard count of this binary held and fresh; above 0 the replica starts nothing and its writes are refused (reason other_shard_layout) until that layout is gone. -1 before the Leases are listed.",
+			q(`max by (instance, shard, shards) (kcm_split_shard_layout_blocking_leases{$SEL})`, "{{instance}} shard {{shard}} of {{shards}}")),
+	}}
+}
+
 // rateBy is the per-second rate of counter c summed by the labels of by (all when empty).
 func rateBy(c, by, extra string) string {
 	s := sel
@@ -114,7 +128,7 @@ var binaries = []binary{
 				q(`max(endpoint_slice_mirroring_controller_num_endpoint_slices{$SEL})`, "slices"),
 				q(`max(endpoint_slice_mirroring_controller_endpoints_desired{$SEL})`, "endpoints"),
 				q(p99("endpoint_slice_mirroring_controller_addresses_skipped_per_sync", ""), "skipped p99")),
-		}}},
+		}}, foreignAndLayout()},
 	},
 	{
 		alias: "namespace", title: "Namespace controller",
@@ -126,6 +140,9 @@ var binaries = []binary{
 				q(p99("kcm_split_namespace_deletion_duration_seconds", ""), "p99")),
 			ts("Objects deleted, top 10 resources", "ops", 12, "",
 				q(`topk(10, `+rateBy("kcm_split_namespace_objects_deleted_total", "resource", "")+`)`, "{{resource}}")),
+			ts("API group versions not answering discovery", "short", 12,
+				"Group versions the latest discovery could not reach, by what their last successful discovery served: none (never discovered), holds_objects (a namespace's content may remain there: its deletion waits), holds_nothing.",
+				q(`max by (last_discovery) (kcm_split_namespace_unavailable_group_versions{$SEL})`, "{{last_discovery}}")),
 		}}},
 	},
 	{
@@ -197,7 +214,7 @@ var binaries = []binary{
 			ts("Usage staleness, 10 stalest quotas", "s", 24,
 				"Seconds since a quota's usage was last counted in full. The quota's namespace is exported_namespace when Prometheus keeps its own namespace target label (a ServiceMonitor without honorLabels).",
 				q(`topk(10, max by (exported_namespace, namespace, name) (kcm_split_quota_usage_staleness_seconds{$SEL}))`, "{{exported_namespace}}/{{name}}")),
-		}}},
+		}}, foreignAndLayout()},
 	},
 	{
 		alias: "servicelb", title: "LoadBalancer Service controller",
@@ -236,6 +253,9 @@ func commonSections() []section {
 				q(`sum by (name) (increase(kcm_split_leader_losses_total{$SEL}[$__rate_interval]))`, "losses {{name}}")),
 			ts("Fenced writes by reason", "ops", 6, "Mutating requests refused inside the process because its Lease may have been taken.",
 				q(rateBy("kcm_split_leader_fenced_writes_total", "name, reason", ""), "{{name}} {{reason}}")),
+			ts("Leader Migration phase", "short", 24,
+				"The phase each replica reports (1): off (Leader Migration not enabled), standby, waiting (leads its Lease, waits for the migration Lease's group), active, handing-back.",
+				q(`max by (instance, phase) (kcm_split_leader_migration_phase{$SEL}) == 1`, "{{instance}} {{phase}}")),
 		}},
 		{title: "Reconciles", panels: []panel{
 			ts("Reconciles by controller and result", "ops", 12, "success, error (retried with backoff), requeue, dropped (gave up after the retry cap), for each upstream controller the binary runs.",
@@ -287,13 +307,27 @@ func overviewSections() []section {
 			ts("Leaders per Lease", "short", 6, "Should be 1 for each Lease: 0 means no replica leads, 2 a split brain.",
 				q(`sum by (name) (leader_election_master_status{$SEL})`, "{{name}}")),
 			ts("Replicas up", "short", 6, "", q(`sum by (job) (up{$SEL})`, "{{job}}")),
-			ts("Leader terms and losses by Lease", "short", 8, "",
+			ts("Leader terms and losses by Lease", "short", 12, "",
 				q(`sum by (name) (increase(kcm_split_leader_terms_total{$SEL}[$__rate_interval]))`, "terms {{name}}"),
 				q(`sum by (name) (increase(kcm_split_leader_losses_total{$SEL}[$__rate_interval]))`, "losses {{name}}")),
-			ts("Fenced writes by Lease and reason", "ops", 8, "", q(rateBy("kcm_split_leader_fenced_writes_total", "name, reason", ""), "{{name}} {{reason}}")),
-			ts("Take-over from kube-controller-manager proven", "short", 8,
-				"Replicas started with --take-over-from-kcm only: 1 while kube-controller-manager provably runs none of the binary's controllers, 0 while it waits.",
-				q(`max by (job, instance) (kcm_split_takeover_proven{$SEL})`, "{{job}} {{instance}}")),
+			ts("Fenced writes by Lease and reason", "ops", 12, "", q(rateBy("kcm_split_leader_fenced_writes_total", "name, reason", ""), "{{name}} {{reason}}")),
+		}},
+		{title: "Moving from kube-controller-manager", panels: []panel{
+			ts("Take-over: proven, and kube-controller-manager running the controllers", "short", 8,
+				"Binaries started with --take-over-from-kcm only. proven: 1 while kube-controller-manager provably runs none of the binary's controllers (they run), 0 while the leader waits. KCM runs them: 1 while a kube-controller-manager Pod's --controllers run one, 0 while none does, -1 unknown (or no replica has led yet). 1 after a lapse is the trap (KcmSplitKubeControllerManagerRunsAgain).",
+				q(`max by (job) (kcm_split_takeover_proven{$SEL})`, "proven {{job}}"),
+				q(`max by (job) (kcm_split_takeover_kcm_runs_controllers{$SEL})`, "KCM runs them {{job}}")),
+			ts("Take-over lapses", "short", 8,
+				"Binaries started with --take-over-from-kcm only: times the proof stopped holding while the controllers ran on it, per window (they stopped, their writes refused, and wait for the proof again).",
+				q(`sum by (job) (increase(kcm_split_takeover_lapses_total{$SEL}[$__rate_interval]))`, "{{job}}")),
+			{title: "Leader Migration phase by replica", kind: "table", width: 8, desc: "One row per replica and the phase it reports: off (Leader Migration not enabled), standby, waiting, active, handing-back.",
+				queries: []query{q(`max by (job, instance, phase) (kcm_split_leader_migration_phase{$SEL}) == 1`, "")}},
+			ts("Foreign writer episodes", "short", 12,
+				"Episodes in which another field manager (kube-controller-manager still running a controller, a hand edit) wrote fields a controller owns (endpoints and quota controllers); ForeignWriterDetected Events name it.",
+				q(`sum by (job, controller) (increase(kcm_split_foreign_writer_detected_total{$SEL}[$__rate_interval]))`, "{{job}} {{controller}}")),
+			ts("Shard layouts: Leases of another layout blocking", "short", 12,
+				"Sharded replicas only (a shards value set), by binary, shard and shard count: Leases of another shard count held and fresh; above 0 the replica starts nothing until that layout is gone (a shard count change in progress).",
+				q(`max by (binary, shard, shards) (kcm_split_shard_layout_blocking_leases{$SEL})`, "{{binary}} shard {{shard}} of {{shards}}")),
 		}},
 		{title: "Reconciles", panels: []panel{
 			ts("Reconcile rate", "ops", 8, "", q(rateBy("kcm_split_reconcile_total", "controller", ""), "{{controller}}")),
