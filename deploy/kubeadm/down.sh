@@ -33,10 +33,10 @@ fi
 # node_down's remaining steps: kube-proxy's rules, containerd, links, mounts, node IP, sysctls,
 # cgroups. Its drain and API cleanup are skipped (no ports.env here).
 node_down
-ours=""; [ -f "$KA_DIR/netguard.ours" ] && ours=1
 rm -rf "$KA_DIR"
-if [ -n "$ours" ]; then
+if netguard_active; then
   netguard_verdict kubeadm || true
-  netguard_down
+  # A make-up cluster of any clone keeps the guard it uses.
+  if netguard_release "$KA_DIR"; then netguard_down; fi
 fi
 ksay "torn down in $((SECONDS - start))s"

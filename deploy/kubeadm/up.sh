@@ -49,10 +49,8 @@ done
 # kubeadm's preflight requires forwarding (Pods on the bridge reach the node IP).
 sysctl -qw net.ipv4.ip_forward=1
 
-if ! netguard_active; then
-  netguard_up || kdie "the network guard could not be set up (above)"
-  touch "$KA_DIR/netguard.ours"
-fi
+netguard_up || kdie "the network guard could not be set up (above)"
+netguard_hold "$KA_DIR"
 if [[ "$(ip -o addr show dev lo)" != *" $NODE_IP/32 "* ]]; then ip addr add "$NODE_IP/32" dev lo; fi
 echo "nameserver $KA_UPSTREAM_DNS" >"$KA_DIR/resolv.conf"
 

@@ -18,7 +18,8 @@ stop_all || stopped=0
 # The guard goes last: until every process is stopped, it fences their traffic.
 if netguard_active; then
   netguard_verdict "make down" || true
-  netguard_down
+  # Another clone's cluster (or a kubeadm cluster) keeps the guard it uses.
+  if netguard_release "$RUN"; then netguard_down; fi
 fi
 if [ "$stopped" = 0 ]; then
   say "not running"

@@ -118,7 +118,6 @@ table inet $NG_TABLE {
   }
 }
 EOF
-  NG_ADDED=1 # this run made it: a failed start removes it again (up.sh)
   ngsay "up: ${NG_RANGES_V4[*]} ${NG_RANGES_V6[*]} routed on the machine; packets toward them out of ${uplinks:-no uplink} counted and rejected"
 }
 
@@ -156,6 +155,34 @@ netguard_down() {
   ip route flush proto "$NG_PROTO" 2>/dev/null || true
   ip -6 route flush proto "$NG_PROTO" 2>/dev/null || true
   [ "${1:-}" = quiet ] || ngsay "down"
+}
+
+# One guard per machine, shared: `make up` of any clone and `make kubeadm-up` each hold it
+# (a file naming a directory of theirs that exists while they run), and the last to let go
+# removes it. A holder whose directory is gone (a crashed run's, wiped) no longer counts.
+NG_HOLDERS=/run/kcm-split-netguard.holders
+
+# netguard_hold DIR: DIR's cluster uses the guard.
+netguard_hold() {
+  [ "$(id -u)" = 0 ] || return 0
+  mkdir -p "$NG_HOLDERS"
+  echo "$1" >"$NG_HOLDERS/$(printf '%s' "$1" | md5sum | cut -c1-16)"
+}
+
+# netguard_release DIR: DIR's cluster no longer uses the guard. Returns 0 when nobody else
+# does (the caller removes it), 1 naming those who still do.
+netguard_release() {
+  [ "$(id -u)" = 0 ] || return 0
+  local f dir others=()
+  rm -f "$NG_HOLDERS/$(printf '%s' "$1" | md5sum | cut -c1-16)"
+  for f in "$NG_HOLDERS"/*; do
+    [ -e "$f" ] || continue
+    read -r dir <"$f" || dir=""
+    if [ -n "$dir" ] && [ -d "$dir" ]; then others+=("$dir"); else rm -f "$f"; fi
+  done
+  [ ${#others[@]} -eq 0 ] && return 0
+  ngsay "kept: still used by ${others[*]}"
+  return 1
 }
 
 # netguard_leftovers prints what the guard left; returns 1 if anything.
