@@ -24,25 +24,11 @@ import (
 	"github.com/kcm-split/kcm-split/shared/testenv"
 )
 
-const crdName = "ipaddresspools.lb.kcm-split.io"
-
 // deleteCRD deletes the IPAddressPool CRD (and with it every pool) and waits until it is gone.
 func deleteCRD(t *testing.T) {
 	t.Helper()
-	dyn, err := dynamic.NewForConfig(env.Config)
-	if err != nil {
+	if err := testenv.DeleteCRD(env.Config, crdName); err != nil {
 		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if err := dyn.Resource(crdGVR).Delete(ctx, crdName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		t.Fatal(err)
-	}
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		_, err := dyn.Resource(crdGVR).Get(ctx, crdName, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	})
-	if err != nil {
-		t.Fatal("the CRD was not deleted")
 	}
 }
 

@@ -671,21 +671,7 @@ func TestDemoPoolManifest(t *testing.T) {
 // (Ready, Services wait), then installs the CRD and a pool, and the waiting Service is served.
 func TestPoolAPIInstalledLater(t *testing.T) {
 	testenv.Require(t, env)
-	dyn, err := dynamic.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if err := dyn.Resource(crdGVR).Delete(ctx, "ipaddresspools.lb.kcm-split.io", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		_, err := dyn.Resource(crdGVR).Get(ctx, "ipaddresspools.lb.kcm-split.io", metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	})
-	if err != nil {
-		t.Fatal("the CRD was not deleted")
-	}
+	deleteCRD(t)
 	t.Cleanup(func() { _ = installCRDs(env.Config) })
 
 	f := setup(t)
