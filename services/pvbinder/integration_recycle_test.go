@@ -2,9 +2,6 @@ package pvbinder_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -71,38 +68,14 @@ func setPodPhase(t *testing.T, c kubernetes.Interface, pod *corev1.Pod, phase co
 	}
 }
 
-// startKwok runs kwok for the Nodes annotated kwok.x-k8s.io/node=<ns>, with the stages make up
-// uses; false when `make tools` has not built it.
+// startKwok runs kwok for the Nodes annotated kwok.x-k8s.io/node=<ns>; false when `make tools`
+// has not built it.
 func startKwok(t *testing.T, ns string) bool {
 	t.Helper()
-	dir, err := testenv.FindBinDir()
-	if err != nil {
+	if testenv.KwokBuilt() != nil {
 		return false
 	}
-	kwok := filepath.Join(dir, "kwok")
-	stages, _ := filepath.Glob(filepath.Join(dir, "kwok-stages", "*.yaml"))
-	if _, err := os.Stat(kwok); err != nil || len(stages) == 0 {
-		return false
-	}
-	port, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	args := []string{"--kubeconfig=" + env.Kubeconfig, "--manage-all-nodes=false",
-		"--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=" + ns, "--server-address=127.0.0.1:" + strconv.Itoa(port)}
-	for _, s := range stages {
-		args = append(args, "-c", s)
-	}
-	p, err := testenv.StartProcess("kwok", filepath.Join(t.TempDir(), "kwok.log"), kwok, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		p.Stop(10 * time.Second)
-		if t.Failed() {
-			t.Logf("--- kwok log ---\n%s", p.Tail(20))
-		}
-	})
+	env.StartKwok(t, testenv.Kwok{Manage: "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=" + ns})
 	return true
 }
 
