@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/kcm-split/kcm-split/services/endpoints/endpoints"
@@ -24,19 +23,6 @@ import (
 
 // foreignWrites is how many times the second writer rewrites the object in one episode.
 const foreignWrites = 4
-
-// clientAs is an admin client whose writes carry userAgent, and so the field manager of its
-// first word: kube-controller-manager's own when it is "kube-controller-manager/...".
-func clientAs(t *testing.T, userAgent string) kubernetes.Interface {
-	t.Helper()
-	cfg := rest.CopyConfig(env.Config)
-	cfg.UserAgent = userAgent
-	c, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
 
 // rewriteFunc rewrites the fields the controller owns on the object with a content of its own
 // (i varies it, so that every write changes them), inputs unchanged.
@@ -50,8 +36,8 @@ type rewriteFunc func(ctx context.Context, c kubernetes.Interface, i int) error
 func assertOneEpisode(t *testing.T, ctrl *testenv.Controller, c kubernetes.Interface, ns, controllerName, resource, name string, rewrite rewriteFunc) {
 	t.Helper()
 	ctx := context.Background()
-	kcm := clientAs(t, "kube-controller-manager/v1.36.3 (linux/amd64) kubernetes/test")
-	human := clientAs(t, "kubectl-edit/v1.36.3 (linux/amd64) kubernetes/test")
+	kcm := env.ClientAs(t, "kube-controller-manager/v1.36.3 (linux/amd64) kubernetes/test")
+	human := env.ClientAs(t, "kubectl-edit/v1.36.3 (linux/amd64) kubernetes/test")
 	start := time.Now()
 	for i := range foreignWrites {
 		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error { return rewrite(ctx, kcm, i) }); err != nil {

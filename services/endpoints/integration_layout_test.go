@@ -34,13 +34,7 @@ func TestLayoutChangeTwoToFour(t *testing.T) {
 		createPod(t, c, makePod(ns, "web-0", fmt.Sprintf("10.9.%d.1", k), sel))
 	}
 	lease := func(s sharding.Shard) string { return s.LeaseName(endpointscontroller.ControllerID) }
-	old := make([]*testenv.Controller, 2)
-	for i := range old {
-		old[i] = env.Start(t, controller, fmt.Sprintf("old-%d", i), "--shards=2", fmt.Sprintf("--shard-index=%d", i), "--leader-elect-resource-namespace="+leases)
-	}
-	for i, o := range old {
-		o.WaitLeadingAndSynced(lease(sharding.Shard{Index: i, Count: 2}), testenv.LeadTimeout)
-	}
+	old := env.StartShards(t, controller, 2, "old", leases)
 	for _, ns := range all {
 		waitEndpoints(t, c, ns, "web", "one ready address", func(ep *corev1.Endpoints) bool { return ep != nil && len(readyIPs(ep)) == 1 })
 	}

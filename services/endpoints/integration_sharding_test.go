@@ -93,14 +93,7 @@ func twoShards(t *testing.T, e *testenv.Env, wantMode string) {
 	}
 
 	start := time.Now()
-	shards := make([]*testenv.Controller, 2)
-	for i := range shards {
-		shards[i] = e.Start(t, controller, fmt.Sprintf("shard-%d", i), "--shards=2", fmt.Sprintf("--shard-index=%d", i),
-			"--leader-elect-resource-namespace="+leases)
-	}
-	for i, s := range shards {
-		s.WaitLeadingAndSynced(sharding.Shard{Index: i, Count: 2}.LeaseName(endpointscontroller.ControllerID), testenv.LeadTimeout)
-	}
+	shards := e.StartShards(t, controller, 2, "shard", leases)
 	for _, ns := range all {
 		waitEndpoints(t, c, ns, "web", "two ready addresses", func(ep *corev1.Endpoints) bool { return ep != nil && len(readyIPs(ep)) == 2 })
 		waitSliceEndpoints(t, c, ns, "web", 2)

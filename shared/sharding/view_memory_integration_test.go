@@ -200,15 +200,7 @@ func TestShardFillMemory(t *testing.T) {
 	indexers := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
 
 	// Each fill has its own client (user agent), so that the audit log tells its lists apart.
-	agent := func(name string) kubernetes.Interface {
-		cfg := *e.Config
-		cfg.UserAgent = "shardmem-" + name
-		cl, err := kubernetes.NewForConfig(&cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cl
-	}
+	agent := func(name string) kubernetes.Interface { return e.ClientAs(t, "shardmem-"+name) }
 	wc := agent("whole")
 	whole := measureFill(t, coreinformers.NewPodInformer(wc, metav1.NamespaceAll, 0, indexers))
 
