@@ -19,7 +19,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -130,20 +129,10 @@ func createService(t *testing.T, c kubernetes.Interface, s *corev1.Service) *cor
 // waitEndpoints polls until cond holds for the Endpoints ns/name and returns it.
 func waitEndpoints(t *testing.T, c kubernetes.Interface, ns, name string, what string, cond func(*corev1.Endpoints) bool) *corev1.Endpoints {
 	t.Helper()
-	var last *corev1.Endpoints
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		ep, err := c.CoreV1().Endpoints(ns).Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			last = nil
-			return cond(nil), nil
-		}
-		if err != nil {
-			return false, nil
-		}
-		last = ep
-		return cond(ep), nil
-	})
-	if err != nil {
+	last, ok := testenv.PollObject(50*time.Millisecond, 30*time.Second, func(ctx context.Context) (*corev1.Endpoints, error) {
+		return c.CoreV1().Endpoints(ns).Get(ctx, name, metav1.GetOptions{})
+	}, cond)
+	if !ok {
 		t.Fatalf("Endpoints %s/%s never became %s; last: %s", ns, name, what, describe(last))
 	}
 	return last

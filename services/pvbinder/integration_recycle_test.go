@@ -7,7 +7,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -32,20 +31,10 @@ func releaseForRecycle(t *testing.T, c kubernetes.Interface, ns, suffix string) 
 
 func waitRecyclerPod(t *testing.T, c kubernetes.Interface, pvName, what string, cond func(*corev1.Pod) bool) *corev1.Pod {
 	t.Helper()
-	var last *corev1.Pod
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		p, err := c.CoreV1().Pods("default").Get(ctx, "recycler-for-"+pvName, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			last = nil
-			return cond(nil), nil
-		}
-		if err != nil {
-			return false, nil
-		}
-		last = p
-		return cond(p), nil
-	})
-	if err != nil {
+	last, ok := testenv.PollObject(50*time.Millisecond, 60*time.Second, func(ctx context.Context) (*corev1.Pod, error) {
+		return c.CoreV1().Pods("default").Get(ctx, "recycler-for-"+pvName, metav1.GetOptions{})
+	}, cond)
+	if !ok {
 		t.Fatalf("recycler pod of %s not %s: %+v", pvName, what, last)
 	}
 	return last

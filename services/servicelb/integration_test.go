@@ -156,20 +156,10 @@ func ingressIPs(s *corev1.Service) []string {
 // wait polls the Service until cond holds and returns it.
 func (f *fixture) wait(name, what string, cond func(*corev1.Service) bool) *corev1.Service {
 	f.t.Helper()
-	var last *corev1.Service
-	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		s, err := f.c.CoreV1().Services(f.ns).Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			last = nil
-			return cond(nil), nil
-		}
-		if err != nil {
-			return false, nil
-		}
-		last = s
-		return cond(s), nil
-	})
-	if err != nil {
+	last, ok := testenv.PollObject(20*time.Millisecond, 60*time.Second, func(ctx context.Context) (*corev1.Service, error) {
+		return f.c.CoreV1().Services(f.ns).Get(ctx, name, metav1.GetOptions{})
+	}, cond)
+	if !ok {
 		desc := "<gone>"
 		if last != nil {
 			desc = fmt.Sprintf("ingress=%v finalizers=%v", ingressIPs(last), last.Finalizers)
