@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kcm-split/kcm-split/services/endpoints/endpointslice"
+	"github.com/kcm-split/kcm-split/services/endpoints/internal/testobj"
 	"github.com/kcm-split/kcm-split/shared/testenv"
 )
 
@@ -395,8 +396,8 @@ func TestControllersFlag(t *testing.T) {
 	sel = map[string]string{"app": "two"}
 	createService(t, c, makeService(ns, "two", sel))
 	createPod(t, c, makePod(ns, "two", "10.12.0.2", sel))
-	waitEndpoints(t, c, ns, "two", "ready", func(ep *corev1.Endpoints) bool { return ep != nil && len(readyIPs(ep)) == 1 })
-	waitEndpoints(t, c, ns, "one", "written now", func(ep *corev1.Endpoints) bool { return ep != nil && len(readyIPs(ep)) == 1 })
+	waitEndpoints(t, c, ns, "two", "ready", func(ep *corev1.Endpoints) bool { return ep != nil && len(testobj.ReadyIPs(ep)) == 1 })
+	waitEndpoints(t, c, ns, "one", "written now", func(ep *corev1.Endpoints) bool { return ep != nil && len(testobj.ReadyIPs(ep)) == 1 })
 	if ss := listSlices(t, c, ns, "two"); len(ss) != 0 || endpointsOnly.Metric(`workqueue_depth{name="endpoint_slice"}`) != -1 {
 		t.Fatalf("with the EndpointSlice controller off, slices were written (%s) or its queue exists", describeSlices(ss))
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kcm-split/kcm-split/services/endpoints/endpoints"
 	"github.com/kcm-split/kcm-split/services/endpoints/endpointslice"
+	"github.com/kcm-split/kcm-split/services/endpoints/internal/testobj"
 	"github.com/kcm-split/kcm-split/services/endpoints/mirroring"
 	"github.com/kcm-split/kcm-split/shared/foreign"
 	"github.com/kcm-split/kcm-split/shared/testenv"
@@ -103,7 +104,7 @@ func TestForeignWriterOnEndpoints(t *testing.T) {
 	sel := map[string]string{"app": "web"}
 	createService(t, c, makeService(ns, "web", sel))
 	createPod(t, c, makePod(ns, "p1", "10.1.0.1", sel))
-	waitEndpoints(t, c, ns, "web", "one ready address", func(ep *corev1.Endpoints) bool { return ep != nil && equal(readyIPs(ep), "10.1.0.1") })
+	waitEndpoints(t, c, ns, "web", "one ready address", func(ep *corev1.Endpoints) bool { return ep != nil && equal(testobj.ReadyIPs(ep), "10.1.0.1") })
 	assertOneEpisode(t, ctrl, c, ns, endpoints.Name, "endpoints", "web", func(ctx context.Context, c kubernetes.Interface, i int) error {
 		ep, err := c.CoreV1().Endpoints(ns).Get(ctx, "web", metav1.GetOptions{})
 		if err != nil {

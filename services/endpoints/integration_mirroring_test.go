@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kcm-split/kcm-split/services/endpoints/internal/testobj"
 	"github.com/kcm-split/kcm-split/services/endpoints/mirroring"
 	"github.com/kcm-split/kcm-split/shared/testenv"
 )
@@ -151,7 +152,7 @@ func TestMirrorCustomEndpoints(t *testing.T) {
 	webNS := env.Namespace(t)
 	createService(t, c, makeService(webNS, "web", sel))
 	createPod(t, c, makePod(webNS, "web-0", "10.20.0.1", sel))
-	waitEndpoints(t, c, webNS, "web", "ready", func(ep *corev1.Endpoints) bool { return ep != nil && len(readyIPs(ep)) == 1 })
+	waitEndpoints(t, c, webNS, "web", "ready", func(ep *corev1.Endpoints) bool { return ep != nil && len(testobj.ReadyIPs(ep)) == 1 })
 	waitSlices(t, c, webNS, "web", "one ready endpoint", func(ss []discovery.EndpointSlice) bool { return len(ss) == 1 && countReady(ss[0]) == 1 })
 	mirrorQueueDrained(t, c, first)
 	for _, name := range []string{"lock", "skipped"} {

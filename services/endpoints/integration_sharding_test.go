@@ -16,6 +16,7 @@ import (
 	endpointscontroller "github.com/kcm-split/kcm-split/services/endpoints"
 	"github.com/kcm-split/kcm-split/services/endpoints/endpoints"
 	"github.com/kcm-split/kcm-split/services/endpoints/endpointslice"
+	"github.com/kcm-split/kcm-split/services/endpoints/internal/testobj"
 	"github.com/kcm-split/kcm-split/shared/sharding"
 	"github.com/kcm-split/kcm-split/shared/testenv"
 )
@@ -26,17 +27,7 @@ func gatedEnv(t *testing.T) *testenv.Env {
 	t.Helper()
 	testenv.Require(t, env)
 	start := time.Now()
-	e, err := testenv.Start(testenv.Options{
-		ExtraAPIServerArgs: []string{"--service-cluster-ip-range=10.0.0.0/16,fd00:10:96::/112", "--feature-gates=ShardedListAndWatch=true"},
-		Setup: func(env *testenv.Env) error {
-			c, err := kubernetes.NewForConfig(env.Config)
-			if err != nil {
-				return err
-			}
-			_, err = c.CoreV1().Nodes().Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}, metav1.CreateOptions{})
-			return err
-		},
-	})
+	e, err := testenv.Start(envOptions("--feature-gates=ShardedListAndWatch=true"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +86,7 @@ func twoShards(t *testing.T, e *testenv.Env, wantMode string) {
 	start := time.Now()
 	shards := e.StartShards(t, controller, 2, "shard", leases)
 	for _, ns := range all {
-		waitEndpoints(t, c, ns, "web", "two ready addresses", func(ep *corev1.Endpoints) bool { return ep != nil && len(readyIPs(ep)) == 2 })
+		waitEndpoints(t, c, ns, "web", "two ready addresses", func(ep *corev1.Endpoints) bool { return ep != nil && len(testobj.ReadyIPs(ep)) == 2 })
 		waitSliceEndpoints(t, c, ns, "web", 2)
 	}
 	t.Logf("2 shards: %d Services in %d+%d namespaces done %s after start", len(all), len(owned[0]), len(owned[1]), time.Since(start).Round(time.Millisecond))
