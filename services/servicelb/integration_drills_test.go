@@ -32,22 +32,6 @@ func deleteCRD(t *testing.T) {
 	}
 }
 
-// writesTo counts the controller's writes to the named Services of the test's namespace.
-func (f *fixture) writesTo(names []string) int {
-	f.t.Helper()
-	evs, err := env.Writes(testenv.ByUserAgentPrefix(controller.UserAgentPrefix(), "services"))
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	n := 0
-	for _, e := range evs {
-		if e.ObjectRef.Namespace == f.ns && slices.Contains(names, e.ObjectRef.Name) {
-			n++
-		}
-	}
-	return n
-}
-
 // waitUnverified waits until the controller reports want addresses kept that no pool vouches
 // for. A pool change queues every Service at once, before any of them is synced: a change of
 // the count says that the controller has seen the pool change and queued them all, so that a
@@ -83,10 +67,10 @@ func TestPoolAPIFaults(t *testing.T) {
 	}
 	deleteCRD(t)
 	t.Cleanup(func() { _ = installCRDs(env.Config) })
-	base := f.writesTo(names)
+	base := f.writesTo(names...)
 	check := func(step string) {
 		t.Helper()
-		if n := f.writesTo(names) - base; n != 0 {
+		if n := f.writesTo(names...) - base; n != 0 {
 			t.Fatalf("%s: %d writes to Services holding addresses, want 0", step, n)
 		}
 		for _, n := range names {

@@ -389,11 +389,11 @@ func TestPendingCondition(t *testing.T) {
 		t.Fatalf("c: condition %+v", c)
 	}
 	// Services synced again for another reason write nothing: the cause is the same.
-	before := f.writesTo([]string{"b"})
+	before := f.writesTo("b")
 	f.service("d") // pending as well: the pool is full
 	f.wait("d", "has the pending condition", func(s *corev1.Service) bool { return pendingCondition(s) != nil })
 	f.settle("marker")
-	if n := f.writesTo([]string{"b"}); n != before {
+	if n := f.writesTo("b"); n != before {
 		t.Fatalf("b written %d times more while its cause did not change", n-before)
 	}
 	// b alone waits for the address a frees.

@@ -220,8 +220,9 @@ func (f *fixture) hasEvent(name, reason string) bool {
 	return false
 }
 
-// serviceWrites counts the controller's writes to Services in the test's namespace.
-func (f *fixture) serviceWrites() int {
+// writesTo counts the controller's writes to the named Services of the test's namespace,
+// none named: to all of them.
+func (f *fixture) writesTo(names ...string) int {
 	f.t.Helper()
 	evs, err := env.Writes(testenv.ByUserAgentPrefix(controller.UserAgentPrefix(), "services"))
 	if err != nil {
@@ -229,7 +230,7 @@ func (f *fixture) serviceWrites() int {
 	}
 	n := 0
 	for _, e := range evs {
-		if e.ObjectRef.Namespace == f.ns {
+		if e.ObjectRef.Namespace == f.ns && (len(names) == 0 || slices.Contains(names, e.ObjectRef.Name)) {
 			n++
 		}
 	}
@@ -261,7 +262,7 @@ func TestAddressFinalizerAndRelease(t *testing.T) {
 		t.Fatalf("finalizers = %v", s.Finalizers)
 	}
 	f.waitEvent("web", servicelb.ReasonEnsured)
-	if n := f.serviceWrites(); n != 2 {
+	if n := f.writesTo(); n != 2 {
 		t.Fatalf("%d writes to the Service, want 2 (finalizer, status)", n)
 	}
 	for _, series := range []string{
@@ -508,7 +509,7 @@ func TestRestartKeepsAddresses(t *testing.T) {
 		}
 		before[n] = ingressIPs(f.wait(n, "served", func(s *corev1.Service) bool { return s != nil && len(s.Status.LoadBalancer.Ingress) == want }))
 	}
-	writes := f.serviceWrites()
+	writes := f.writesTo()
 
 	// A new leader takes over: a standby starts, the leader stops and releases the Lease.
 	standby := env.Start(t, controller, "ctrl2")
@@ -529,7 +530,7 @@ func TestRestartKeepsAddresses(t *testing.T) {
 			}
 		}
 	}
-	if n := f.serviceWrites() - writes; n != 2 {
+	if n := f.writesTo() - writes; n != 2 {
 		evs, _ := env.Writes(testenv.ByUserAgentPrefix(controller.UserAgentPrefix(), "services"))
 		for _, e := range evs {
 			if e.ObjectRef.Namespace == f.ns {
