@@ -135,14 +135,13 @@ func twoShards(t *testing.T, e *testenv.Env, wantMode string) {
 	before := time.Now()
 	whole := e.StartLeading(t, controller, "whole", "--leader-elect-resource-namespace="+leases)
 	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		for _, q := range []string{endpoints.QueueName, endpointslice.QueueName} {
-			if whole.Metric(`workqueue_adds_total{name="`+q+`"}`) < float64(len(all)) ||
-				whole.Metric(`workqueue_depth{name="`+q+`"}`) != 0 ||
-				whole.Metric(`workqueue_unfinished_work_seconds{name="`+q+`"}`) != 0 {
+		queues := []string{endpoints.QueueName, endpointslice.QueueName}
+		for _, q := range queues {
+			if whole.Metric(`workqueue_adds_total{name="`+q+`"}`) < float64(len(all)) {
 				return false, nil
 			}
 		}
-		return true, nil
+		return whole.QueuesIdle(queues...), nil
 	}); err != nil {
 		t.Fatalf("the unsharded controller never drained its queues: %v", err)
 	}

@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	endpointscontroller "github.com/kcm-split/kcm-split/services/endpoints"
+	"github.com/kcm-split/kcm-split/services/endpoints/endpoints"
 	"github.com/kcm-split/kcm-split/services/endpoints/internal/testobj"
 	"github.com/kcm-split/kcm-split/shared/testenv"
 )
@@ -485,12 +486,7 @@ func TestRestartOverCorrectStateWritesNothing(t *testing.T) {
 	createService(t, c, makeService(other, "sentinel", sel))
 	createPod(t, c, makePod(other, "s", "10.6.9.1", sel))
 	waitEndpoints(t, c, other, "sentinel", "ready", func(ep *corev1.Endpoints) bool { return ep != nil && len(testobj.ReadyIPs(ep)) == 1 })
-	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		return second.Metric(`workqueue_depth{name="endpoint"}`) == 0 &&
-			second.Metric(`workqueue_unfinished_work_seconds{name="endpoint"}`) == 0, nil
-	}); err != nil {
-		t.Fatalf("the restarted controller never drained its queue: %v", err)
-	}
+	second.WaitQueuesIdle(30*time.Second, endpoints.QueueName)
 	if after := controllerWrites(t, ns); after != before {
 		t.Fatalf("restart over correct state wrote %d times, want 0", after-before)
 	}
