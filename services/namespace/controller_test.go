@@ -585,3 +585,11 @@ kcm_split_namespace_terminating 1
 	}
 	metricstest.Lint(t, f.reg)
 }
+
+// The reconcile metrics carry upstream's name of the controller, the value --controllers takes.
+func TestReconcileMetricsCarryUpstreamName(t *testing.T) {
+	f := newFixture(t, coreDiscovery)
+	if got := metricstest.LabelValues(t, f.reg, "kcm_split_reconcile_total", "controller"); got != Name {
+		t.Fatalf("controller label %q, want %q", got, Name)
+	}
+}

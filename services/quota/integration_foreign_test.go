@@ -68,7 +68,7 @@ func TestForeignWriterOnQuotaStatus(t *testing.T) {
 		t.Fatalf("sentinel write: %v", err)
 	}
 
-	series := `kcm_split_foreign_writer_detected_total{controller="` + quota.ControllerID + `"}`
+	series := `kcm_split_foreign_writer_detected_total{controller="` + quota.Name + `"}`
 	var byManager map[string][]corev1.Event
 	poll(t, "the sentinel's Event", time.Minute, func() (bool, error) {
 		list, err := c.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=" + foreign.Reason})

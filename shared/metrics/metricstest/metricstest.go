@@ -3,6 +3,8 @@
 package metricstest
 
 import (
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -48,4 +50,28 @@ func hasAnyPrefix(s string, prefixes []string) bool {
 		}
 	}
 	return false
+}
+
+// LabelValues returns the values label takes in the series of the metric family name that g
+// gathers, sorted, each once, joined by spaces.
+func LabelValues(t testing.TB, g prometheus.Gatherer, name, label string) string {
+	t.Helper()
+	families, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label {
+					seen[l.GetValue()] = true
+				}
+			}
+		}
+	}
+	return strings.Join(slices.Sorted(maps.Keys(seen)), " ")
 }

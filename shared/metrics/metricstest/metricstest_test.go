@@ -48,3 +48,18 @@ func TestNamesSorted(t *testing.T) {
 		t.Fatalf("Names = %q, want %q", got, want)
 	}
 }
+
+func TestLabelValues(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "reconcile_total", Help: "Reconciles."}, []string{"controller", "result"})
+	reg.MustRegister(c)
+	c.WithLabelValues("b", "ok")
+	c.WithLabelValues("a", "ok")
+	c.WithLabelValues("a", "error")
+	if got := LabelValues(t, reg, "reconcile_total", "controller"); got != "a b" {
+		t.Fatalf("LabelValues = %q, want %q", got, "a b")
+	}
+	if got := LabelValues(t, reg, "other_total", "controller"); got != "" {
+		t.Fatalf("LabelValues of a missing family = %q", got)
+	}
+}
