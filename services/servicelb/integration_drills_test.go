@@ -49,7 +49,7 @@ func (f *fixture) waitUnverified(step string, want float64) {
 // TestPoolAPIFaults is the "Pool API faults" drill: Services holding addresses keep them,
 // with no status write, while the controller starts without the CRD, the CRD comes back, a
 // pool is deleted, a pool turns invalid, and the CRD is deleted under the running controller.
-// Long: one drill of five faults in sequence, each building on the one before.
+// Over 80 lines: one drill of five faults in sequence, each building on the one before.
 func TestPoolAPIFaults(t *testing.T) {
 	f := setup(t)
 	ranges := []string{f.v4(1) + "-" + f.v4(40)}
@@ -176,7 +176,7 @@ func TestPoolAPIFaults(t *testing.T) {
 // TestSplitBrain runs two controllers with --leader-elect=false on the same pool while
 // Services are created and deleted: no address is ever shown by two Services, and every
 // Service costs a bounded number of writes.
-// Long: one drill, each phase checked against the state the previous one left.
+// Over 80 lines: one drill, each phase checked against the state the previous one left.
 func TestSplitBrain(t *testing.T) {
 	testenv.Require(t, env)
 	if err := installCRDs(env.Config); err != nil { // a drill before may have removed it

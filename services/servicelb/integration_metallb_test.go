@@ -189,7 +189,7 @@ func TestMetalLBCRDMissing(t *testing.T) {
 
 // TestMetalLBSelection: MetalLB's pool choice (priority, namespaces, namespace and service
 // selectors, autoAssign, avoidBuggyIPs) and its annotations, current and legacy.
-// Long: the selection rules share one cluster set-up, checked one after the other.
+// Over 80 lines: the selection rules share one cluster set-up, checked one after the other.
 func TestMetalLBSelection(t *testing.T) {
 	testenv.Require(t, env)
 	installMetalLBCRD(t)

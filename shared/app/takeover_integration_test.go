@@ -36,7 +36,7 @@ func publishKCMPod(t *testing.T, client kubernetes.Interface, ns, node, controll
 // controller never may write while a KCM process whose flags run that controller leads: the
 // binary waits while KCM runs it, takes over once the roll turned it off, stops (writes
 // refused) when a Pod turns it on again, and takes over again after the next roll.
-// Long: one sampler watches every roll, so the rolls run in order in one function.
+// Over 80 lines: one sampler watches every roll, so the rolls run in order in one function.
 func TestTakeOverFromKCM(t *testing.T) {
 	testenv.Require(t, env)
 	client := env.Client(t)

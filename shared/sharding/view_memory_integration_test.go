@@ -125,7 +125,7 @@ func mib(b uint64) string { return fmt.Sprintf("%.1f", float64(b)/(1<<20)) }
 // timing): what the fill cost this process against one replica's informer (client-go's,
 // streaming) and against the same shard listing then watching (the former behaviour).
 // KCM_SPLIT_SHARD_MEMORY_PODS sets the number of Pods (default 1,200).
-// Long: three fills of one set of Pods, measured and compared side by side in one table.
+// Over 80 lines: three fills of one set of Pods, measured and compared side by side in one table.
 func TestShardFillMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real apiserver")

@@ -85,8 +85,7 @@ func (r *result) report(b *testing.B) {
 	b.ReportMetric(float64(r.restartW), "restart-writes")
 }
 
-// Long: one benchmark scenario (start, create, measure, restart), in order.
-// Over 80 lines: the restart phase compares each Service's address with those taken after the create phase, on the same control plane.
+// Over 80 lines: one benchmark scenario (start, create, measure, restart), in order; the restart phase compares each Service's address with those taken after the create phase, on the same control plane.
 func runScenario(b *testing.B, v variant) *result {
 	logf := benchkit.Progress(v.name)
 	bin := benchkit.BuildShipped(b, "github.com/kcm-split/kcm-split/services/servicelb/cmd/service-lb-controller")
