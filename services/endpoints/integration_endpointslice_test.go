@@ -21,36 +21,52 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kcm-split/kcm-split/services/endpoints/endpointslice"
+	"github.com/kcm-split/kcm-split/services/endpoints/internal/testobj"
 	"github.com/kcm-split/kcm-split/shared/testenv"
 )
+
+// listManaged returns the EndpointSlices of Service ns/svc whose managed-by label is
+// managedBy, in the order cmp gives them.
+func listManaged(t *testing.T, c kubernetes.Interface, ns, svc, managedBy string, cmp func(a, b discovery.EndpointSlice) int) []discovery.EndpointSlice {
+	t.Helper()
+	list, err := c.DiscoveryV1().EndpointSlices(ns).List(context.Background(), metav1.ListOptions{
+		LabelSelector: labels.Set{discovery.LabelServiceName: svc, discovery.LabelManagedBy: managedBy}.String(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.SortStableFunc(list.Items, cmp)
+	return list.Items
+}
+
+// waitListed polls list until cond holds for the slices it returns, and returns them; what
+// they are (kind and Service) and what cond waits for name the failure.
+func waitListed(t *testing.T, list func() []discovery.EndpointSlice, which, what string, cond func([]discovery.EndpointSlice) bool) []discovery.EndpointSlice {
+	t.Helper()
+	var last []discovery.EndpointSlice
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		last = list()
+		return cond(last), nil
+	})
+	if err != nil {
+		t.Fatalf("%s never became %s; last: %s", which, what, describeSlices(last))
+	}
+	return last
+}
 
 // listSlices returns the EndpointSlices of Service ns/svc managed by this controller (and
 // upstream's: they share the managed-by value), sorted by size, largest first.
 func listSlices(t *testing.T, c kubernetes.Interface, ns, svc string) []discovery.EndpointSlice {
 	t.Helper()
-	list, err := c.DiscoveryV1().EndpointSlices(ns).List(context.Background(), metav1.ListOptions{
-		LabelSelector: labels.Set{discovery.LabelServiceName: svc, discovery.LabelManagedBy: endpointslice.ManagedBy}.String(),
+	return listManaged(t, c, ns, svc, endpointslice.ManagedBy, func(a, b discovery.EndpointSlice) int {
+		return len(b.Endpoints) - len(a.Endpoints)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := list.Items
-	sort.SliceStable(out, func(i, j int) bool { return len(out[i].Endpoints) > len(out[j].Endpoints) })
-	return out
 }
 
 // waitSlices polls until cond holds for the Service's slices and returns them.
 func waitSlices(t *testing.T, c kubernetes.Interface, ns, svc, what string, cond func([]discovery.EndpointSlice) bool) []discovery.EndpointSlice {
 	t.Helper()
-	var last []discovery.EndpointSlice
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		last = listSlices(t, c, ns, svc)
-		return cond(last), nil
-	})
-	if err != nil {
-		t.Fatalf("EndpointSlices of %s/%s never became %s; last: %s", ns, svc, what, describeSlices(last))
-	}
-	return last
+	return waitListed(t, func() []discovery.EndpointSlice { return listSlices(t, c, ns, svc) }, "EndpointSlices of "+ns+"/"+svc, what, cond)
 }
 
 func describeSlices(ss []discovery.EndpointSlice) string {
@@ -116,12 +132,7 @@ func sliceQueueDrained(t *testing.T, c kubernetes.Interface, ctrl *testenv.Contr
 	waitSlices(t, c, ns, "sentinel", "one ready endpoint", func(ss []discovery.EndpointSlice) bool {
 		return len(ss) == 1 && countReady(ss[0]) == 1
 	})
-	q := `{name="` + endpointslice.QueueName + `"}`
-	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		return ctrl.Metric(`workqueue_depth`+q) == 0 && ctrl.Metric(`workqueue_unfinished_work_seconds`+q) == 0, nil
-	}); err != nil {
-		t.Fatalf("the slice queue never drained: %v", err)
-	}
+	ctrl.WaitQueuesIdle(time.Minute, endpointslice.QueueName)
 }
 
 // TestSlicesOf250PodsFlipAndWarmRestart: 250 ready Pods make slices of 100, 100 and 50 in
@@ -395,8 +406,8 @@ func TestControllersFlag(t *testing.T) {
 	sel = map[string]string{"app": "two"}
 	createService(t, c, makeService(ns, "two", sel))
 	createPod(t, c, makePod(ns, "two", "10.12.0.2", sel))
-	waitEndpoints(t, c, ns, "two", "ready", func(ep *corev1.Endpoints) bool { return ep != nil && len(readyIPs(ep)) == 1 })
-	waitEndpoints(t, c, ns, "one", "written now", func(ep *corev1.Endpoints) bool { return ep != nil && len(readyIPs(ep)) == 1 })
+	waitEndpoints(t, c, ns, "two", "ready", func(ep *corev1.Endpoints) bool { return ep != nil && len(testobj.ReadyIPs(ep)) == 1 })
+	waitEndpoints(t, c, ns, "one", "written now", func(ep *corev1.Endpoints) bool { return ep != nil && len(testobj.ReadyIPs(ep)) == 1 })
 	if ss := listSlices(t, c, ns, "two"); len(ss) != 0 || endpointsOnly.Metric(`workqueue_depth{name="endpoint_slice"}`) != -1 {
 		t.Fatalf("with the EndpointSlice controller off, slices were written (%s) or its queue exists", describeSlices(ss))
 	}

@@ -12,11 +12,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/kcm-split/kcm-split/services/endpoints/endpoints"
 	"github.com/kcm-split/kcm-split/services/endpoints/endpointslice"
+	"github.com/kcm-split/kcm-split/services/endpoints/internal/testobj"
 	"github.com/kcm-split/kcm-split/services/endpoints/mirroring"
 	"github.com/kcm-split/kcm-split/shared/foreign"
 	"github.com/kcm-split/kcm-split/shared/testenv"
@@ -24,19 +24,6 @@ import (
 
 // foreignWrites is how many times the second writer rewrites the object in one episode.
 const foreignWrites = 4
-
-// clientAs is an admin client whose writes carry userAgent, and so the field manager of its
-// first word: kube-controller-manager's own when it is "kube-controller-manager/...".
-func clientAs(t *testing.T, userAgent string) kubernetes.Interface {
-	t.Helper()
-	cfg := rest.CopyConfig(env.Config)
-	cfg.UserAgent = userAgent
-	c, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
 
 // rewriteFunc rewrites the fields the controller owns on the object with a content of its own
 // (i varies it, so that every write changes them), inputs unchanged.
@@ -50,8 +37,8 @@ type rewriteFunc func(ctx context.Context, c kubernetes.Interface, i int) error
 func assertOneEpisode(t *testing.T, ctrl *testenv.Controller, c kubernetes.Interface, ns, controllerName, resource, name string, rewrite rewriteFunc) {
 	t.Helper()
 	ctx := context.Background()
-	kcm := clientAs(t, "kube-controller-manager/v1.36.3 (linux/amd64) kubernetes/test")
-	human := clientAs(t, "kubectl-edit/v1.36.3 (linux/amd64) kubernetes/test")
+	kcm := env.ClientAs(t, "kube-controller-manager/v1.36.3 (linux/amd64) kubernetes/test")
+	human := env.ClientAs(t, "kubectl-edit/v1.36.3 (linux/amd64) kubernetes/test")
 	start := time.Now()
 	for i := range foreignWrites {
 		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error { return rewrite(ctx, kcm, i) }); err != nil {
@@ -117,7 +104,7 @@ func TestForeignWriterOnEndpoints(t *testing.T) {
 	sel := map[string]string{"app": "web"}
 	createService(t, c, makeService(ns, "web", sel))
 	createPod(t, c, makePod(ns, "p1", "10.1.0.1", sel))
-	waitEndpoints(t, c, ns, "web", "one ready address", func(ep *corev1.Endpoints) bool { return ep != nil && equal(readyIPs(ep), "10.1.0.1") })
+	waitEndpoints(t, c, ns, "web", "one ready address", func(ep *corev1.Endpoints) bool { return ep != nil && equal(testobj.ReadyIPs(ep), "10.1.0.1") })
 	assertOneEpisode(t, ctrl, c, ns, endpoints.Name, "endpoints", "web", func(ctx context.Context, c kubernetes.Interface, i int) error {
 		ep, err := c.CoreV1().Endpoints(ns).Get(ctx, "web", metav1.GetOptions{})
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	endpointscontroller "github.com/kcm-split/kcm-split/services/endpoints"
+	"github.com/kcm-split/kcm-split/services/endpoints/internal/testobj"
 	"github.com/kcm-split/kcm-split/shared/sharding"
 	"github.com/kcm-split/kcm-split/shared/testenv"
 )
@@ -34,15 +35,9 @@ func TestLayoutChangeTwoToFour(t *testing.T) {
 		createPod(t, c, makePod(ns, "web-0", fmt.Sprintf("10.9.%d.1", k), sel))
 	}
 	lease := func(s sharding.Shard) string { return s.LeaseName(endpointscontroller.ControllerID) }
-	old := make([]*testenv.Controller, 2)
-	for i := range old {
-		old[i] = env.Start(t, controller, fmt.Sprintf("old-%d", i), "--shards=2", fmt.Sprintf("--shard-index=%d", i), "--leader-elect-resource-namespace="+leases)
-	}
-	for i, o := range old {
-		o.WaitLeadingAndSynced(lease(sharding.Shard{Index: i, Count: 2}), testenv.LeadTimeout)
-	}
+	old := env.StartShards(t, controller, 2, "old", leases)
 	for _, ns := range all {
-		waitEndpoints(t, c, ns, "web", "one ready address", func(ep *corev1.Endpoints) bool { return ep != nil && len(readyIPs(ep)) == 1 })
+		waitEndpoints(t, c, ns, "web", "one ready address", func(ep *corev1.Endpoints) bool { return ep != nil && len(testobj.ReadyIPs(ep)) == 1 })
 	}
 
 	news := make([]*testenv.Controller, 4)
@@ -68,7 +63,7 @@ func TestLayoutChangeTwoToFour(t *testing.T) {
 		createPod(t, c, makePod(ns, "web-1", fmt.Sprintf("10.9.%d.2", k), sel))
 	}
 	for _, ns := range all {
-		waitEndpoints(t, c, ns, "web", "two ready addresses", func(ep *corev1.Endpoints) bool { return ep != nil && len(readyIPs(ep)) == 2 })
+		waitEndpoints(t, c, ns, "web", "two ready addresses", func(ep *corev1.Endpoints) bool { return ep != nil && len(testobj.ReadyIPs(ep)) == 2 })
 	}
 	for i, n := range news {
 		if n.IsLeader(lease(sharding.Shard{Index: i, Count: 4})) {
@@ -92,7 +87,7 @@ func TestLayoutChangeTwoToFour(t *testing.T) {
 		createPod(t, c, makePod(ns, "web-2", fmt.Sprintf("10.9.%d.3", k), sel))
 	}
 	for _, ns := range all {
-		waitEndpoints(t, c, ns, "web", "three ready addresses", func(ep *corev1.Endpoints) bool { return ep != nil && len(readyIPs(ep)) == 3 })
+		waitEndpoints(t, c, ns, "web", "three ready addresses", func(ep *corev1.Endpoints) bool { return ep != nil && len(testobj.ReadyIPs(ep)) == 3 })
 	}
 
 	// When the old layout's Leases were released: the last write of each, by its holder's

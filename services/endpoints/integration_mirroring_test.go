@@ -15,10 +15,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kcm-split/kcm-split/services/endpoints/internal/testobj"
 	"github.com/kcm-split/kcm-split/services/endpoints/mirroring"
 	"github.com/kcm-split/kcm-split/shared/testenv"
 )
@@ -26,27 +26,14 @@ import (
 // listMirrored returns the mirrored EndpointSlices of ns/name, sorted by address type.
 func listMirrored(t *testing.T, c kubernetes.Interface, ns, name string) []discovery.EndpointSlice {
 	t.Helper()
-	list, err := c.DiscoveryV1().EndpointSlices(ns).List(context.Background(), metav1.ListOptions{
-		LabelSelector: labels.Set{discovery.LabelServiceName: name, discovery.LabelManagedBy: mirroring.ManagedBy}.String(),
+	return listManaged(t, c, ns, name, mirroring.ManagedBy, func(a, b discovery.EndpointSlice) int {
+		return strings.Compare(string(a.AddressType), string(b.AddressType))
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := list.Items
-	sort.Slice(out, func(i, j int) bool { return out[i].AddressType < out[j].AddressType })
-	return out
 }
 
 func waitMirrored(t *testing.T, c kubernetes.Interface, ns, name, what string, cond func([]discovery.EndpointSlice) bool) []discovery.EndpointSlice {
 	t.Helper()
-	var last []discovery.EndpointSlice
-	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		last = listMirrored(t, c, ns, name)
-		return cond(last), nil
-	}); err != nil {
-		t.Fatalf("mirrored slices of %s/%s never became %s; last: %s", ns, name, what, describeSlices(last))
-	}
-	return last
+	return waitListed(t, func() []discovery.EndpointSlice { return listMirrored(t, c, ns, name) }, "mirrored slices of "+ns+"/"+name, what, cond)
 }
 
 // addressesOf returns "ip:ready" for every endpoint of the slices, sorted.
@@ -100,12 +87,7 @@ func mirrorQueueDrained(t *testing.T, c kubernetes.Interface, ctrl *testenv.Cont
 	waitMirrored(t, c, ns, "sentinel", "one ready endpoint", func(ss []discovery.EndpointSlice) bool {
 		return len(ss) == 1 && countReady(ss[0]) == 1
 	})
-	q := `{name="` + mirroring.QueueName + `"}`
-	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		return ctrl.Metric(`workqueue_depth`+q) == 0 && ctrl.Metric(`workqueue_unfinished_work_seconds`+q) == 0, nil
-	}); err != nil {
-		t.Fatalf("the mirroring queue never drained: %v", err)
-	}
+	ctrl.WaitQueuesIdle(time.Minute, mirroring.QueueName)
 }
 
 // TestMirrorCustomEndpoints: custom Endpoints of a Service without a selector are mirrored
@@ -151,7 +133,7 @@ func TestMirrorCustomEndpoints(t *testing.T) {
 	webNS := env.Namespace(t)
 	createService(t, c, makeService(webNS, "web", sel))
 	createPod(t, c, makePod(webNS, "web-0", "10.20.0.1", sel))
-	waitEndpoints(t, c, webNS, "web", "ready", func(ep *corev1.Endpoints) bool { return ep != nil && len(readyIPs(ep)) == 1 })
+	waitEndpoints(t, c, webNS, "web", "ready", func(ep *corev1.Endpoints) bool { return ep != nil && len(testobj.ReadyIPs(ep)) == 1 })
 	waitSlices(t, c, webNS, "web", "one ready endpoint", func(ss []discovery.EndpointSlice) bool { return len(ss) == 1 && countReady(ss[0]) == 1 })
 	mirrorQueueDrained(t, c, first)
 	for _, name := range []string{"lock", "skipped"} {

@@ -16,6 +16,7 @@ import (
 	endpointscontroller "github.com/kcm-split/kcm-split/services/endpoints"
 	"github.com/kcm-split/kcm-split/services/endpoints/endpoints"
 	"github.com/kcm-split/kcm-split/services/endpoints/endpointslice"
+	"github.com/kcm-split/kcm-split/services/endpoints/internal/testobj"
 	"github.com/kcm-split/kcm-split/shared/sharding"
 	"github.com/kcm-split/kcm-split/shared/testenv"
 )
@@ -26,17 +27,7 @@ func gatedEnv(t *testing.T) *testenv.Env {
 	t.Helper()
 	testenv.Require(t, env)
 	start := time.Now()
-	e, err := testenv.Start(testenv.Options{
-		ExtraAPIServerArgs: []string{"--service-cluster-ip-range=10.0.0.0/16,fd00:10:96::/112", "--feature-gates=ShardedListAndWatch=true"},
-		Setup: func(env *testenv.Env) error {
-			c, err := kubernetes.NewForConfig(env.Config)
-			if err != nil {
-				return err
-			}
-			_, err = c.CoreV1().Nodes().Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}, metav1.CreateOptions{})
-			return err
-		},
-	})
+	e, err := testenv.Start(envOptions("--feature-gates=ShardedListAndWatch=true"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,16 +84,9 @@ func twoShards(t *testing.T, e *testenv.Env, wantMode string) {
 	}
 
 	start := time.Now()
-	shards := make([]*testenv.Controller, 2)
-	for i := range shards {
-		shards[i] = e.Start(t, controller, fmt.Sprintf("shard-%d", i), "--shards=2", fmt.Sprintf("--shard-index=%d", i),
-			"--leader-elect-resource-namespace="+leases)
-	}
-	for i, s := range shards {
-		s.WaitLeadingAndSynced(sharding.Shard{Index: i, Count: 2}.LeaseName(endpointscontroller.ControllerID), testenv.LeadTimeout)
-	}
+	shards := e.StartShards(t, controller, 2, "shard", leases)
 	for _, ns := range all {
-		waitEndpoints(t, c, ns, "web", "two ready addresses", func(ep *corev1.Endpoints) bool { return ep != nil && len(readyIPs(ep)) == 2 })
+		waitEndpoints(t, c, ns, "web", "two ready addresses", func(ep *corev1.Endpoints) bool { return ep != nil && len(testobj.ReadyIPs(ep)) == 2 })
 		waitSliceEndpoints(t, c, ns, "web", 2)
 	}
 	t.Logf("2 shards: %d Services in %d+%d namespaces done %s after start", len(all), len(owned[0]), len(owned[1]), time.Since(start).Round(time.Millisecond))
@@ -151,14 +135,13 @@ func twoShards(t *testing.T, e *testenv.Env, wantMode string) {
 	before := time.Now()
 	whole := e.StartLeading(t, controller, "whole", "--leader-elect-resource-namespace="+leases)
 	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		for _, q := range []string{endpoints.QueueName, endpointslice.QueueName} {
-			if whole.Metric(`workqueue_adds_total{name="`+q+`"}`) < float64(len(all)) ||
-				whole.Metric(`workqueue_depth{name="`+q+`"}`) != 0 ||
-				whole.Metric(`workqueue_unfinished_work_seconds{name="`+q+`"}`) != 0 {
+		queues := []string{endpoints.QueueName, endpointslice.QueueName}
+		for _, q := range queues {
+			if whole.Metric(`workqueue_adds_total{name="`+q+`"}`) < float64(len(all)) {
 				return false, nil
 			}
 		}
-		return true, nil
+		return whole.QueuesIdle(queues...), nil
 	}); err != nil {
 		t.Fatalf("the unsharded controller never drained its queues: %v", err)
 	}

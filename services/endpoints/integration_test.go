@@ -19,23 +19,27 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	endpointscontroller "github.com/kcm-split/kcm-split/services/endpoints"
+	"github.com/kcm-split/kcm-split/services/endpoints/endpoints"
+	"github.com/kcm-split/kcm-split/services/endpoints/internal/testobj"
 	"github.com/kcm-split/kcm-split/shared/testenv"
 )
 
 var env *testenv.Env
 
-// The apiserver allocates both families (dual-stack Services), and node-1, where the test
-// Pods run, exists: the EndpointSlice controller publishes only Pods of known Nodes.
-func TestMain(m *testing.M) {
-	testenv.MainWithOptions(m, &env, testenv.Options{
-		ExtraAPIServerArgs: []string{"--service-cluster-ip-range=10.0.0.0/16,fd00:10:96::/112"},
+func TestMain(m *testing.M) { testenv.MainWithOptions(m, &env, envOptions()) }
+
+// envOptions are the control plane's: the apiserver allocates both families (dual-stack
+// Services), with extraArgs, and node-1, where the test Pods run, exists: the EndpointSlice
+// controller publishes only Pods of known Nodes.
+func envOptions(extraArgs ...string) testenv.Options {
+	return testenv.Options{
+		ExtraAPIServerArgs: append([]string{"--service-cluster-ip-range=10.0.0.0/16,fd00:10:96::/112"}, extraArgs...),
 		Setup: func(env *testenv.Env) error {
 			c, err := kubernetes.NewForConfig(env.Config)
 			if err != nil {
@@ -44,7 +48,7 @@ func TestMain(m *testing.M) {
 			_, err = c.CoreV1().Nodes().Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}, metav1.CreateOptions{})
 			return err
 		},
-	})
+	}
 }
 
 // controller is the shipped binary, built once per test binary.
@@ -130,20 +134,10 @@ func createService(t *testing.T, c kubernetes.Interface, s *corev1.Service) *cor
 // waitEndpoints polls until cond holds for the Endpoints ns/name and returns it.
 func waitEndpoints(t *testing.T, c kubernetes.Interface, ns, name string, what string, cond func(*corev1.Endpoints) bool) *corev1.Endpoints {
 	t.Helper()
-	var last *corev1.Endpoints
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		ep, err := c.CoreV1().Endpoints(ns).Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			last = nil
-			return cond(nil), nil
-		}
-		if err != nil {
-			return false, nil
-		}
-		last = ep
-		return cond(ep), nil
-	})
-	if err != nil {
+	last, ok := testenv.PollObject(50*time.Millisecond, 30*time.Second, func(ctx context.Context) (*corev1.Endpoints, error) {
+		return c.CoreV1().Endpoints(ns).Get(ctx, name, metav1.GetOptions{})
+	}, cond)
+	if !ok {
 		t.Fatalf("Endpoints %s/%s never became %s; last: %s", ns, name, what, describe(last))
 	}
 	return last
@@ -156,36 +150,9 @@ func describe(ep *corev1.Endpoints) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "labels=%v annotations=%v", ep.Labels, ep.Annotations)
 	for i, s := range ep.Subsets {
-		fmt.Fprintf(&b, " subset[%d]{ready=%v notReady=%v ports=%v}", i, ips(s.Addresses), ips(s.NotReadyAddresses), s.Ports)
+		fmt.Fprintf(&b, " subset[%d]{ready=%v notReady=%v ports=%v}", i, testobj.IPs(s.Addresses), testobj.IPs(s.NotReadyAddresses), s.Ports)
 	}
 	return b.String()
-}
-
-func ips(addrs []corev1.EndpointAddress) []string {
-	out := make([]string, 0, len(addrs))
-	for _, a := range addrs {
-		out = append(out, a.IP)
-	}
-	sort.Strings(out)
-	return out
-}
-
-// readyIPs and notReadyIPs flatten all subsets, sorted.
-func readyIPs(ep *corev1.Endpoints) []string {
-	return subsetIPs(ep, func(s corev1.EndpointSubset) []corev1.EndpointAddress { return s.Addresses })
-}
-
-func notReadyIPs(ep *corev1.Endpoints) []string {
-	return subsetIPs(ep, func(s corev1.EndpointSubset) []corev1.EndpointAddress { return s.NotReadyAddresses })
-}
-
-func subsetIPs(ep *corev1.Endpoints, pick func(corev1.EndpointSubset) []corev1.EndpointAddress) []string {
-	var out []string
-	for _, s := range ep.Subsets {
-		out = append(out, ips(pick(s))...)
-	}
-	sort.Strings(out)
-	return out
 }
 
 func equal(a []string, b ...string) bool {
@@ -233,7 +200,7 @@ func TestReadyAndNotReadyAddresses(t *testing.T) {
 	createPod(t, c, makePod(ns, "other", "10.1.0.9", map[string]string{"app": "db"}))
 
 	ep := waitEndpoints(t, c, ns, "web", "2 ready + 1 not ready", func(ep *corev1.Endpoints) bool {
-		return ep != nil && equal(readyIPs(ep), "10.1.0.1", "10.1.0.2") && equal(notReadyIPs(ep), "10.1.0.3")
+		return ep != nil && equal(testobj.ReadyIPs(ep), "10.1.0.1", "10.1.0.2") && equal(testobj.NotReadyIPs(ep), "10.1.0.3")
 	})
 	if len(ep.Subsets) != 1 || len(ep.Subsets[0].Ports) != 1 || ep.Subsets[0].Ports[0].Port != 8080 || ep.Subsets[0].Ports[0].Name != "http" {
 		t.Fatalf("ports = %s", describe(ep))
@@ -288,7 +255,7 @@ func addressesByPorts(ep *corev1.Endpoints) map[string][]string {
 			ports = append(ports, fmt.Sprintf("%s:%d", p.Name, p.Port))
 		}
 		sort.Strings(ports)
-		out[strings.Join(ports, ",")] = ips(s.Addresses)
+		out[strings.Join(ports, ",")] = testobj.IPs(s.Addresses)
 	}
 	return out
 }
@@ -310,7 +277,7 @@ func TestHeadlessAndPublishNotReady(t *testing.T) {
 	createPod(t, c, makePod(ns, "db-1", "10.3.0.2", sel, withHostname("db-1", "other"), notReady()))
 
 	ep := waitEndpoints(t, c, ns, "db", "address-only with hostname", func(ep *corev1.Endpoints) bool {
-		return ep != nil && equal(readyIPs(ep), "10.3.0.1") && equal(notReadyIPs(ep), "10.3.0.2")
+		return ep != nil && equal(testobj.ReadyIPs(ep), "10.3.0.1") && equal(testobj.NotReadyIPs(ep), "10.3.0.2")
 	})
 	if _, ok := ep.Labels["service.kubernetes.io/headless"]; !ok {
 		t.Fatalf("headless label missing: %v", ep.Labels)
@@ -331,7 +298,7 @@ func TestHeadlessAndPublishNotReady(t *testing.T) {
 		}
 	}
 	waitEndpoints(t, c, ns, "db-all", "all addresses ready", func(ep *corev1.Endpoints) bool {
-		return ep != nil && equal(readyIPs(ep), "10.3.0.1", "10.3.0.2") && len(notReadyIPs(ep)) == 0
+		return ep != nil && equal(testobj.ReadyIPs(ep), "10.3.0.1", "10.3.0.2") && len(testobj.NotReadyIPs(ep)) == 0
 	})
 }
 
@@ -342,7 +309,7 @@ func TestReadinessFlipAndServiceDelete(t *testing.T) {
 	sel := map[string]string{"app": "flip"}
 	createService(t, c, makeService(ns, "flip", sel))
 	pod := createPod(t, c, makePod(ns, "p", "10.4.0.1", sel))
-	waitEndpoints(t, c, ns, "flip", "ready", func(ep *corev1.Endpoints) bool { return ep != nil && equal(readyIPs(ep), "10.4.0.1") })
+	waitEndpoints(t, c, ns, "flip", "ready", func(ep *corev1.Endpoints) bool { return ep != nil && equal(testobj.ReadyIPs(ep), "10.4.0.1") })
 
 	setReady(pod, false)
 	pod, err := c.CoreV1().Pods(ns).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
@@ -350,14 +317,14 @@ func TestReadinessFlipAndServiceDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitEndpoints(t, c, ns, "flip", "not ready", func(ep *corev1.Endpoints) bool {
-		return ep != nil && len(readyIPs(ep)) == 0 && equal(notReadyIPs(ep), "10.4.0.1")
+		return ep != nil && len(testobj.ReadyIPs(ep)) == 0 && equal(testobj.NotReadyIPs(ep), "10.4.0.1")
 	})
 	setReady(pod, true)
 	if _, err := c.CoreV1().Pods(ns).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitEndpoints(t, c, ns, "flip", "ready again", func(ep *corev1.Endpoints) bool {
-		return ep != nil && equal(readyIPs(ep), "10.4.0.1") && len(notReadyIPs(ep)) == 0
+		return ep != nil && equal(testobj.ReadyIPs(ep), "10.4.0.1") && len(testobj.NotReadyIPs(ep)) == 0
 	})
 
 	if err := c.CoreV1().Services(ns).Delete(ctx, "flip", metav1.DeleteOptions{}); err != nil {
@@ -401,14 +368,14 @@ func TestOrphansSweptAtStartAndUserManagedLeftAlone(t *testing.T) {
 	sel := map[string]string{"app": "sentinel"}
 	createService(t, c, makeService(ns, "sentinel", sel))
 	createPod(t, c, makePod(ns, "s", "10.5.0.1", sel))
-	waitEndpoints(t, c, ns, "sentinel", "ready", func(ep *corev1.Endpoints) bool { return ep != nil && equal(readyIPs(ep), "10.5.0.1") })
+	waitEndpoints(t, c, ns, "sentinel", "ready", func(ep *corev1.Endpoints) bool { return ep != nil && equal(testobj.ReadyIPs(ep), "10.5.0.1") })
 
 	for _, name := range []string{"lock", "external", "manual"} {
 		ep, err := c.CoreV1().Endpoints(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatalf("%s: %v (must be left alone)", name, err)
 		}
-		if !equal(readyIPs(ep), "192.0.2.10") {
+		if !equal(testobj.ReadyIPs(ep), "192.0.2.10") {
 			t.Fatalf("%s was changed: %s", name, describe(ep))
 		}
 	}
@@ -466,7 +433,7 @@ func TestTruncationAtCapacity(t *testing.T) {
 	createService(t, c, makeService(ns, "big", sel))
 
 	ep := waitEndpoints(t, c, ns, "big", "truncated to 1000", func(ep *corev1.Endpoints) bool {
-		return ep != nil && len(readyIPs(ep))+len(notReadyIPs(ep)) == 1000
+		return ep != nil && len(testobj.ReadyIPs(ep))+len(testobj.NotReadyIPs(ep)) == 1000
 	})
 	if ep.Annotations["endpoints.kubernetes.io/over-capacity"] != "truncated" {
 		t.Fatalf("over-capacity annotation = %q", ep.Annotations["endpoints.kubernetes.io/over-capacity"])
@@ -481,7 +448,7 @@ func TestTruncationAtCapacity(t *testing.T) {
 			return false
 		}
 		_, annotated := ep.Annotations["endpoints.kubernetes.io/over-capacity"]
-		return len(readyIPs(ep)) == 999 && !annotated
+		return len(testobj.ReadyIPs(ep)) == 999 && !annotated
 	})
 }
 
@@ -501,7 +468,7 @@ func TestRestartOverCorrectStateWritesNothing(t *testing.T) {
 	first := env.StartLeading(t, controller, "first")
 	for _, name := range []string{"a", "b", "c"} {
 		waitEndpoints(t, c, ns, name, "complete", func(ep *corev1.Endpoints) bool {
-			return ep != nil && len(readyIPs(ep)) == 1 && len(notReadyIPs(ep)) == 1
+			return ep != nil && len(testobj.ReadyIPs(ep)) == 1 && len(testobj.NotReadyIPs(ep)) == 1
 		})
 	}
 	first.Stop(30 * time.Second)
@@ -518,13 +485,8 @@ func TestRestartOverCorrectStateWritesNothing(t *testing.T) {
 	sel := map[string]string{"app": "sentinel"}
 	createService(t, c, makeService(other, "sentinel", sel))
 	createPod(t, c, makePod(other, "s", "10.6.9.1", sel))
-	waitEndpoints(t, c, other, "sentinel", "ready", func(ep *corev1.Endpoints) bool { return ep != nil && len(readyIPs(ep)) == 1 })
-	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		return second.Metric(`workqueue_depth{name="endpoint"}`) == 0 &&
-			second.Metric(`workqueue_unfinished_work_seconds{name="endpoint"}`) == 0, nil
-	}); err != nil {
-		t.Fatalf("the restarted controller never drained its queue: %v", err)
-	}
+	waitEndpoints(t, c, other, "sentinel", "ready", func(ep *corev1.Endpoints) bool { return ep != nil && len(testobj.ReadyIPs(ep)) == 1 })
+	second.WaitQueuesIdle(30*time.Second, endpoints.QueueName)
 	if after := controllerWrites(t, ns); after != before {
 		t.Fatalf("restart over correct state wrote %d times, want 0", after-before)
 	}
@@ -550,7 +512,7 @@ func TestLeaderElectionHandover(t *testing.T) {
 	sel := map[string]string{"app": "le"}
 	createService(t, c, makeService(ns, "le", sel))
 	createPod(t, c, makePod(ns, "p", "10.7.0.1", sel))
-	waitEndpoints(t, c, ns, "le", "ready", func(ep *corev1.Endpoints) bool { return ep != nil && len(readyIPs(ep)) == 1 })
+	waitEndpoints(t, c, ns, "le", "ready", func(ep *corev1.Endpoints) bool { return ep != nil && len(testobj.ReadyIPs(ep)) == 1 })
 	if !a.IsLeader(controller.Lease()) || b.IsLeader(controller.Lease()) {
 		t.Fatalf("leader status: a=%v b=%v, want exactly a", a.IsLeader(controller.Lease()), b.IsLeader(controller.Lease()))
 	}
@@ -581,7 +543,7 @@ func TestLeaderElectionHandover(t *testing.T) {
 
 	// The new leader acts on changes.
 	createPod(t, c, makePod(ns, "q", "10.7.0.2", sel))
-	waitEndpoints(t, c, ns, "le", "two ready", func(ep *corev1.Endpoints) bool { return ep != nil && len(readyIPs(ep)) == 2 })
+	waitEndpoints(t, c, ns, "le", "two ready", func(ep *corev1.Endpoints) bool { return ep != nil && len(testobj.ReadyIPs(ep)) == 2 })
 }
 
 func TestLeaderElectionSIGKILL(t *testing.T) {

@@ -143,7 +143,7 @@ func New(
 		},
 		queue: worker.New(worker.Options[string]{
 			Name:       QueueName,
-			Controller: ControllerID,
+			Controller: Name,
 			// A namespace is never given up on: it would stay Terminating forever.
 			MaxRetries:  -1,
 			RateLimiter: rateLimiter(),

@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/kcm-split/kcm-split/shared/metrics/metricstest"
 	"github.com/kcm-split/kcm-split/shared/testenv/fixtures"
 	"github.com/kcm-split/kcm-split/shared/worker"
 )
@@ -582,11 +583,13 @@ kcm_split_namespace_terminating 1
 			}
 		}
 	}
-	problems, err := testutil.GatherAndLint(f.reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range problems {
-		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	metricstest.Lint(t, f.reg)
+}
+
+// The reconcile metrics carry upstream's name of the controller, the value --controllers takes.
+func TestReconcileMetricsCarryUpstreamName(t *testing.T) {
+	f := newFixture(t, coreDiscovery)
+	if got := metricstest.LabelValues(t, f.reg, "kcm_split_reconcile_total", "controller"); got != Name {
+		t.Fatalf("controller label %q, want %q", got, Name)
 	}
 }

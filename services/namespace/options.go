@@ -15,7 +15,8 @@ const (
 	// ControllerID is kcm-split's id of this binary: its name and the default Lease name.
 	ControllerID = "namespace-controller"
 	// Name is upstream's name of the controller (kube-controller-manager's --controllers,
-	// leader migration), also its Events' source: upstream's writes none, so no other exists.
+	// leader migration, the controller label of the reconcile metrics), also its Events'
+	// source: upstream's writes none, so no other exists.
 	Name = "namespace-controller"
 	// QueueName is upstream's workqueue name, so workqueue_*{name="namespace"} queries written
 	// for kube-controller-manager keep working.

@@ -139,10 +139,10 @@ func New(
 		leases:   leases.Lister(),
 		pods:     pods.Lister(),
 		nodeQueue: worker.New(worker.Options[string]{
-			Name: NodeQueueName, Controller: ControllerID, Registerer: reg,
+			Name: NodeQueueName, Controller: Name, Registerer: reg,
 		}),
 		podQueue: worker.New(worker.Options[string]{
-			Name: PodQueueName, Controller: ControllerID, Registerer: reg,
+			Name: PodQueueName, Controller: Name, Registerer: reg,
 		}),
 		checkRequested: make(chan struct{}, 1),
 		tainterWake:    make(chan struct{}, 1),

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/kcm-split/kcm-split/shared/metrics/metricstest"
 	"github.com/kcm-split/kcm-split/shared/testenv/fixtures"
 )
 
@@ -31,6 +32,7 @@ type fixture struct {
 	nodes    cache.Indexer
 	leases   cache.Indexer
 	pods     cache.Indexer
+	reg      *prometheus.Registry
 }
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -40,12 +42,12 @@ func newFixture(t *testing.T, opts Options, objs ...runtime.Object) *fixture {
 	client := fake.NewClientset(objs...)
 	factory := informers.NewSharedInformerFactory(client, 0)
 	f := &fixture{
-		t: t, client: client, recorder: record.NewFakeRecorder(1000), clock: &fakeClock{t: t0},
+		t: t, client: client, recorder: record.NewFakeRecorder(1000), clock: &fakeClock{t: t0}, reg: prometheus.NewRegistry(),
 		nodes:  factory.Core().V1().Nodes().Informer().GetIndexer(),
 		leases: factory.Coordination().V1().Leases().Informer().GetIndexer(),
 	}
 	f.c = New(factory.Core().V1().Nodes(), factory.Coordination().V1().Leases(), factory.Core().V1().Pods(),
-		client, f.recorder, opts, prometheus.NewRegistry())
+		client, f.recorder, opts, f.reg)
 	f.c.now = f.clock.now
 	f.pods = f.c.podsByNode
 	t.Cleanup(func() {
@@ -124,4 +126,12 @@ func fastOptions() Options {
 	o := DefaultOptions()
 	o.MonitorPeriod, o.MonitorGracePeriod, o.StartupGracePeriod = time.Second, 10*time.Second, 20*time.Second
 	return o
+}
+
+// The reconcile metrics carry upstream's name of the controller, the value --controllers takes.
+func TestReconcileMetricsCarryUpstreamName(t *testing.T) {
+	f := newFixture(t, fastOptions())
+	if got := metricstest.LabelValues(t, f.reg, "kcm_split_reconcile_total", "controller"); got != Name {
+		t.Fatalf("controller label %q, want %q", got, Name)
+	}
 }

@@ -2,9 +2,6 @@ package nodelifecycle_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -20,37 +17,12 @@ import (
 // `make tools` has not built kwok.
 func TestKwokNodesStayHealthy(t *testing.T) {
 	requireEnv(t)
-	dir, err := testenv.FindBinDir()
-	if err != nil {
+	if err := testenv.KwokBuilt(); err != nil {
 		t.Skip(err)
 	}
-	kwok := filepath.Join(dir, "kwok")
-	stages, _ := filepath.Glob(filepath.Join(dir, "kwok-stages", "*.yaml"))
-	if _, err := os.Stat(kwok); err != nil || len(stages) == 0 {
-		t.Skip("bin/kwok and bin/kwok-stages are built by `make tools`")
-	}
 	client := env.Client(t)
-	port, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
 	// A 20 s Lease, renewed every 5 s (a quarter, as kubelets and kwok do).
-	args := []string{"--kubeconfig=" + env.Kubeconfig, "--manage-all-nodes=false",
-		"--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake", "--node-lease-duration-seconds=20",
-		"--server-address=127.0.0.1:" + strconv.Itoa(port)}
-	for _, s := range stages {
-		args = append(args, "-c", s)
-	}
-	p, err := testenv.StartProcess("kwok", filepath.Join(t.TempDir(), "kwok.log"), kwok, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		p.Stop(10 * time.Second)
-		if t.Failed() {
-			t.Logf("--- kwok log ---\n%s", p.Tail(20))
-		}
-	})
+	env.StartKwok(t, testenv.Kwok{Manage: "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake", LeaseSeconds: 20})
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "kwok-node", Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
 		Labels: map[string]string{corev1.LabelTopologyRegion: "r", corev1.LabelTopologyZone: "zone-kwok"}}}
 	if _, err := client.CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{}); err != nil {

@@ -9,8 +9,6 @@ package nodelifecycle_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -38,40 +36,13 @@ const (
 )
 
 // startKwok runs kwok for the Nodes matching labelSelector, renewing their Leases every
-// leaseSeconds/4; it is stopped (thawed first if frozen) when the test ends. Skipped when
-// `make tools` has not built kwok.
+// leaseSeconds/4. Skipped when `make tools` has not built kwok.
 func startKwok(t *testing.T, name, labelSelector string, leaseSeconds int) *testenv.Process {
 	t.Helper()
-	dir, err := testenv.FindBinDir()
-	if err != nil {
+	if err := testenv.KwokBuilt(); err != nil {
 		t.Skip(err)
 	}
-	kwok := filepath.Join(dir, "kwok")
-	stages, _ := filepath.Glob(filepath.Join(dir, "kwok-stages", "*.yaml"))
-	if _, err := os.Stat(kwok); err != nil || len(stages) == 0 {
-		t.Skip("bin/kwok and bin/kwok-stages are built by `make tools`")
-	}
-	port, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	args := []string{"--kubeconfig=" + env.Kubeconfig, "--manage-all-nodes=false",
-		"--manage-nodes-with-label-selector=" + labelSelector, "--node-lease-duration-seconds=" + strconv.Itoa(leaseSeconds),
-		"--server-address=127.0.0.1:" + strconv.Itoa(port)}
-	for _, s := range stages {
-		args = append(args, "-c", s)
-	}
-	p, err := testenv.StartProcess(name, filepath.Join(t.TempDir(), name+".log"), kwok, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		p.Stop(10 * time.Second)
-		if t.Failed() {
-			t.Logf("--- %s log ---\n%s", name, p.Tail(20))
-		}
-	})
-	return p
+	return env.StartKwok(t, testenv.Kwok{Name: name, Manage: "--manage-nodes-with-label-selector=" + labelSelector, LeaseSeconds: leaseSeconds})
 }
 
 // drillCluster is the drill's four Nodes (a1, a2 played by kwok "a"; b1, b2 by kwok "b"), one

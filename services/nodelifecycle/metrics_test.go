@@ -1,11 +1,11 @@
 package nodelifecycle
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/kcm-split/kcm-split/shared/metrics/metricstest"
 )
 
 // Every metric this controller exports, under its upstream name where one exists, passes
@@ -22,26 +22,12 @@ func TestMetricsNamesAndLint(t *testing.T) {
 	m.allHealthDur.Observe(0.1)
 	m.zoneRate.WithLabelValues("r:z").Set(0.1)
 	m.paused.WithLabelValues("r:z", PauseAllZonesDown).Set(1)
-	problems, err := testutil.GatherAndLint(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range problems {
-		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
-	}
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, f := range families {
-		names = append(names, f.GetName())
-	}
+	metricstest.Lint(t, reg)
 	want := "kcm_split_nodelifecycle_evictions_paused kcm_split_nodelifecycle_partition_suspected kcm_split_nodelifecycle_zone_eviction_rate " +
 		"node_collector_evictions_total node_collector_unhealthy_nodes_in_zone " +
 		"node_collector_update_all_nodes_health_duration_seconds node_collector_update_node_health_duration_seconds " +
 		"node_collector_zone_health node_collector_zone_size"
-	if got := strings.Join(names, " "); got != want {
+	if got := metricstest.Names(t, reg); got != want {
 		t.Errorf("metrics:\n got %s\nwant %s", got, want)
 	}
 }

@@ -18,7 +18,8 @@ import (
 const (
 	// ControllerID is kcm-split's id of this binary: its name and the default Lease name.
 	ControllerID = "nodelifecycle-controller"
-	// Name is upstream's name of the node lifecycle controller (--controllers, leader migration).
+	// Name is upstream's name of the node lifecycle controller (--controllers, leader
+	// migration, the controller label of its reconcile metrics).
 	Name = "node-lifecycle-controller"
 	// NodeQueueName is upstream's name of the queue of Nodes whose NoSchedule taints are
 	// reconciled, so workqueue_*{name="node_lifecycle_controller"} queries keep working.

@@ -69,7 +69,7 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 		// Pods that do not tolerate their Node's NoExecute taints, whoever put them there
 		// (mostly the controller above).
 		evictor := tainteviction.New(factory.Core().V1().Nodes(), podFactory.Core().V1().Pods(), client,
-			rt.EventRecorder(ctx, tainteviction.Name), rt.Registry, ControllerID)
+			rt.EventRecorder(ctx, tainteviction.Name), rt.Registry)
 		controllers = append(controllers, app.Controller{Name: tainteviction.Name, HasSynced: evictor.HasSynced, Run: evictor.Run})
 	}
 	if enabled[ipam.Name] {
@@ -82,7 +82,7 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 		claimFactory := informers.NewSharedInformerFactoryWithOptions(client, resync, transform,
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = ipam.ClaimSelector() }))
 		allocator, err := ipam.New(factory.Core().V1().Nodes(), claimFactory.Networking().V1().IPAddresses(), client,
-			rt.EventRecorder(ctx, ipam.ComponentName), cfg, rt.Registry, ControllerID)
+			rt.EventRecorder(ctx, ipam.ComponentName), cfg, rt.Registry)
 		if err != nil {
 			return err
 		}

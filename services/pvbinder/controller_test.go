@@ -9,6 +9,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/kcm-split/kcm-split/shared/metrics/metricstest"
 )
 
 func TestResyncWritesNothing(t *testing.T) {
@@ -163,5 +165,13 @@ func TestPVLockSerialisesSyncs(t *testing.T) {
 	}
 	if got := api.pv(t, "pv-a").Status.Phase; got != v1.VolumeAvailable {
 		t.Errorf("pv-a phase %s after the lock was released, want Available", got)
+	}
+}
+
+// The reconcile metrics carry upstream's name of the controller, the value --controllers takes.
+func TestReconcileMetricsCarryUpstreamName(t *testing.T) {
+	f := newFixture(t, newAPIServer())
+	if got := metricstest.LabelValues(t, f.registry, "kcm_split_reconcile_total", "controller"); got != Name {
+		t.Fatalf("controller label %q, want %q", got, Name)
 	}
 }

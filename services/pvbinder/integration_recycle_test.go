@@ -2,15 +2,11 @@ package pvbinder_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -35,20 +31,10 @@ func releaseForRecycle(t *testing.T, c kubernetes.Interface, ns, suffix string) 
 
 func waitRecyclerPod(t *testing.T, c kubernetes.Interface, pvName, what string, cond func(*corev1.Pod) bool) *corev1.Pod {
 	t.Helper()
-	var last *corev1.Pod
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		p, err := c.CoreV1().Pods("default").Get(ctx, "recycler-for-"+pvName, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			last = nil
-			return cond(nil), nil
-		}
-		if err != nil {
-			return false, nil
-		}
-		last = p
-		return cond(p), nil
-	})
-	if err != nil {
+	last, ok := testenv.PollObject(50*time.Millisecond, 60*time.Second, func(ctx context.Context) (*corev1.Pod, error) {
+		return c.CoreV1().Pods("default").Get(ctx, "recycler-for-"+pvName, metav1.GetOptions{})
+	}, cond)
+	if !ok {
 		t.Fatalf("recycler pod of %s not %s: %+v", pvName, what, last)
 	}
 	return last
@@ -71,38 +57,14 @@ func setPodPhase(t *testing.T, c kubernetes.Interface, pod *corev1.Pod, phase co
 	}
 }
 
-// startKwok runs kwok for the Nodes annotated kwok.x-k8s.io/node=<ns>, with the stages make up
-// uses; false when `make tools` has not built it.
+// startKwok runs kwok for the Nodes annotated kwok.x-k8s.io/node=<ns>; false when `make tools`
+// has not built it.
 func startKwok(t *testing.T, ns string) bool {
 	t.Helper()
-	dir, err := testenv.FindBinDir()
-	if err != nil {
+	if testenv.KwokBuilt() != nil {
 		return false
 	}
-	kwok := filepath.Join(dir, "kwok")
-	stages, _ := filepath.Glob(filepath.Join(dir, "kwok-stages", "*.yaml"))
-	if _, err := os.Stat(kwok); err != nil || len(stages) == 0 {
-		return false
-	}
-	port, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	args := []string{"--kubeconfig=" + env.Kubeconfig, "--manage-all-nodes=false",
-		"--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=" + ns, "--server-address=127.0.0.1:" + strconv.Itoa(port)}
-	for _, s := range stages {
-		args = append(args, "-c", s)
-	}
-	p, err := testenv.StartProcess("kwok", filepath.Join(t.TempDir(), "kwok.log"), kwok, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		p.Stop(10 * time.Second)
-		if t.Failed() {
-			t.Logf("--- kwok log ---\n%s", p.Tail(20))
-		}
-	})
+	env.StartKwok(t, testenv.Kwok{Manage: "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=" + ns})
 	return true
 }
 

@@ -123,20 +123,10 @@ func deleteClaim(t *testing.T, c kubernetes.Interface, ns, name string) {
 
 func waitPV(t *testing.T, c kubernetes.Interface, name, what string, cond func(*corev1.PersistentVolume) bool) *corev1.PersistentVolume {
 	t.Helper()
-	var last *corev1.PersistentVolume
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		p, err := c.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			last = nil
-			return cond(nil), nil
-		}
-		if err != nil {
-			return false, nil
-		}
-		last = p
-		return cond(p), nil
-	})
-	if err != nil {
+	last, ok := testenv.PollObject(50*time.Millisecond, 60*time.Second, func(ctx context.Context) (*corev1.PersistentVolume, error) {
+		return c.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
+	}, cond)
+	if !ok {
 		t.Fatalf("PV %s never %s; last: %+v", name, what, describePV(last))
 	}
 	return last

@@ -15,7 +15,7 @@ const (
 	// ControllerID is kcm-split's id of this binary: its name and the default Lease name.
 	ControllerID = "pv-binder-controller"
 	// Name is upstream's name of the controller (kube-controller-manager's --controllers,
-	// leader migration).
+	// leader migration, the controller label of the reconcile metrics).
 	Name = "persistentvolume-binder-controller"
 	// ComponentName is upstream's source component of the controller's Events.
 	ComponentName = "persistentvolume-controller"

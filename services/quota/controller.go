@@ -94,10 +94,10 @@ func New(
 		locks:             keymutex.NewHashed(lockStripes),
 		warned:            map[string]map[schema.GroupResource]bool{},
 		primary: worker.New(worker.Options[string]{
-			Name: QueuePrimary, Controller: ControllerID, Registerer: reg,
+			Name: QueuePrimary, Controller: Name, Registerer: reg,
 		}),
 		priority: worker.New(worker.Options[string]{
-			Name: QueuePriority, Controller: ControllerID, Registerer: reg,
+			Name: QueuePriority, Controller: Name, Registerer: reg,
 		}),
 	}
 	c.monitors = newMonitors(context.Background(), client, meta, opts.InformerSyncTimeout, opts.Claims, opts.PodResources)

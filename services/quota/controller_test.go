@@ -19,6 +19,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/kcm-split/kcm-split/shared/metrics/metricstest"
 	"github.com/kcm-split/kcm-split/shared/testenv/fixtures"
 )
 
@@ -30,6 +31,7 @@ type fixture struct {
 	client   *fake.Clientset
 	c        *Controller
 	recorder *record.FakeRecorder
+	reg      *prometheus.Registry
 }
 
 // newFixture runs the controller's informers over a fake clientset, without workers: tests
@@ -68,7 +70,8 @@ func newFixtureWith(t *testing.T, timeout time.Duration, served map[schema.Group
 	rec := record.NewFakeRecorder(100)
 	opts := DefaultOptions()
 	opts.InformerSyncTimeout = timeout
-	c := New(factory.Core().V1().ResourceQuotas(), client, meta, discover, rec, opts, prometheus.NewRegistry())
+	reg := prometheus.NewRegistry()
+	c := New(factory.Core().V1().ResourceQuotas(), client, meta, discover, rec, opts, reg)
 	ctx, cancel := context.WithCancel(context.Background())
 	c.monitors.ctx = ctx
 	factory.Start(ctx.Done())
@@ -87,7 +90,7 @@ func newFixtureWith(t *testing.T, timeout time.Duration, served map[schema.Group
 		c.primary.ShutDown()
 		c.priority.ShutDown()
 	})
-	return &fixture{t: t, ctx: ctx, client: client, c: c, recorder: rec}
+	return &fixture{t: t, ctx: ctx, client: client, c: c, recorder: rec, reg: reg}
 }
 
 // sync starts the informers the quotas need, waits until each has synced or given up (as the
@@ -155,4 +158,12 @@ func namedPod(ns, name string, opts ...func(*v1.Pod)) *v1.Pod {
 	p := pod(opts...)
 	p.Namespace, p.Name = ns, name
 	return p
+}
+
+// The reconcile metrics carry upstream's name of the controller, the value --controllers takes.
+func TestReconcileMetricsCarryUpstreamName(t *testing.T) {
+	f := newFixture(t)
+	if got := metricstest.LabelValues(t, f.reg, "kcm_split_reconcile_total", "controller"); got != Name {
+		t.Fatalf("controller label %q, want %q", got, Name)
+	}
 }

@@ -26,7 +26,7 @@ func foreignWriters(ctx context.Context, rt *app.Runtime) (cache.TransformFunc, 
 		Logger:     klog.FromContext(ctx),
 	})
 	t := d.Track(&foreign.Target{
-		Controller: ControllerID,
+		Controller: Name,
 		Fields:     [][]string{{"status", "hard"}, {"status", "used"}},
 		Recorder:   rt.EventRecorder(ctx, Name),
 	})

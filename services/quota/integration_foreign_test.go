@@ -11,26 +11,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/kcm-split/kcm-split/services/quota"
 	"github.com/kcm-split/kcm-split/shared/foreign"
 	"github.com/kcm-split/kcm-split/shared/testenv"
 )
-
-// clientAs is an admin client whose writes carry userAgent, and so the field manager of its
-// first word.
-func clientAs(t *testing.T, userAgent string) kubernetes.Interface {
-	t.Helper()
-	cfg := rest.CopyConfig(env.Config)
-	cfg.UserAgent = userAgent
-	c, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
 
 // TestForeignWriterOnQuotaStatus: kube-controller-manager (a client with its user agent, as
 // a KCM left running after a botched switch) rewrites a quota's status.used four times with
@@ -69,7 +55,7 @@ func TestForeignWriterOnQuotaStatus(t *testing.T) {
 			return err
 		})
 	}
-	kcm := clientAs(t, "kube-controller-manager/v1.36.3 (linux/amd64) kubernetes/test")
+	kcm := env.ClientAs(t, "kube-controller-manager/v1.36.3 (linux/amd64) kubernetes/test")
 	start := time.Now()
 	for i := range writes {
 		if err := rewrite(kcm, i); err != nil {
@@ -78,11 +64,11 @@ func TestForeignWriterOnQuotaStatus(t *testing.T) {
 		// managedFields times have whole seconds: each write is seen with a time of its own.
 		time.Sleep(1100 * time.Millisecond)
 	}
-	if err := rewrite(clientAs(t, "kubectl-edit/v1.36.3 (linux/amd64) kubernetes/test"), writes); err != nil {
+	if err := rewrite(env.ClientAs(t, "kubectl-edit/v1.36.3 (linux/amd64) kubernetes/test"), writes); err != nil {
 		t.Fatalf("sentinel write: %v", err)
 	}
 
-	series := `kcm_split_foreign_writer_detected_total{controller="` + quota.ControllerID + `"}`
+	series := `kcm_split_foreign_writer_detected_total{controller="` + quota.Name + `"}`
 	var byManager map[string][]corev1.Event
 	poll(t, "the sentinel's Event", time.Minute, func() (bool, error) {
 		list, err := c.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=" + foreign.Reason})

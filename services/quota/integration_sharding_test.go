@@ -72,14 +72,7 @@ func twoShards(t *testing.T, e *testenv.Env, wantMode string) {
 		createQuota(t, c, ns, "q", corev1.ResourceList{corev1.ResourcePods: q("10"), corev1.ResourceRequestsMemory: q("10Gi"), corev1.ResourceConfigMaps: q("10")})
 	}
 
-	shards := make([]*testenv.Controller, 2)
-	for i := range shards {
-		shards[i] = e.Start(t, controller, fmt.Sprintf("shard-%d", i), "--shards=2", fmt.Sprintf("--shard-index=%d", i),
-			"--leader-elect-resource-namespace="+leases)
-	}
-	for i, s := range shards {
-		s.WaitLeadingAndSynced(sharding.Shard{Index: i, Count: 2}.LeaseName(quota.ControllerID), testenv.LeadTimeout)
-	}
+	shards := e.StartShards(t, controller, 2, "shard", leases)
 	for k, ns := range all {
 		// A namespace holds the kube-root-ca.crt ConfigMap too, once published; none here
 		// (no controller-manager publishes it), so the count is ours alone.

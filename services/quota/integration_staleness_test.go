@@ -77,7 +77,7 @@ func TestUncountableNamedThenClearedWithStaleness(t *testing.T) {
 	// Repaired: the apiserver converts by itself, listing works again.
 	fixed := time.Now()
 	patch := []byte(`{"spec":{"conversion":{"strategy":"None","webhook":null}}}`)
-	if _, err := dyn.Resource(crdGVR).Patch(ctx, crdName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if _, err := dyn.Resource(testenv.CRDResource).Patch(ctx, crdName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	poll(t, "the annotation to go and the real count to be published", 60*time.Second, func() (bool, error) {

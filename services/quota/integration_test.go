@@ -197,21 +197,13 @@ func crdVersion(name string, storage bool) map[string]any {
 	}
 }
 
-var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-
 // ensureCRD creates the CRD (once per apiserver) and waits until its resource is served.
 func ensureCRD(t *testing.T, obj *unstructured.Unstructured, served schema.GroupVersionResource) dynamic.Interface {
 	t.Helper()
-	dyn := dynamic.NewForConfigOrDie(env.Config)
-	ctx := context.Background()
-	if _, err := dyn.Resource(crdGVR).Create(ctx, obj, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatalf("create CRD: %v", err)
+	if err := testenv.InstallCRD(env.Config, served, obj.Object); err != nil {
+		t.Fatal(err)
 	}
-	poll(t, "CRD served", 60*time.Second, func() (bool, error) {
-		_, err := dyn.Resource(served).Namespace("default").List(ctx, metav1.ListOptions{})
-		return err == nil, nil
-	})
-	return dyn
+	return dynamic.NewForConfigOrDie(env.Config)
 }
 
 func customResource(gvr schema.GroupVersionResource, kind, ns, name string) *unstructured.Unstructured {

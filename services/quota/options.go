@@ -19,7 +19,8 @@ const (
 	// ControllerID is kcm-split's id of this binary: its name and the default Lease name.
 	ControllerID = "quota-controller"
 	// Name is upstream's name of the controller (kube-controller-manager's --controllers,
-	// leader migration), also its Events' source: upstream's writes none, so no other exists.
+	// leader migration, the controller label of the reconcile metrics), also its Events'
+	// source: upstream's writes none, so no other exists.
 	Name = "resourcequota-controller"
 	// QueuePrimary is upstream's queue for full recalculations and replenishment.
 	QueuePrimary = "resourcequota_primary"

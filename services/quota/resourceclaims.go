@@ -257,11 +257,7 @@ func trimClaim(obj any) (any, error) {
 	m.ManagedFields = nil
 	m.Labels = nil
 	m.Finalizers = nil
-	if v, ok := m.Annotations[resourceapi.ExtendedResourceClaimAnnotation]; ok {
-		m.Annotations = map[string]string{resourceapi.ExtendedResourceClaimAnnotation: v}
-	} else {
-		m.Annotations = nil
-	}
+	keepOnlyAnnotation(m, resourceapi.ExtendedResourceClaimAnnotation)
 	if ref := metav1.GetControllerOfNoCopy(claim); ref != nil {
 		m.OwnerReferences = []metav1.OwnerReference{*ref}
 	} else {

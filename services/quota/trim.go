@@ -15,8 +15,13 @@ func trimObjectMeta(m *metav1.ObjectMeta) {
 	m.OwnerReferences = nil
 	m.Finalizers = nil
 	// The beta StorageClass annotation decides a claim's class; nothing else is read.
-	if c, ok := m.Annotations[v1.BetaStorageClassAnnotation]; ok {
-		m.Annotations = map[string]string{v1.BetaStorageClassAnnotation: c}
+	keepOnlyAnnotation(m, v1.BetaStorageClassAnnotation)
+}
+
+// keepOnlyAnnotation drops every annotation but key (nil when key is not there either).
+func keepOnlyAnnotation(m *metav1.ObjectMeta, key string) {
+	if v, ok := m.Annotations[key]; ok {
+		m.Annotations = map[string]string{key: v}
 	} else {
 		m.Annotations = nil
 	}

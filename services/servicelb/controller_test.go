@@ -13,6 +13,7 @@ import (
 
 	"github.com/kcm-split/kcm-split/services/servicelb/api/v1alpha1"
 	"github.com/kcm-split/kcm-split/services/servicelb/poolsource"
+	"github.com/kcm-split/kcm-split/shared/metrics/metricstest"
 	"github.com/kcm-split/kcm-split/shared/worker"
 )
 
@@ -366,15 +367,7 @@ func TestNodeSet(t *testing.T) {
 
 func TestMetricsLint(t *testing.T) {
 	f := newFixture(t, testOptions())
-	problems, err := testutil.GatherAndLint(f.registry)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range problems {
-		if strings.HasPrefix(p.Metric, "service_controller_") || strings.HasPrefix(p.Metric, "kcm_split_servicelb_") {
-			t.Errorf("promlint: %s: %s", p.Metric, p.Text)
-		}
-	}
+	metricstest.Lint(t, f.registry, "workqueue_")
 	for _, name := range []string{"service_controller_loadbalancer_sync_total", "service_controller_nodesync_error_total", "workqueue_adds_total"} {
 		if n, err := testutil.GatherAndCount(f.registry, name); err != nil || n == 0 {
 			t.Errorf("%s not exported (%d, %v)", name, n, err)

@@ -70,15 +70,9 @@ func newFixture(t *testing.T, opts Options, objs ...runtime.Object) *fixture {
 		registry:    prometheus.NewRegistry(),
 		poolsSynced: true,
 	}
-	var sources []poolsource.Source
-	apis, _ := opts.PoolAPIs()
-	for _, api := range apis {
-		switch api {
-		case poolsource.KCMSplit.Name:
-			sources = append(sources, poolsource.NewKCMSplit(v1alpha1.NewClient(dyn)))
-		case poolsource.MetalLB.Name:
-			sources = append(sources, poolsource.NewMetalLB(dyn, opts.MetalLBNamespace))
-		}
+	sources, err := opts.poolSources(dyn)
+	if err != nil {
+		t.Fatal(err)
 	}
 	f.c = New(factory.Core().V1().Services(), factory.Core().V1().Nodes(), factory.Core().V1().Namespaces(),
 		factory.Networking().V1().IPAddresses(), client, f.recorder, opts, f.registry, sources...)

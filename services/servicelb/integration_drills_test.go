@@ -24,42 +24,12 @@ import (
 	"github.com/kcm-split/kcm-split/shared/testenv"
 )
 
-const crdName = "ipaddresspools.lb.kcm-split.io"
-
 // deleteCRD deletes the IPAddressPool CRD (and with it every pool) and waits until it is gone.
 func deleteCRD(t *testing.T) {
 	t.Helper()
-	dyn, err := dynamic.NewForConfig(env.Config)
-	if err != nil {
+	if err := testenv.DeleteCRD(env.Config, crdName); err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	if err := dyn.Resource(crdGVR).Delete(ctx, crdName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		t.Fatal(err)
-	}
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		_, err := dyn.Resource(crdGVR).Get(ctx, crdName, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	})
-	if err != nil {
-		t.Fatal("the CRD was not deleted")
-	}
-}
-
-// writesTo counts the controller's writes to the named Services of the test's namespace.
-func (f *fixture) writesTo(names []string) int {
-	f.t.Helper()
-	evs, err := env.Writes(testenv.ByUserAgentPrefix(controller.UserAgentPrefix(), "services"))
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	n := 0
-	for _, e := range evs {
-		if e.ObjectRef.Namespace == f.ns && slices.Contains(names, e.ObjectRef.Name) {
-			n++
-		}
-	}
-	return n
 }
 
 // waitUnverified waits until the controller reports want addresses kept that no pool vouches
@@ -79,7 +49,7 @@ func (f *fixture) waitUnverified(step string, want float64) {
 // TestPoolAPIFaults is the "Pool API faults" drill: Services holding addresses keep them,
 // with no status write, while the controller starts without the CRD, the CRD comes back, a
 // pool is deleted, a pool turns invalid, and the CRD is deleted under the running controller.
-// Long: one drill of five faults in sequence, each building on the one before.
+// Over 80 lines: one drill of five faults in sequence, each building on the one before.
 func TestPoolAPIFaults(t *testing.T) {
 	f := setup(t)
 	ranges := []string{f.v4(1) + "-" + f.v4(40)}
@@ -97,10 +67,10 @@ func TestPoolAPIFaults(t *testing.T) {
 	}
 	deleteCRD(t)
 	t.Cleanup(func() { _ = installCRDs(env.Config) })
-	base := f.writesTo(names)
+	base := f.writesTo(names...)
 	check := func(step string) {
 		t.Helper()
-		if n := f.writesTo(names) - base; n != 0 {
+		if n := f.writesTo(names...) - base; n != 0 {
 			t.Fatalf("%s: %d writes to Services holding addresses, want 0", step, n)
 		}
 		for _, n := range names {
@@ -206,7 +176,7 @@ func TestPoolAPIFaults(t *testing.T) {
 // TestSplitBrain runs two controllers with --leader-elect=false on the same pool while
 // Services are created and deleted: no address is ever shown by two Services, and every
 // Service costs a bounded number of writes.
-// Long: one drill, each phase checked against the state the previous one left.
+// Over 80 lines: one drill, each phase checked against the state the previous one left.
 func TestSplitBrain(t *testing.T) {
 	testenv.Require(t, env)
 	if err := installCRDs(env.Config); err != nil { // a drill before may have removed it

@@ -23,7 +23,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
@@ -58,41 +57,16 @@ func metalLBCRD(t *testing.T) map[string]any {
 // installMetalLBCRD creates MetalLB's IPAddressPool CRD (if missing) and waits until it is served.
 func installMetalLBCRD(t *testing.T) {
 	t.Helper()
-	dyn := dynClient(t)
-	ctx := context.Background()
-	if _, err := dyn.Resource(crdGVR).Create(ctx, &unstructured.Unstructured{Object: metalLBCRD(t)}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := testenv.InstallCRD(env.Config, poolsource.MetalLBGroupVersionResource, metalLBCRD(t)); err != nil {
 		t.Fatal(err)
-	}
-	dc, err := discovery.NewDiscoveryClientForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
-		list, err := dc.ServerResourcesForGroupVersion(poolsource.MetalLBGroupVersionResource.GroupVersion().String())
-		if err != nil {
-			return false, nil
-		}
-		return slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == "ipaddresspools" }), nil
-	})
-	if err != nil {
-		t.Fatal("MetalLB's IPAddressPool API is not served")
 	}
 }
 
 // deleteMetalLBCRD deletes MetalLB's CRD (and every MetalLB pool) and waits until it is gone.
 func deleteMetalLBCRD(t *testing.T) {
 	t.Helper()
-	dyn := dynClient(t)
-	ctx := context.Background()
-	if err := dyn.Resource(crdGVR).Delete(ctx, metalLBCRDName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+	if err := testenv.DeleteCRD(env.Config, metalLBCRDName); err != nil {
 		t.Fatal(err)
-	}
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		_, err := dyn.Resource(crdGVR).Get(ctx, metalLBCRDName, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	})
-	if err != nil {
-		t.Fatal("MetalLB's CRD was not deleted")
 	}
 }
 
@@ -215,7 +189,7 @@ func TestMetalLBCRDMissing(t *testing.T) {
 
 // TestMetalLBSelection: MetalLB's pool choice (priority, namespaces, namespace and service
 // selectors, autoAssign, avoidBuggyIPs) and its annotations, current and legacy.
-// Long: the selection rules share one cluster set-up, checked one after the other.
+// Over 80 lines: the selection rules share one cluster set-up, checked one after the other.
 func TestMetalLBSelection(t *testing.T) {
 	testenv.Require(t, env)
 	installMetalLBCRD(t)
@@ -415,11 +389,11 @@ func TestPendingCondition(t *testing.T) {
 		t.Fatalf("c: condition %+v", c)
 	}
 	// Services synced again for another reason write nothing: the cause is the same.
-	before := f.writesTo([]string{"b"})
+	before := f.writesTo("b")
 	f.service("d") // pending as well: the pool is full
 	f.wait("d", "has the pending condition", func(s *corev1.Service) bool { return pendingCondition(s) != nil })
 	f.settle("marker")
-	if n := f.writesTo([]string{"b"}); n != before {
+	if n := f.writesTo("b"); n != before {
 		t.Fatalf("b written %d times more while its cause did not change", n-before)
 	}
 	// b alone waits for the address a frees.

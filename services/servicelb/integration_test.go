@@ -156,20 +156,10 @@ func ingressIPs(s *corev1.Service) []string {
 // wait polls the Service until cond holds and returns it.
 func (f *fixture) wait(name, what string, cond func(*corev1.Service) bool) *corev1.Service {
 	f.t.Helper()
-	var last *corev1.Service
-	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		s, err := f.c.CoreV1().Services(f.ns).Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			last = nil
-			return cond(nil), nil
-		}
-		if err != nil {
-			return false, nil
-		}
-		last = s
-		return cond(s), nil
-	})
-	if err != nil {
+	last, ok := testenv.PollObject(20*time.Millisecond, 60*time.Second, func(ctx context.Context) (*corev1.Service, error) {
+		return f.c.CoreV1().Services(f.ns).Get(ctx, name, metav1.GetOptions{})
+	}, cond)
+	if !ok {
 		desc := "<gone>"
 		if last != nil {
 			desc = fmt.Sprintf("ingress=%v finalizers=%v", ingressIPs(last), last.Finalizers)
@@ -230,8 +220,9 @@ func (f *fixture) hasEvent(name, reason string) bool {
 	return false
 }
 
-// serviceWrites counts the controller's writes to Services in the test's namespace.
-func (f *fixture) serviceWrites() int {
+// writesTo counts the controller's writes to the named Services of the test's namespace,
+// none named: to all of them.
+func (f *fixture) writesTo(names ...string) int {
 	f.t.Helper()
 	evs, err := env.Writes(testenv.ByUserAgentPrefix(controller.UserAgentPrefix(), "services"))
 	if err != nil {
@@ -239,7 +230,7 @@ func (f *fixture) serviceWrites() int {
 	}
 	n := 0
 	for _, e := range evs {
-		if e.ObjectRef.Namespace == f.ns {
+		if e.ObjectRef.Namespace == f.ns && (len(names) == 0 || slices.Contains(names, e.ObjectRef.Name)) {
 			n++
 		}
 	}
@@ -271,7 +262,7 @@ func TestAddressFinalizerAndRelease(t *testing.T) {
 		t.Fatalf("finalizers = %v", s.Finalizers)
 	}
 	f.waitEvent("web", servicelb.ReasonEnsured)
-	if n := f.serviceWrites(); n != 2 {
+	if n := f.writesTo(); n != 2 {
 		t.Fatalf("%d writes to the Service, want 2 (finalizer, status)", n)
 	}
 	for _, series := range []string{
@@ -518,7 +509,7 @@ func TestRestartKeepsAddresses(t *testing.T) {
 		}
 		before[n] = ingressIPs(f.wait(n, "served", func(s *corev1.Service) bool { return s != nil && len(s.Status.LoadBalancer.Ingress) == want }))
 	}
-	writes := f.serviceWrites()
+	writes := f.writesTo()
 
 	// A new leader takes over: a standby starts, the leader stops and releases the Lease.
 	standby := env.Start(t, controller, "ctrl2")
@@ -539,7 +530,7 @@ func TestRestartKeepsAddresses(t *testing.T) {
 			}
 		}
 	}
-	if n := f.serviceWrites() - writes; n != 2 {
+	if n := f.writesTo() - writes; n != 2 {
 		evs, _ := env.Writes(testenv.ByUserAgentPrefix(controller.UserAgentPrefix(), "services"))
 		for _, e := range evs {
 			if e.ObjectRef.Namespace == f.ns {
@@ -671,21 +662,7 @@ func TestDemoPoolManifest(t *testing.T) {
 // (Ready, Services wait), then installs the CRD and a pool, and the waiting Service is served.
 func TestPoolAPIInstalledLater(t *testing.T) {
 	testenv.Require(t, env)
-	dyn, err := dynamic.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if err := dyn.Resource(crdGVR).Delete(ctx, "ipaddresspools.lb.kcm-split.io", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		_, err := dyn.Resource(crdGVR).Get(ctx, "ipaddresspools.lb.kcm-split.io", metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	})
-	if err != nil {
-		t.Fatal("the CRD was not deleted")
-	}
+	deleteCRD(t)
 	t.Cleanup(func() { _ = installCRDs(env.Config) })
 
 	f := setup(t)

@@ -17,7 +17,8 @@ import (
 // Names this controller is known by: the single source of truth for the binary, the Lease,
 // the queues' metric labels and the Helm chart key.
 const (
-	// ControllerID names the binary, its default Lease, its reconcile metrics and its claims.
+	// ControllerID names the binary, its default Lease and its claims; it is also upstream's
+	// name of the controller (cloud-controller-manager's), so it labels the reconcile metrics.
 	ControllerID = "service-lb-controller"
 	// QueueName and NodeQueueName are upstream's workqueue names, so workqueue_*{name="service"}
 	// queries written for kube-controller-manager keep working.

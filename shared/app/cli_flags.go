@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"net"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -399,30 +400,19 @@ func featureGatesUsage(spec Spec) string {
 		"; the others are accepted and have no effect here"
 }
 
-// withEnv gives every flag its KCM_SPLIT_ environment variable.
+// withEnv gives every flag its KCM_SPLIT_ environment variable. Each of urfave/cli's flag
+// types has its own EnvVars field and no method sets it, so the field is set by reflection,
+// once for all types.
 func withEnv(flags []cli.Flag) []cli.Flag {
 	for _, f := range flags {
-		env := []string{EnvVar(f.Names()[0])}
-		switch f := f.(type) {
-		case *cli.StringFlag:
-			f.EnvVars = env
-		case *cli.BoolFlag:
-			f.EnvVars = env
-		case *cli.IntFlag:
-			f.EnvVars = env
-		case *cli.Int64Flag:
-			f.EnvVars = env
-		case *cli.UintFlag:
-			f.EnvVars = env
-		case *cli.Float64Flag:
-			f.EnvVars = env
-		case *cli.DurationFlag:
-			f.EnvVars = env
-		case *cli.StringSliceFlag:
-			f.EnvVars = env
-		default:
-			panic(fmt.Sprintf("app: flag --%s has a type (%T) withEnv does not know", f.Names()[0], f))
+		var field reflect.Value
+		if v := reflect.ValueOf(f); v.Kind() == reflect.Pointer && v.Elem().Kind() == reflect.Struct {
+			field = v.Elem().FieldByName("EnvVars")
 		}
+		if !field.IsValid() || field.Type() != reflect.TypeFor[[]string]() {
+			panic(fmt.Sprintf("app: flag --%s (%T) has no EnvVars field", f.Names()[0], f))
+		}
+		field.Set(reflect.ValueOf([]string{EnvVar(f.Names()[0])}))
 	}
 	return flags
 }

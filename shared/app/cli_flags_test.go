@@ -3,12 +3,16 @@ package app
 import (
 	"bytes"
 	"context"
+	"flag"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
 
 	"k8s.io/component-base/featuregate"
 	"k8s.io/klog/v2"
+
+	"github.com/urfave/cli/v2"
 
 	"github.com/kcm-split/kcm-split/shared/features"
 	"github.com/kcm-split/kcm-split/shared/logging"
@@ -124,4 +128,32 @@ func TestFeatureGatesHelp(t *testing.T) {
 	if !strings.Contains(out.String(), "--feature-gates") || !strings.Contains(out.String(), "PodLevelResources=true") {
 		t.Errorf("--help does not show --feature-gates with PodLevelResources=true:\n%s", out.String())
 	}
+}
+
+// noEnvFlag is a cli.Flag with no EnvVars field.
+type noEnvFlag struct{}
+
+func (*noEnvFlag) String() string            { return "--odd" }
+func (*noEnvFlag) Apply(*flag.FlagSet) error { return nil }
+func (*noEnvFlag) Names() []string           { return []string{"odd"} }
+func (*noEnvFlag) IsSet() bool               { return false }
+
+// Every flag type gets its KCM_SPLIT_ variable; a type without an EnvVars field is a
+// programming error, said at once.
+func TestWithEnv(t *testing.T) {
+	flags := withEnv([]cli.Flag{&cli.StringFlag{Name: "kube-api-content-type"}, &cli.BoolFlag{Name: "leader-elect"},
+		&cli.IntFlag{Name: "concurrent-syncs"}, &cli.Int64Flag{Name: "i64"}, &cli.UintFlag{Name: "u"},
+		&cli.Float64Flag{Name: "kube-api-qps"}, &cli.DurationFlag{Name: "min-resync-period"}, &cli.StringSliceFlag{Name: "controllers"}})
+	for _, f := range flags {
+		got := f.(cli.DocGenerationFlag).GetEnvVars()
+		if want := EnvVar(f.Names()[0]); len(got) != 1 || got[0] != want {
+			t.Errorf("--%s (%T): EnvVars %v, want [%s]", f.Names()[0], f, got, want)
+		}
+	}
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "--odd") {
+			t.Fatalf("withEnv of a flag without EnvVars: panic %v, want one naming --odd", r)
+		}
+	}()
+	withEnv([]cli.Flag{&noEnvFlag{}})
 }

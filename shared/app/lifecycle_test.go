@@ -59,8 +59,19 @@ func testSpec(run func(ctx context.Context, rt *Runtime) error) Spec {
 	}
 }
 
-func httpGet(url string) (int, string, error) {
-	resp, err := http.Get(url)
+func httpGet(url string) (int, string, error) { return get(http.DefaultClient, url, "") }
+
+// get GETs url with client, with token as a bearer token if set, and returns the status and
+// the body.
+func get(client *http.Client, url, token string) (int, string, error) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return 0, "", err
 	}

@@ -196,7 +196,7 @@ func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool)
 // holds it first, the group takes it when KCM stops, KCM waits while the group holds it, and
 // takes it back on a hand-back. Samples where a member's controller was still returning, its
 // writes already refused, while KCM led are counted and printed.
-// Long: one sampler watches every phase, so the phases run in order in one function.
+// Over 80 lines: one sampler watches every phase, so the phases run in order in one function.
 func TestLeaderMigrationHandOver(t *testing.T) {
 	testenv.Require(t, env)
 	client := env.Client(t)

@@ -80,7 +80,8 @@ type Options struct {
 // Target is one controller's claim on one kind of object: which of its objects are its own
 // and which of their fields it writes.
 type Target struct {
-	// Controller is the metric label and the log key: the controller's name.
+	// Controller is the metric label and the log key: upstream's name of the controller (its
+	// package's Name), as in the reconcile metrics.
 	Controller string
 	// Owns, when set, tells whether an object is one the controller writes (an Endpoints of a
 	// Service with a selector, a slice with its managed-by label). It sees the object as the

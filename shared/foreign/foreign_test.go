@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/kcm-split/kcm-split/shared/metrics/metricstest"
 )
 
 // fakeClock is a clock the test moves.
@@ -227,7 +229,5 @@ kcm_split_foreign_writer_detected_total{controller="mirroring"} 0
 	if err := testutil.GatherAndCompare(f.reg, strings.NewReader(want), "kcm_split_foreign_writer_detected_total"); err != nil {
 		t.Fatal(err)
 	}
-	if problems, err := testutil.GatherAndLint(f.reg); err != nil || len(problems) > 0 {
-		t.Fatalf("lint: %v %v", problems, err)
-	}
+	metricstest.Lint(t, f.reg)
 }

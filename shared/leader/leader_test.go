@@ -157,7 +157,7 @@ func TestReleaseIsNoticedAtOnce(t *testing.T) {
 // TestStolenLeaseEndsTheTermAndIsNotReleased: another process takes the Lease (as after a
 // partition). The leader must stop its controller and fence its writes at once (the watch
 // shows the new holder), stand by without exiting, and never clear the new holder's Lease.
-// Long: one story on one Lease (lead, stolen, stand by, lead again), in the order it happens.
+// Over 80 lines: one story on one Lease (lead, stolen, stand by, lead again), in the order it happens.
 func TestStolenLeaseEndsTheTermAndIsNotReleased(t *testing.T) {
 	testenv.Require(t, env)
 	cfg := fastConfig("stolen", "a")

@@ -125,7 +125,7 @@ func mib(b uint64) string { return fmt.Sprintf("%.1f", float64(b)/(1<<20)) }
 // timing): what the fill cost this process against one replica's informer (client-go's,
 // streaming) and against the same shard listing then watching (the former behaviour).
 // KCM_SPLIT_SHARD_MEMORY_PODS sets the number of Pods (default 1,200).
-// Long: three fills of one set of Pods, measured and compared side by side in one table.
+// Over 80 lines: three fills of one set of Pods, measured and compared side by side in one table.
 func TestShardFillMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real apiserver")
@@ -200,15 +200,7 @@ func TestShardFillMemory(t *testing.T) {
 	indexers := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
 
 	// Each fill has its own client (user agent), so that the audit log tells its lists apart.
-	agent := func(name string) kubernetes.Interface {
-		cfg := *e.Config
-		cfg.UserAgent = "shardmem-" + name
-		cl, err := kubernetes.NewForConfig(&cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cl
-	}
+	agent := func(name string) kubernetes.Interface { return e.ClientAs(t, "shardmem-"+name) }
 	wc := agent("whole")
 	whole := measureFill(t, coreinformers.NewPodInformer(wc, metav1.NamespaceAll, 0, indexers))
 

@@ -13,8 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 )
 
 func TestAuditEventIdentity(t *testing.T) {
@@ -51,16 +49,11 @@ func TestAuditTellsReplicasApart(t *testing.T) {
 	Require(t, env)
 	ctx := context.Background()
 	ns := env.Namespace(t)
-	client := func(ua string) kubernetes.Interface {
-		cfg := rest.CopyConfig(env.Config)
-		cfg.UserAgent = ua
-		return kubernetes.NewForConfigOrDie(cfg)
-	}
 	const (
 		uaA = "testenv-replica/v0 (linux/amd64) kcm-split/host_aaaa"
 		uaB = "testenv-replica/v0 (linux/amd64) kcm-split/host_bbbb"
 	)
-	a, b := client(uaA), client(uaB)
+	a, b := env.ClientAs(t, uaA), env.ClientAs(t, uaB)
 	cm := func(name string) *corev1.ConfigMap {
 		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	}

@@ -16,6 +16,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/kcm-split/kcm-split/shared/sharding"
 )
 
 // Main starts a control plane, runs the package's tests and stops it. Use from TestMain:
@@ -73,11 +76,39 @@ func Require(t testing.TB, env *Env) {
 // Client returns an admin clientset.
 func (env *Env) Client(t testing.TB) kubernetes.Interface {
 	t.Helper()
-	c, err := kubernetes.NewForConfig(env.Config)
+	return env.ClientAs(t, "")
+}
+
+// ClientAs returns an admin clientset whose requests carry userAgent ("": client-go's), so
+// that the audit log tells them apart and their writes' field manager is its first word (a
+// "kube-controller-manager/..." client writes as kube-controller-manager does).
+func (env *Env) ClientAs(t testing.TB, userAgent string) kubernetes.Interface {
+	t.Helper()
+	cfg := rest.CopyConfig(env.Config)
+	if userAgent != "" {
+		cfg.UserAgent = userAgent
+	}
+	c, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// StartShards starts count shards of b (named name-0, name-1, ...) with --shards=count, their
+// --shard-index and Leases in leaseNamespace, plus args, and waits (up to LeadTimeout each)
+// until every one holds its shard's Lease and its caches are synced.
+func (env *Env) StartShards(t testing.TB, b Binary, count int, name, leaseNamespace string, args ...string) []*Controller {
+	t.Helper()
+	shards := make([]*Controller, count)
+	for i := range shards {
+		shards[i] = env.Start(t, b, fmt.Sprintf("%s-%d", name, i), append([]string{fmt.Sprintf("--shards=%d", count),
+			fmt.Sprintf("--shard-index=%d", i), "--leader-elect-resource-namespace=" + leaseNamespace}, args...)...)
+	}
+	for i, s := range shards {
+		s.WaitLeadingAndSynced(sharding.Shard{Index: i, Count: count}.LeaseName(b.Lease()), LeadTimeout)
+	}
+	return shards
 }
 
 // Namespace creates a namespace named after the test and deletes it when the test ends

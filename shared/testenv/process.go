@@ -243,6 +243,30 @@ func (c *Controller) Metric(series string) float64 {
 	return -1
 }
 
+// QueuesIdle reports whether each named workqueue of the controller is empty with no item in
+// flight (upstream's workqueue_depth and workqueue_unfinished_work_seconds, both 0).
+func (c *Controller) QueuesIdle(queues ...string) bool {
+	for _, q := range queues {
+		l := `{name="` + q + `"}`
+		if c.Metric(`workqueue_depth`+l) != 0 || c.Metric(`workqueue_unfinished_work_seconds`+l) != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// WaitQueuesIdle waits up to timeout until QueuesIdle(queues...), and fails the test if they
+// never are: after it, a count of writes shows that no more are coming from what was queued.
+func (c *Controller) WaitQueuesIdle(timeout time.Duration, queues ...string) {
+	c.t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		return c.QueuesIdle(queues...), nil
+	})
+	if err != nil {
+		c.t.Fatalf("%s: queues %v never drained: %v", c.Name, queues, err)
+	}
+}
+
 // IsLeader reports whether the controller holds the Lease named lease.
 func (c *Controller) IsLeader(lease string) bool {
 	return c.Metric(`leader_election_master_status{name="`+lease+`"}`) == 1

@@ -23,9 +23,7 @@ func TestControlPlaneServesAndAudits(t *testing.T) {
 	ctx := context.Background()
 	ns := env.Namespace(t)
 
-	cfg := rest.CopyConfig(env.Config)
-	cfg.UserAgent = "testenv-probe/v0"
-	client := kubernetes.NewForConfigOrDie(cfg)
+	client := env.ClientAs(t, "testenv-probe/v0")
 	if _, err := client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -84,9 +82,7 @@ rules:
 	if setupSaw != e.Host {
 		t.Fatalf("Setup ran against %q, want the new apiserver %s", setupSaw, e.Host)
 	}
-	cfg := rest.CopyConfig(e.Config)
-	cfg.UserAgent = "testenv-policy/v0"
-	client := kubernetes.NewForConfigOrDie(cfg)
+	client := e.ClientAs(t, "testenv-policy/v0")
 	if _, err := client.CoreV1().ConfigMaps("default").Get(context.Background(), "seeded", metav1.GetOptions{}); err != nil {
 		t.Fatalf("the object Setup created: %v", err)
 	}

@@ -49,7 +49,8 @@ type SyncFunc[K comparable] func(ctx context.Context, key K) error
 type Options[K comparable] struct {
 	// Name is the workqueue name, the "name" label of workqueue_* metrics (upstream's names).
 	Name string
-	// Controller is the controller ID, the "controller" label of reconcile metrics.
+	// Controller is upstream's name of the controller (the value --controllers takes, its
+	// package's Name), the "controller" label of the reconcile metrics.
 	Controller string
 	// MaxRetries caps consecutive failures of one key; 0 means DefaultMaxRetries, < 0 never drops.
 	MaxRetries int

@@ -33,6 +33,7 @@ func latest(key, cached, want string, stale bool) step {
 func forget(key string) step { return step{op: "forget", key: key} }
 func records(n int) step     { return step{op: "len", len: n} }
 
+// Over 80 lines: most of it is the table of cases.
 func TestCache(t *testing.T) {
 	for _, tc := range []struct {
 		name  string

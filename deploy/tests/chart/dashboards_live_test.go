@@ -66,7 +66,7 @@ var liveExpect = map[string]map[string]map[string][]string{
 	"nodelifecycle": {
 		"Depth": {"name": {"node_lifecycle_controller", "node_lifecycle_controller_pods", "noexec_taint_node",
 			"noexec_taint_pod", "cidrallocator_node"}},
-		"Reconciles by controller and result": {"controller": {"nodelifecycle-controller"}},
+		"Reconciles by controller and result": {"controller": {"node-lifecycle-controller", "taint-eviction-controller", "node-ipam-controller"}},
 		"Pod ranges taken and freed":          {"clusterCIDR": {"198.51.100.0/24", "2001:db8:100::/56"}},
 	},
 	"namespace": {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -20,19 +19,19 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"sigs.k8s.io/yaml"
 
 	"github.com/kcm-split/kcm-split/shared/testenv"
 )
 
 var env *testenv.Env
 
+// crdDir is where the chart ships the IPAddressPool CRD; the drills install exactly that.
+const crdDir = "../../../charts/kcm-split/crds"
+
 func TestMain(m *testing.M) {
-	testenv.MainWithOptions(m, &env, testenv.Options{Setup: func(e *testenv.Env) error { return installPoolCRD(e.Config) }})
+	testenv.MainWithOptions(m, &env, testenv.Options{Setup: func(e *testenv.Env) error { return testenv.InstallCRDs(e.Config, crdDir, poolGVR) }})
 }
 
 // fastLease makes takeovers take seconds: the drills freeze and kill leaders many times.
@@ -457,41 +456,6 @@ func mapsEqual(a, b map[string]bool) bool {
 		}
 	}
 	return true
-}
-
-// installPoolCRD installs the chart's IPAddressPool CRD and waits until it is served.
-func installPoolCRD(cfg *rest.Config) error {
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	files, err := filepath.Glob(filepath.Join("..", "..", "..", "charts", "kcm-split", "crds", "*.yaml"))
-	if err != nil || len(files) == 0 {
-		return fmt.Errorf("no CRDs found: %v", err)
-	}
-	crds := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-	ctx := context.Background()
-	for _, file := range files {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return err
-		}
-		var obj map[string]any
-		if err := yaml.Unmarshal(b, &obj); err != nil {
-			return fmt.Errorf("%s: %w", file, err)
-		}
-		if _, err := dyn.Resource(crds).Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return err
-		}
-	}
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		_, err := dc.ServerResourcesForGroupVersion(poolGVR.GroupVersion().String())
-		return err == nil, nil
-	})
 }
 
 // load runs sc.step every period from index from until ctx ends, and returns the last index

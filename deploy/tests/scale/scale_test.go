@@ -294,23 +294,8 @@ func fastClient(t *testing.T, env *testenv.Env, role string) kubernetes.Interfac
 // stages: it renews their Leases as kubelets do, and leaves Pods alone (their status is
 // written once by the harness and flipped by the churn).
 func startKwok(t *testing.T, env *testenv.Env) {
-	dir, err := testenv.FindBinDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	port, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	args := []string{"--kubeconfig=" + env.Kubeconfig, "--manage-all-nodes=false",
-		"--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake", "--node-lease-duration-seconds=40",
-		fmt.Sprintf("--server-address=127.0.0.1:%d", port),
-		"-c", filepath.Join(dir, "kwok-stages", "node-initialize.yaml"), "-c", filepath.Join(dir, "kwok-stages", "node-heartbeat-with-lease.yaml")}
-	p, err := testenv.StartProcess("kwok", filepath.Join(t.TempDir(), "kwok.log"), filepath.Join(dir, "kwok"), args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Stop(10 * time.Second) })
+	env.StartKwok(t, testenv.Kwok{Manage: "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake", LeaseSeconds: 40,
+		Stages: []string{"node-initialize.yaml", "node-heartbeat-with-lease.yaml"}})
 }
 
 // ---- fixtures ----

@@ -3,8 +3,6 @@ package scale
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -18,11 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/util/retry"
-	"sigs.k8s.io/yaml"
 
 	"github.com/kcm-split/kcm-split/shared/benchkit"
 	"github.com/kcm-split/kcm-split/shared/testenv"
@@ -539,37 +534,14 @@ func (c *cluster) churnLB(ctx context.Context, t *testing.T, id int64) []time.Du
 	return l.wait()
 }
 
-var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 var poolGVR = schema.GroupVersionResource{Group: "lb.kcm-split.io", Version: "v1alpha1", Resource: "ipaddresspools"}
 
 // installPoolCRD installs the chart's IPAddressPool CRD and one pool for service-lb-controller.
 func installPoolCRD(ctx context.Context, t *testing.T, env *testenv.Env) {
+	if err := testenv.InstallCRDs(env.Config, "../../../charts/kcm-split/crds", poolGVR); err != nil {
+		t.Fatal(err)
+	}
 	dyn, err := dynamic.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, _ := filepath.Glob("../../../charts/kcm-split/crds/*.yaml")
-	for _, f := range files {
-		raw, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var obj map[string]any
-		if err := yaml.Unmarshal(raw, &obj); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := dyn.Resource(crdGVR).Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	dc, err := discovery.NewDiscoveryClientForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		_, err := dc.ServerResourcesForGroupVersion(poolGVR.GroupVersion().String())
-		return err == nil, nil
-	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/kcm-split/kcm-split/services/endpoints/internal/testobj"
 	"github.com/kcm-split/kcm-split/shared/benchkit"
 	"github.com/kcm-split/kcm-split/shared/testenv"
 )
@@ -174,7 +175,7 @@ func runScenario(b *testing.B, c benchkit.Side) *result {
 	proc = c.Start(b, bin, env.Kubeconfig)
 	sentinelKey := sentinelNS + "/" + serviceName(0)
 	sentinelIP := "10.255.0.1"
-	sentinel := eps.When(sentinelKey, func(ep *corev1.Endpoints) bool { return slices.Contains(readyIPs(ep), sentinelIP) })
+	sentinel := eps.When(sentinelKey, func(ep *corev1.Endpoints) bool { return slices.Contains(testobj.ReadyIPs(ep), sentinelIP) })
 	// Created after the new process started, so it is queued behind the 200 Services of
 	// the initial list (or listed with them): once it is synced, so are they.
 	if _, err := client.CoreV1().Services(sentinelNS).Create(ctx, makeService(sentinelNS, 0), metav1.CreateOptions{}); err != nil {
@@ -236,9 +237,9 @@ func flip(ctx context.Context, b *testing.B, client kubernetes.Interface, eps *b
 		setReady(next, ready)
 		seen := eps.When(benchNS+"/"+serviceName(s), func(ep *corev1.Endpoints) bool {
 			if ready {
-				return slices.Contains(readyIPs(ep), ip)
+				return slices.Contains(testobj.ReadyIPs(ep), ip)
 			}
-			return slices.Contains(notReadyIPs(ep), ip)
+			return slices.Contains(testobj.NotReadyIPs(ep), ip)
 		})
 		updated, err := client.CoreV1().Pods(benchNS).UpdateStatus(ctx, next, metav1.UpdateOptions{})
 		if err != nil {
@@ -340,7 +341,7 @@ func endpointsComplete(services, perService int) func(map[string]*corev1.Endpoin
 	return func(objs map[string]*corev1.Endpoints) bool {
 		for s := range services {
 			ep := objs[benchNS+"/"+serviceName(s)]
-			if ep == nil || len(readyIPs(ep)) != perService || len(notReadyIPs(ep)) != 0 {
+			if ep == nil || len(testobj.ReadyIPs(ep)) != perService || len(testobj.NotReadyIPs(ep)) != 0 {
 				return false
 			}
 		}
@@ -379,24 +380,6 @@ func setReady(p *corev1.Pod, ready bool) {
 	for i := range p.Status.ContainerStatuses {
 		p.Status.ContainerStatuses[i].Ready = ready
 	}
-}
-
-func readyIPs(ep *corev1.Endpoints) []string {
-	return subsetIPs(ep, func(s corev1.EndpointSubset) []corev1.EndpointAddress { return s.Addresses })
-}
-
-func notReadyIPs(ep *corev1.Endpoints) []string {
-	return subsetIPs(ep, func(s corev1.EndpointSubset) []corev1.EndpointAddress { return s.NotReadyAddresses })
-}
-
-func subsetIPs(ep *corev1.Endpoints, pick func(corev1.EndpointSubset) []corev1.EndpointAddress) []string {
-	var out []string
-	for _, s := range ep.Subsets {
-		for _, a := range pick(s) {
-			out = append(out, a.IP)
-		}
-	}
-	return out
 }
 
 // countWrites counts the writes to resource ("endpoints", "endpointslices") the controller

@@ -2,7 +2,6 @@ package endpoints
 
 import (
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
@@ -316,19 +315,8 @@ func TestProjectedPodsGiveTheSameEndpoints(t *testing.T) {
 			{Name: "admin", Port: 9901, TargetPort: intstr.FromString("admin"), Protocol: v1.ProtocolTCP},
 		}},
 	}
-	full := []*v1.Pod{testobj.RichPod("a", "10.0.0.1", true), testobj.RichPod("b", "10.0.0.2", false)}
-	deleting := testobj.RichPod("c", "10.0.0.3", true)
-	deleting.DeletionTimestamp = &metav1.Time{Time: time.Unix(1700000100, 0)}
-	full = append(full, deleting)
-
-	projected := make([]*v1.Pod, len(full))
-	for i, p := range full {
-		out, err := projection.New().Transform(p.DeepCopy())
-		if err != nil {
-			t.Fatal(err)
-		}
-		projected[i] = out.(*v1.Pod)
-	}
+	full := testobj.RichPods()
+	projected := testobj.Projected(t, full, projection.New().Transform)
 	for _, publish := range []bool{false, true} {
 		s := svc.DeepCopy()
 		s.Spec.PublishNotReadyAddresses = publish

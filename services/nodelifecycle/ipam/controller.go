@@ -43,7 +43,8 @@ import (
 )
 
 const (
-	// Name is upstream's name of the node IPAM controller (--controllers, leader migration).
+	// Name is upstream's name of the node IPAM controller (--controllers, leader migration,
+	// the controller label of its reconcile metrics).
 	Name = "node-ipam-controller"
 	// QueueName is upstream's name of the range allocator's queue.
 	QueueName = "cidrallocator_node"
@@ -125,9 +126,8 @@ type Controller struct {
 }
 
 // New builds the controller over cfg (at least one Range) and registers its handlers; it
-// starts nothing. claims is an IPAddress informer limited to ClaimSelector. controller is
-// the "controller" label of the reconcile metrics.
-func New(nodes coreinformers.NodeInformer, claims networkinginformers.IPAddressInformer, client kubernetes.Interface, recorder record.EventRecorder, cfg Config, reg prometheus.Registerer, controller string) (*Controller, error) {
+// starts nothing. claims is an IPAddress informer limited to ClaimSelector.
+func New(nodes coreinformers.NodeInformer, claims networkinginformers.IPAddressInformer, client kubernetes.Interface, recorder record.EventRecorder, cfg Config, reg prometheus.Registerer) (*Controller, error) {
 	if len(cfg.Ranges) == 0 {
 		return nil, errors.New("no cluster CIDR to allocate from")
 	}
@@ -137,7 +137,7 @@ func New(nodes coreinformers.NodeInformer, claims networkinginformers.IPAddressI
 		nodes:    nodes.Lister(),
 		// A Node never stops needing a range: its retries back off (to 1000 s) but never end,
 		// so that updates of a Node with a pending write need not retry it (onUpdate).
-		queue:      worker.New(worker.Options[string]{Name: QueueName, Controller: controller, Registerer: reg, MaxRetries: -1}),
+		queue:      worker.New(worker.Options[string]{Name: QueueName, Controller: Name, Registerer: reg, MaxRetries: -1}),
 		metrics:    newMetrics(reg),
 		lowWarning: cfg.FreeRangesWarning,
 		held:       map[string]holding{},

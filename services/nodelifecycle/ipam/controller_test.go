@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/kcm-split/kcm-split/shared/metrics/metricstest"
 	"github.com/kcm-split/kcm-split/shared/testenv/fixtures"
 )
 
@@ -51,7 +52,7 @@ func newFixture(t *testing.T, opts Options, objs ...runtime.Object) *fixture {
 	f := &fixture{t: t, client: client, recorder: record.NewFakeRecorder(100), reg: prometheus.NewRegistry(),
 		nodes: factory.Core().V1().Nodes().Informer().GetIndexer()}
 	f.claims = factory.Networking().V1().IPAddresses().Informer().GetIndexer()
-	f.c, err = New(factory.Core().V1().Nodes(), factory.Networking().V1().IPAddresses(), client, f.recorder, cfg, f.reg, "test")
+	f.c, err = New(factory.Core().V1().Nodes(), factory.Networking().V1().IPAddresses(), client, f.recorder, cfg, f.reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -418,7 +419,7 @@ func TestDeletedNodeWithWriteInFlightFreesItsRange(t *testing.T) {
 func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
 
 func TestNewNeedsARange(t *testing.T) {
-	if _, err := New(nil, nil, nil, nil, Config{}, nil, "x"); err == nil || !strings.Contains(err.Error(), "no cluster CIDR") {
+	if _, err := New(nil, nil, nil, nil, Config{}, nil); err == nil || !strings.Contains(err.Error(), "no cluster CIDR") {
 		t.Fatalf("New without ranges: %v", err)
 	}
 }
@@ -579,5 +580,13 @@ func TestFewFreeRangesWarnOncePerEpisode(t *testing.T) {
 	add("c", "d", "e", "f") // 2 free: a new episode
 	if got := lows(); got != 1 {
 		t.Errorf("%d warnings for the second shortage, want 1", got)
+	}
+}
+
+// The reconcile metrics carry upstream's name of the controller, the value --controllers takes.
+func TestReconcileMetricsCarryUpstreamName(t *testing.T) {
+	f := newFixture(t, Options{ClusterCIDR: "10.0.0.0/16"})
+	if got := metricstest.LabelValues(t, f.reg, "kcm_split_reconcile_total", "controller"); got != Name {
+		t.Fatalf("controller label %q, want %q", got, Name)
 	}
 }

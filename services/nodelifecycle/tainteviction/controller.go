@@ -26,7 +26,8 @@ import (
 
 // Names this controller is known by, upstream's.
 const (
-	// Name is upstream's name of the controller (--controllers), and as upstream its Events' source.
+	// Name is upstream's name of the controller (--controllers, the controller label of its
+	// reconcile metrics), and as upstream its Events' source.
 	Name = "taint-eviction-controller"
 	// NodeQueueName is the queue of Nodes whose NoExecute taints changed.
 	NodeQueueName = "noexec_taint_node"
@@ -67,16 +68,15 @@ type Controller struct {
 
 // New builds the controller and registers its event handlers on the informers, which it
 // may share with other controllers; it starts nothing. Its Events go to recorder, its
-// metrics to reg (nil: none); its queues' metrics are labelled with controller, the
-// binary's controller ID.
+// metrics to reg (nil: none).
 func New(nodes coreinformers.NodeInformer, pods coreinformers.PodInformer, client kubernetes.Interface,
-	recorder record.EventRecorder, reg prometheus.Registerer, controller string) *Controller {
+	recorder record.EventRecorder, reg prometheus.Registerer) *Controller {
 	c := &Controller{
 		client: client, recorder: recorder, metrics: newMetrics(reg), now: time.Now,
 		nodes: nodes.Lister(), pods: pods.Lister(),
-		nodeQueue:  worker.New(worker.Options[string]{Name: NodeQueueName, Controller: controller, Registerer: reg}),
-		podQueue:   worker.New(worker.Options[string]{Name: PodQueueName, Controller: controller, Registerer: reg}),
-		evictQueue: worker.New(worker.Options[string]{Name: EvictionQueueName, Controller: controller, Registerer: reg}),
+		nodeQueue:  worker.New(worker.Options[string]{Name: NodeQueueName, Controller: Name, Registerer: reg}),
+		podQueue:   worker.New(worker.Options[string]{Name: PodQueueName, Controller: Name, Registerer: reg}),
+		evictQueue: worker.New(worker.Options[string]{Name: EvictionQueueName, Controller: Name, Registerer: reg}),
 		scheduled:  map[string]*scheduledEviction{},
 	}
 	podsByNode, err := nodepods.AddIndex(pods.Informer())

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/kcm-split/kcm-split/shared/metrics/metricstest"
 	"github.com/kcm-split/kcm-split/shared/testenv/fixtures"
 )
 
@@ -25,6 +26,7 @@ type fixture struct {
 	recorder *record.FakeRecorder
 	c        *Controller
 	clock    time.Time
+	reg      *prometheus.Registry
 }
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -33,8 +35,8 @@ func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
 	t.Helper()
 	client := fake.NewClientset(objs...)
 	factory := informers.NewSharedInformerFactory(client, 0)
-	f := &fixture{t: t, client: client, recorder: record.NewFakeRecorder(1000), clock: t0}
-	f.c = New(factory.Core().V1().Nodes(), factory.Core().V1().Pods(), client, f.recorder, prometheus.NewRegistry(), "test")
+	f := &fixture{t: t, client: client, recorder: record.NewFakeRecorder(1000), clock: t0, reg: prometheus.NewRegistry()}
+	f.c = New(factory.Core().V1().Nodes(), factory.Core().V1().Pods(), client, f.recorder, f.reg)
 	f.c.now = func() time.Time { return f.clock }
 	t.Cleanup(func() {
 		f.c.nodeQueue.ShutDown()
@@ -69,4 +71,12 @@ func hasEvent(evs []string, substr string) bool {
 // taintedNode is a Node n with the unreachable NoExecute taint.
 func taintedNode() *v1.Node {
 	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", UID: "uid-n"}, Spec: v1.NodeSpec{Taints: []v1.Taint{unreachableTaint}}}
+}
+
+// The reconcile metrics carry upstream's name of the controller, the value --controllers takes.
+func TestReconcileMetricsCarryUpstreamName(t *testing.T) {
+	f := newFixture(t)
+	if got := metricstest.LabelValues(t, f.reg, "kcm_split_reconcile_total", "controller"); got != Name {
+		t.Fatalf("controller label %q, want %q", got, Name)
+	}
 }

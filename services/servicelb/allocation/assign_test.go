@@ -69,7 +69,7 @@ func TestKeepOrRelease(t *testing.T) {
 	}
 }
 
-// Long: most of it is the table of cases.
+// Over 80 lines: most of it is the table of cases.
 func TestAssign(t *testing.T) {
 	dualStack := func(s *v1.Service) {
 		s.Spec.IPFamilies = []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}

@@ -3,16 +3,16 @@ package allocation
 import (
 	"net/netip"
 	"testing"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	mlb "go.universe.tf/metallb/api/v1beta1"
 
+	v1 "k8s.io/api/core/v1"
+
 	"github.com/kcm-split/kcm-split/services/servicelb/api/v1alpha1"
 	"github.com/kcm-split/kcm-split/services/servicelb/internal/testobj"
 	"github.com/kcm-split/kcm-split/services/servicelb/poolsource"
-	v1 "k8s.io/api/core/v1"
 )
 
 // stateWith is an allocation state over pools parsed from name -> address ranges; a pool
@@ -82,17 +82,6 @@ func parseKCMSplit(objs []*v1alpha1.IPAddressPool) map[string]*poolsource.Pool {
 		parsed = append(parsed, poolsource.Parsed{Created: o.CreationTimestamp, Pool: poolsource.ParseKCMSplit(o)})
 	}
 	return poolsource.CheckOverlaps(parsed)
-}
-
-func poolObj(name string, age int64, addrs []string, mut ...func(*v1alpha1.IPAddressPoolSpec)) *v1alpha1.IPAddressPool {
-	p := &v1alpha1.IPAddressPool{
-		ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(time.Unix(age, 0))},
-		Spec:       v1alpha1.IPAddressPoolSpec{Addresses: addrs},
-	}
-	for _, m := range mut {
-		m(&p.Spec)
-	}
-	return p
 }
 
 const testNS = testobj.Namespace

@@ -6,15 +6,18 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kcm-split/kcm-split/services/servicelb/poolsource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/kcm-split/kcm-split/services/servicelb/addrpool"
-	"github.com/kcm-split/kcm-split/services/servicelb/api/v1alpha1"
+	"github.com/kcm-split/kcm-split/services/servicelb/internal/testobj"
+	"github.com/kcm-split/kcm-split/services/servicelb/poolsource"
+
 	mlb "go.universe.tf/metallb/api/v1beta1"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
+
+	"github.com/kcm-split/kcm-split/services/servicelb/addrpool"
+	"github.com/kcm-split/kcm-split/services/servicelb/api/v1alpha1"
 )
 
 func TestRequestedIPs(t *testing.T) {
@@ -76,19 +79,19 @@ func TestFamilies(t *testing.T) {
 
 func TestCandidatePools(t *testing.T) {
 	infos := parseKCMSplit([]*v1alpha1.IPAddressPool{
-		poolObj("b-default", 1, []string{"10.0.1.0/24"}),
-		poolObj("a-default", 2, []string{"10.0.2.0/24"}),
-		poolObj("first", 3, []string{"10.0.3.0/24"}, func(s *v1alpha1.IPAddressPoolSpec) { s.Priority = 0 }),
-		poolObj("last", 4, []string{"10.0.4.0/24"}, func(s *v1alpha1.IPAddressPoolSpec) { s.Priority = 10 }),
-		poolObj("manual", 5, []string{"10.0.5.0/24"}, func(s *v1alpha1.IPAddressPoolSpec) { s.AutoAssign = ptr.To(false) }),
-		poolObj("team-ns", 6, []string{"10.0.6.0/24"}, func(s *v1alpha1.IPAddressPoolSpec) { s.Namespaces = []string{"team"} }),
-		poolObj("prod-ns", 7, []string{"10.0.7.0/24"}, func(s *v1alpha1.IPAddressPoolSpec) {
+		testobj.Pool("b-default", 1, []string{"10.0.1.0/24"}),
+		testobj.Pool("a-default", 2, []string{"10.0.2.0/24"}),
+		testobj.Pool("first", 3, []string{"10.0.3.0/24"}, func(s *v1alpha1.IPAddressPoolSpec) { s.Priority = 0 }),
+		testobj.Pool("last", 4, []string{"10.0.4.0/24"}, func(s *v1alpha1.IPAddressPoolSpec) { s.Priority = 10 }),
+		testobj.Pool("manual", 5, []string{"10.0.5.0/24"}, func(s *v1alpha1.IPAddressPoolSpec) { s.AutoAssign = ptr.To(false) }),
+		testobj.Pool("team-ns", 6, []string{"10.0.6.0/24"}, func(s *v1alpha1.IPAddressPoolSpec) { s.Namespaces = []string{"team"} }),
+		testobj.Pool("prod-ns", 7, []string{"10.0.7.0/24"}, func(s *v1alpha1.IPAddressPoolSpec) {
 			s.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod"}}
 		}),
-		poolObj("public-svc", 8, []string{"10.0.8.0/24"}, func(s *v1alpha1.IPAddressPoolSpec) {
+		testobj.Pool("public-svc", 8, []string{"10.0.8.0/24"}, func(s *v1alpha1.IPAddressPoolSpec) {
 			s.ServiceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"exposure": "public"}}
 		}),
-		poolObj("broken", 9, []string{"10.0.1.0/24"}), // overlaps b-default
+		testobj.Pool("broken", 9, []string{"10.0.1.0/24"}), // overlaps b-default
 	})
 	svc := func(ns string, lbls map[string]string, ann map[string]string) *v1.Service {
 		return &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s", Labels: lbls, Annotations: ann}}

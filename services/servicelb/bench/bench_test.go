@@ -29,7 +29,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kcm-split/kcm-split/services/servicelb/api/v1alpha1"
-	"github.com/kcm-split/kcm-split/services/servicelb/internal/crdtest"
 	"github.com/kcm-split/kcm-split/shared/benchkit"
 	"github.com/kcm-split/kcm-split/shared/testenv"
 )
@@ -86,13 +85,12 @@ func (r *result) report(b *testing.B) {
 	b.ReportMetric(float64(r.restartW), "restart-writes")
 }
 
-// Long: one benchmark scenario (start, create, measure, restart), in order.
-// Over 80 lines: the restart phase compares each Service's address with those taken after the create phase, on the same control plane.
+// Over 80 lines: one benchmark scenario (start, create, measure, restart), in order; the restart phase compares each Service's address with those taken after the create phase, on the same control plane.
 func runScenario(b *testing.B, v variant) *result {
 	logf := benchkit.Progress(v.name)
 	bin := benchkit.BuildShipped(b, "github.com/kcm-split/kcm-split/services/servicelb/cmd/service-lb-controller")
 	env := benchkit.ControlPlane(b)
-	if err := crdtest.Install(env.Config, crdDir); err != nil {
+	if err := testenv.InstallCRDs(env.Config, crdDir, v1alpha1.GroupVersionResource); err != nil {
 		b.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

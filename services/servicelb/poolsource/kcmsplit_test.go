@@ -3,34 +3,23 @@ package poolsource
 import (
 	"strings"
 	"testing"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kcm-split/kcm-split/services/servicelb/api/v1alpha1"
+	"github.com/kcm-split/kcm-split/services/servicelb/internal/testobj"
 )
-
-func poolObj(name string, age int64, addrs []string, mut ...func(*v1alpha1.IPAddressPoolSpec)) *v1alpha1.IPAddressPool {
-	p := &v1alpha1.IPAddressPool{
-		ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(time.Unix(age, 0))},
-		Spec:       v1alpha1.IPAddressPoolSpec{Addresses: addrs},
-	}
-	for _, m := range mut {
-		m(&p.Spec)
-	}
-	return p
-}
 
 func TestParsePoolsValidity(t *testing.T) {
 	infos := parseAll([]*v1alpha1.IPAddressPool{
-		poolObj("newer", 2, []string{"192.0.2.100-192.0.2.200"}),
-		poolObj("older", 1, []string{"192.0.2.0/25"}),
-		poolObj("reversed", 3, []string{"192.0.2.9-192.0.2.1"}),
-		poolObj("self-overlap", 4, []string{"198.51.100.0/24", "198.51.100.7"}),
-		poolObj("bad-selector", 5, []string{"203.0.113.0/24"}, func(s *v1alpha1.IPAddressPoolSpec) {
+		testobj.Pool("newer", 2, []string{"192.0.2.100-192.0.2.200"}),
+		testobj.Pool("older", 1, []string{"192.0.2.0/25"}),
+		testobj.Pool("reversed", 3, []string{"192.0.2.9-192.0.2.1"}),
+		testobj.Pool("self-overlap", 4, []string{"198.51.100.0/24", "198.51.100.7"}),
+		testobj.Pool("bad-selector", 5, []string{"203.0.113.0/24"}, func(s *v1alpha1.IPAddressPoolSpec) {
 			s.ServiceSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "a", Operator: "Bogus"}}}
 		}),
-		poolObj("empty", 6, nil),
+		testobj.Pool("empty", 6, nil),
 	})
 	for name, want := range map[string]string{
 		"older":        v1alpha1.ReasonValid,

@@ -147,8 +147,7 @@ var binaries = []binary{
 	},
 	{
 		alias: "nodelifecycle", title: "Node lifecycle controller",
-		// Node lifecycle, taint eviction and node IPAM reconcile under one controller label.
-		controllers: []string{"nodelifecycle-controller"},
+		controllers: []string{"node-lifecycle-controller", "taint-eviction-controller", "node-ipam-controller"},
 		own: []section{
 			{title: "Node lifecycle", panels: []panel{
 				ts("Zone health (% of Ready Nodes)", "percent", 12, "", q(`max by (zone) (node_collector_zone_health{$SEL})`, "{{zone}}")),
@@ -187,7 +186,7 @@ var binaries = []binary{
 	},
 	{
 		alias: "pvbinder", title: "PersistentVolume binder",
-		controllers: []string{"pv-binder-controller"},
+		controllers: []string{"persistentvolume-binder-controller"},
 		own: []section{{title: "Volumes and claims", panels: []panel{
 			ts("Claim bind duration (created to Bound)", "s", 12, "",
 				q(strings.Replace(p99("kcm_split_pvbinder_claim_bind_duration_seconds", ""), "0.99", "0.5", 1), "p50"),
@@ -207,7 +206,7 @@ var binaries = []binary{
 	},
 	{
 		alias: "quota", title: "Resource quota controller",
-		controllers: []string{"quota-controller"},
+		controllers: []string{"resourcequota-controller"},
 		own: []section{{title: "Resource quotas", panels: []panel{
 			ts("Quota syncs by outcome", "ops", 12, "", q(rateBy("kcm_split_quota_syncs_total", "outcome", ""), "{{outcome}}")),
 			ts("Resource types that cannot be counted", "short", 12, "", q(`max(kcm_split_quota_uncountable_resource_types{$SEL})`, "uncountable")),

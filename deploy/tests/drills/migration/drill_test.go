@@ -9,14 +9,8 @@ import (
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
-	"sigs.k8s.io/yaml"
 
 	"github.com/kcm-split/kcm-split/deploy/tests/drills/churn"
 	"github.com/kcm-split/kcm-split/deploy/tests/drills/handover"
@@ -34,12 +28,15 @@ const effectTimeout = 3 * time.Minute
 // poolGVR is the chart's address pool, which the servicelb churn needs.
 var poolGVR = churn.PoolGVR
 
+// crdDir is where the chart ships the IPAddressPool CRD; the drill installs exactly that.
+const crdDir = "../../../../charts/kcm-split/crds"
+
 func TestMain(m *testing.M) {
 	if os.Getenv(DrillEnv) == "" {
 		// No control plane for a drill that will skip: `go test ./...` stays quick.
 		os.Exit(m.Run())
 	}
-	testenv.MainWithOptions(m, &env, testenv.Options{Setup: func(e *testenv.Env) error { return installPoolCRD(e) }})
+	testenv.MainWithOptions(m, &env, testenv.Options{Setup: func(e *testenv.Env) error { return testenv.InstallCRDs(e.Config, crdDir, poolGVR) }})
 }
 
 // TestMigrationDrill runs the naive switch, the Leader Migration switch and its rollback, and
@@ -402,39 +399,4 @@ func report(t *testing.T, began time.Time, logf func(string, ...any), ch *churn.
 	// The last line, exactly (stdout, without the test log's prefix; the Makefile prints it last).
 	return fmt.Sprintf("migration: overlap=%d gap_max_s=%.1f lost=%d rollback_overlap=%d rollback_gap_max_s=%.1f naive_gap_max_s=%.1f",
 		ov, gapMax(b.sw), lost, rov, gapMax(b.rb), gapMax(naive))
-}
-
-// installPoolCRD installs the chart's IPAddressPool CRD and waits until it is served.
-func installPoolCRD(e *testenv.Env) error {
-	dyn, err := dynamic.NewForConfig(e.Config)
-	if err != nil {
-		return err
-	}
-	files, err := filepath.Glob(filepath.Join("..", "..", "..", "..", "charts", "kcm-split", "crds", "*.yaml"))
-	if err != nil || len(files) == 0 {
-		return fmt.Errorf("no CRDs found: %v", err)
-	}
-	crds := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-	ctx := context.Background()
-	for _, file := range files {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return err
-		}
-		var obj map[string]any
-		if err := yaml.Unmarshal(b, &obj); err != nil {
-			return fmt.Errorf("%s: %w", file, err)
-		}
-		if _, err := dyn.Resource(crds).Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return err
-		}
-	}
-	dc, err := discovery.NewDiscoveryClientForConfig(e.Config)
-	if err != nil {
-		return err
-	}
-	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		_, err := dc.ServerResourcesForGroupVersion(poolGVR.GroupVersion().String())
-		return err == nil, nil
-	})
 }

@@ -2,11 +2,9 @@ package podservices
 
 import (
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kcm-split/kcm-split/services/endpoints/internal/projection"
 	"github.com/kcm-split/kcm-split/services/endpoints/internal/testobj"
@@ -77,18 +75,8 @@ func TestAffectedServices(t *testing.T) {
 // Pod update filtering sees the same changes in projected Pods as in full ones: the cache
 // holds only projections.
 func TestPodChangeOfProjectedPods(t *testing.T) {
-	full := []*v1.Pod{testobj.RichPod("a", "10.0.0.1", true), testobj.RichPod("b", "10.0.0.2", false)}
-	deleting := testobj.RichPod("c", "10.0.0.3", true)
-	deleting.DeletionTimestamp = &metav1.Time{Time: time.Unix(1700000100, 0)}
-	full = append(full, deleting)
-	projected := make([]*v1.Pod, len(full))
-	for i, p := range full {
-		out, err := projection.New().Transform(p.DeepCopy())
-		if err != nil {
-			t.Fatal(err)
-		}
-		projected[i] = out.(*v1.Pod)
-	}
+	full := testobj.RichPods()
+	projected := testobj.Projected(t, full, projection.New().Transform)
 	for i := range full {
 		for j := range full {
 			fc, fl := podChange(full[i], full[j])

@@ -1,10 +1,13 @@
 // Package testobj builds the objects the tests of every controller in this module start from:
 // a Service and its Pods in one namespace, and the Endpoints addresses and ports they come
-// to. Each builder takes optional mutators so a case states only what matters to it. Only
-// tests import it.
+// to, and reads back the addresses an Endpoints holds. Each builder takes optional mutators so
+// a case states only what matters to it. Only tests import it (the integration tests and the
+// benchmark too).
 package testobj
 
 import (
+	"sort"
+	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -14,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 )
 
 // NS is the namespace of every object built here.
@@ -132,6 +136,55 @@ func RichPod(name, ip string, ready bool) *v1.Pod {
 			ContainerStatuses: []v1.ContainerStatus{{Name: "app", Ready: ready, Image: "registry.example/app:1", ImageID: "sha256:abc"}},
 		},
 	}
+}
+
+// RichPods are three RichPods: a ready one, one not ready, and a ready one being deleted.
+func RichPods() []*v1.Pod {
+	deleting := RichPod("c", "10.0.0.3", true)
+	deleting.DeletionTimestamp = &metav1.Time{Time: time.Unix(1700000100, 0)}
+	return []*v1.Pod{RichPod("a", "10.0.0.1", true), RichPod("b", "10.0.0.2", false), deleting}
+}
+
+// Projected returns what transform (a cache projection) makes of a copy of each Pod.
+func Projected(t testing.TB, pods []*v1.Pod, transform cache.TransformFunc) []*v1.Pod {
+	t.Helper()
+	out := make([]*v1.Pod, len(pods))
+	for i, p := range pods {
+		o, err := transform(p.DeepCopy())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = o.(*v1.Pod)
+	}
+	return out
+}
+
+// ReadyIPs are the ready addresses of every subset of ep, sorted.
+func ReadyIPs(ep *v1.Endpoints) []string {
+	return subsetIPs(ep, func(s v1.EndpointSubset) []v1.EndpointAddress { return s.Addresses })
+}
+
+// NotReadyIPs are the not-ready addresses of every subset of ep, sorted.
+func NotReadyIPs(ep *v1.Endpoints) []string {
+	return subsetIPs(ep, func(s v1.EndpointSubset) []v1.EndpointAddress { return s.NotReadyAddresses })
+}
+
+// IPs are the addresses' IPs, sorted.
+func IPs(addrs []v1.EndpointAddress) []string {
+	out := make([]string, 0, len(addrs))
+	for _, a := range addrs {
+		out = append(out, a.IP)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func subsetIPs(ep *v1.Endpoints, pick func(v1.EndpointSubset) []v1.EndpointAddress) []string {
+	var addrs []v1.EndpointAddress
+	for _, s := range ep.Subsets {
+		addrs = append(addrs, pick(s)...)
+	}
+	return IPs(addrs)
 }
 
 // RichNode is a Node as a kubelet reports it, with images, addresses and heartbeats.

@@ -1,5 +1,5 @@
-// Package testobj builds the LoadBalancer Services the unit tests of the controller and of
-// its allocation package both start from.
+// Package testobj builds the LoadBalancer Services and the IPAddressPools the unit tests of the
+// controller, of its allocation package and of its pool sources start from.
 package testobj
 
 import (
@@ -7,6 +7,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kcm-split/kcm-split/services/servicelb/api/v1alpha1"
 )
 
 // Namespace is the namespace of every Service LB builds.
@@ -41,4 +43,17 @@ func WithAnnotation(k, v string) Opt {
 		}
 		s.Annotations[k] = v
 	}
+}
+
+// Pool returns an IPAddressPool named name, created age seconds after the epoch, with addrs,
+// its spec changed by mut in order.
+func Pool(name string, age int64, addrs []string, mut ...func(*v1alpha1.IPAddressPoolSpec)) *v1alpha1.IPAddressPool {
+	p := &v1alpha1.IPAddressPool{
+		ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(time.Unix(age, 0))},
+		Spec:       v1alpha1.IPAddressPoolSpec{Addresses: addrs},
+	}
+	for _, m := range mut {
+		m(&p.Spec)
+	}
+	return p
 }
