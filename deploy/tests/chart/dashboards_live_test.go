@@ -84,7 +84,7 @@ var liveExpect = map[string]map[string]map[string][]string{
 		"Take-over: proven, and kube-controller-manager running the controllers": {"job": {"quota-controller"}},
 		"Leader Migration phase by replica":                                      {"phase": {"off"}, "job": liveJobs},
 		"Shard layouts: Leases of another layout blocking":                       {"binary": {"endpoints-controller", "quota-controller"}},
-		"Foreign writer episodes":                                                {"controller": {"endpoints-controller", "quota-controller"}},
+		"Foreign writer episodes":                                                {"controller": {"endpoints-controller", "resourcequota-controller"}},
 	},
 	"*": {"Secure port: requests refused (401, 403)": {"decision": {"unauthenticated", "forbidden"}}},
 }
