@@ -6,8 +6,9 @@
 #   2. make kubeadm-up with a few tuned KCM flags in the ClusterConfiguration (KA_KCM_ARGS), which
 #      the plan must carry over to the binaries,
 #   3. runs deploy/tests/kubeadm (go test, KCM_SPLIT_KUBEADM_E2E=1): the runbook's steps under the
-#      migration drill's churn, `kubeadm upgrade apply` at the same version, the trap and its fix,
-#      the rollback; who wrote what from the apiserver's audit log,
+#      migration drill's churn, `kubeadm upgrade apply` at the same version, KCM's container killed
+#      (its controllers still off), the trap and its fix, the rollback; who wrote what from the
+#      apiserver's audit log; the chart's alerts evaluated by a real Prometheus,
 #   4. always: the network guard's verdict, make kubeadm-down.
 # Holds the machine-wide lock of the real node for the whole run. Needs root. The log is
 # .test-logs/kubeadm-e2e.log, the runbook's files and the Pods' logs .test-logs/kubeadm-e2e-work/;
@@ -80,4 +81,5 @@ bash deploy/kubeadm/up.sh
 say "kubeadm-e2e: cluster up ($((SECONDS - start))s)"
 export KUBECONFIG=$LOCAL/kubeadm/admin.conf PATH=$BIN:$PATH
 (cd deploy/tests/kubeadm && KCM_SPLIT_KUBEADM_E2E=1 KCM_SPLIT_KUBEADM_E2E_IMAGE_TAG="$tag" KCM_SPLIT_KUBEADM_E2E_WORK="$work" \
+  KCM_SPLIT_KUBEADM_E2E_CONTAINERD="$LOCAL/kubeadm/node/containerd.sock" \
   go test -count=1 -v -timeout 40m -run '^TestKubeadmE2E$' .) || rc=1

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kcm-split/kcm-split/deploy/tests/drills/handover"
+	"github.com/kcm-split/kcm-split/shared/testenv"
 )
 
 // A binary's log as the chart runs it (JSON), its take-over lines as shared/app/takeover logs them.
@@ -84,5 +85,26 @@ func TestKCMTerms(t *testing.T) {
 	acq := l.Acquired()
 	if len(acq) != 2 || acq[1].ID != "vm_b" || !acq[1].From.Equal(t0.Add(25*time.Second)) {
 		t.Errorf("Acquired %+v", acq)
+	}
+}
+
+func TestPersistsLeavesOutReviews(t *testing.T) {
+	ev := func(group, resource string) testenv.AuditEvent {
+		var e testenv.AuditEvent
+		e.ObjectRef.APIGroup, e.ObjectRef.Resource = group, resource
+		return e
+	}
+	for _, tc := range []struct {
+		ev   testenv.AuditEvent
+		want bool
+	}{
+		{ev("authentication.k8s.io", "tokenreviews"), false},
+		{ev("authorization.k8s.io", "subjectaccessreviews"), false},
+		{ev("", "endpoints"), true},
+		{ev("discovery.k8s.io", "endpointslices"), true},
+	} {
+		if got := persists(tc.ev); got != tc.want {
+			t.Errorf("persists(%s/%s) = %v, want %v", tc.ev.ObjectRef.APIGroup, tc.ev.ObjectRef.Resource, got, tc.want)
+		}
 	}
 }
