@@ -7,7 +7,7 @@ SHELL := /bin/bash
 
 ROOT     := $(abspath .)
 BIN      := $(ROOT)/bin
-MODULES  := shared $(patsubst %/go.mod,%,$(wildcard services/*/go.mod)) deploy/kubeadm/plan deploy/tests/chart deploy/tests/chart/dashboards deploy/tests/drills deploy/images deploy/tests/scale deploy/tests/lb
+MODULES  := shared $(patsubst %/go.mod,%,$(wildcard services/*/go.mod)) deploy/kubeadm/plan deploy/tests/chart deploy/tests/chart/dashboards deploy/tests/drills deploy/tests/kubeadm deploy/images deploy/tests/scale deploy/tests/lb
 # One binary per services/<alias>/cmd/<name>.
 CMDS     := $(wildcard services/*/cmd/*)
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)

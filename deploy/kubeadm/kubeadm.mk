@@ -8,3 +8,7 @@ kubeadm-up: tools kubeadm-images images ## A one-node kubeadm v1.36.3 cluster on
 
 kubeadm-down: ## Remove the cluster of kubeadm-up and all it put on the machine (kubeadm reset, containers, images, links)
 	@bash deploy/kubeadm/down.sh
+
+.PHONY: kubeadm-e2e
+kubeadm-e2e: ## The move from kube-controller-manager on a real kubeadm cluster by the chart README's kubeadm runbook (root; make images, kubeadm-up, the runbook under churn, upgrade, trap, rollback, kubeadm-down); log in .test-logs/kubeadm-e2e.log
+	@bash deploy/tests/kubeadm/e2e.sh

@@ -38,16 +38,20 @@ kk() { "$BIN/kubectl" --kubeconfig "$KUBECONFIG_FILE" --request-timeout=15s "$@"
 # ka_recorded: a cluster was started here (and not yet torn down).
 ka_recorded() { [ -f "$KA_DIR/up" ]; }
 
-# ka_config writes the one configuration file of `kubeadm init`: CONTROLLERS is the
-# controller-manager's --controllers (kubeadm's default when empty).
+# ka_config writes the one configuration file of `kubeadm init`. The controller-manager's
+# extraArgs come from KA_KCM_ARGS, space-separated name=value pairs (none: kubeadm's defaults),
+# as an operator tunes them: the kubeadm e2e sets a few that kcm-split-plan must carry over.
 ka_config() {
-  local controllers=${1:-}
-  local cm_args=""
-  if [ -n "$controllers" ]; then
+  local cm_args="" kv
+  if [ -n "${KA_KCM_ARGS:-}" ]; then
     cm_args="
-  extraArgs:
-  - name: controllers
-    value: \"$controllers\""
+  extraArgs:"
+    for kv in $KA_KCM_ARGS; do
+      [[ "$kv" == ?*=?* ]] || kdie "KA_KCM_ARGS: $kv is not name=value"
+      cm_args+="
+  - name: ${kv%%=*}
+    value: \"${kv#*=}\""
+    done
   fi
   cat >"$KA_CONFIG" <<EOF
 # Written by deploy/kubeadm (make kubeadm-up).

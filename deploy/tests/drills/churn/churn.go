@@ -63,6 +63,10 @@ type Config struct {
 	// NodeZone, if set, labels the fake Nodes with topology.kubernetes.io/zone: the node
 	// lifecycle controller then weighs their health apart from real Nodes'.
 	NodeZone string
+	// KubeletVersion, if set, is the version the fake kubelets report in their Nodes' status
+	// (nodeInfo.kubeletVersion), as a real kubelet does: `kubeadm upgrade` refuses a cluster
+	// with a Node that reports none.
+	KubeletVersion string
 	// PoolCIDR is the pool's range (192.0.2.0/24 if empty), reserved to the servicelb loop's
 	// namespace.
 	PoolCIDR string
@@ -128,7 +132,7 @@ func New(cfg Config) (*Churn, error) {
 		}
 		p := cfg.Prefix + "-node-"
 		c.nodes = &fakeNodes{c: cfg.Client, names: append([]string{p + "0", p + "1", p + "flap"}, cfg.ExtraNodes...), flap: p + "flap",
-			grace: cfg.NodeGrace, labels: labels, silent: map[string]bool{}, renewed: map[string]time.Time{}}
+			grace: cfg.NodeGrace, labels: labels, version: cfg.KubeletVersion, silent: map[string]bool{}, renewed: map[string]time.Time{}}
 	}
 	build := map[string]func() *Loop{Endpoints: c.endpointsLoop, NodeLifecycle: c.nodeLoop, Quota: c.quotaLoop,
 		Namespace: c.namespaceLoop, ServiceLB: c.serviceLBLoop, PVBinder: c.pvLoop}

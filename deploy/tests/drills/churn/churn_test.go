@@ -152,7 +152,7 @@ func TestFakeNodesLeaveARealNodeAlone(t *testing.T) {
 	}
 
 	ch, err := New(Config{Client: c, Prefix: "t1", Controllers: []string{NodeLifecycle}, NodeGrace: 2 * time.Second,
-		NodeZone: "t1-zone", EffectTimeout: 3 * time.Second, Logf: t.Logf})
+		NodeZone: "t1-zone", KubeletVersion: "v1.36.3", EffectTimeout: 3 * time.Second, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,6 +166,11 @@ func TestFakeNodesLeaveARealNodeAlone(t *testing.T) {
 	}
 	if len(nodes.Items) != 3 {
 		t.Fatalf("%d fake Nodes labelled with the churn and the zone, want 3", len(nodes.Items))
+	}
+	for _, n := range nodes.Items {
+		if v := n.Status.NodeInfo.KubeletVersion; v != "v1.36.3" {
+			t.Errorf("fake Node %s reports kubelet version %q, want the configured v1.36.3", n.Name, v)
+		}
 	}
 	lease := func(name string) time.Time {
 		l, err := c.CoordinationV1().Leases(nodeLeaseNamespace).Get(ctx, name, metav1.GetOptions{})

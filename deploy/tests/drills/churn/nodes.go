@@ -26,6 +26,8 @@ type fakeNodes struct {
 	names []string
 	flap  string
 	grace time.Duration
+	// version is the kubelet version each Node's status reports (none if empty).
+	version string
 	// labels are every fake Node's and Lease's.
 	labels map[string]string
 
@@ -67,6 +69,7 @@ func (f *fakeNodes) markReady(ctx context.Context, name string) error {
 		now := metav1.Now()
 		node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
 			Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now}}
+		node.Status.NodeInfo.KubeletVersion = f.version
 		_, err = f.c.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
 		return err
 	})

@@ -1,0 +1,333 @@
+package kubeadm
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/yaml"
+)
+
+// The alerts are evaluated by a real Prometheus on the host: the chart's own rules (rendered by
+// helm template with the run's values, as its PrometheusRule), scraping every binary as the chart
+// authorizes a scraper and KCM on 127.0.0.1:10257 (its --bind-address on kubeadm; the host
+// reaches it), every 2 s, rules evaluated every 2 s.
+const (
+	promEvery = 2 * time.Second
+	// kcmJob is KCM's scrape job: the chart's prometheusRule.kubeControllerManagerJob default.
+	kcmJob = "kube-controller-manager"
+	// scraperSA is the ServiceAccount Prometheus scrapes with, bound to system:monitoring (get
+	// /metrics), which both the binaries and KCM authorize by a SubjectAccessReview.
+	scraperSA = "kae2e-prometheus"
+)
+
+// prometheus is the run's Prometheus.
+type prometheus struct {
+	base string
+	dir  string
+	// start is when alerts count: every target up, the rules evaluated since.
+	start time.Time
+}
+
+// startPrometheus renders the chart's rules, writes the scrape configuration and starts
+// bin/prometheus; it is killed when the test ends.
+// Over 80 lines: the scraper's credentials, the rules, the targets and the process, in the order each needs the previous.
+func (e *e2e) startPrometheus() *prometheus {
+	t := e.t
+	t.Helper()
+	dir := filepath.Join(e.work, "prometheus")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The scraper's token.
+	ctx := e.ctx
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: scraperSA, Namespace: namespace}}
+	if _, err := e.client.CoreV1().ServiceAccounts(namespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: scraperSA},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "system:monitoring"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: scraperSA, Namespace: namespace}}}
+	if _, err := e.client.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	hour := int64(3600)
+	tok, err := e.client.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, scraperSA,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &hour}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(tok.Status.Token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	// The rules: the chart's PrometheusRule for the values the runbook installed.
+	out, err := exec.CommandContext(ctx, "helm", "template", release, filepath.Join(e.root, "charts", "kcm-split"), "--namespace", namespace,
+		"-f", filepath.Join(e.work, "values.yaml"), "-f", filepath.Join(e.work, "site-values.yaml"),
+		"--set", "prometheusRule.enabled=true", "--api-versions", "monitoring.coreos.com/v1/PrometheusRule",
+		"--show-only", "templates/prometheusrule.yaml").Output()
+	if err != nil {
+		t.Fatalf("helm template the PrometheusRule: %v", err)
+	}
+	var pr struct {
+		Spec struct {
+			Groups []any `json:"groups"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal(out, &pr); err != nil || len(pr.Spec.Groups) == 0 {
+		t.Fatalf("the rendered PrometheusRule has no groups: %v", err)
+	}
+	rules, err := yaml.Marshal(map[string]any{"groups": pr.Spec.Groups})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), rules, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	// The targets: each binary's Pods under its Service's name (the job a ServiceMonitor gives),
+	// and KCM.
+	svcs, err := e.client.CoreV1().Services(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods, err := e.client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg strings.Builder
+	fmt.Fprintf(&cfg, "global:\n  scrape_interval: %s\n  scrape_timeout: %s\n  evaluation_interval: %s\nrule_files: [%s]\nscrape_configs:\n",
+		promEvery, promEvery, promEvery, filepath.Join(dir, "rules.yaml"))
+	job := func(name, target string, labels map[string]string) {
+		var l []string
+		for _, k := range sortedKeys(labels) {
+			l = append(l, fmt.Sprintf("%s: %q", k, labels[k]))
+		}
+		fmt.Fprintf(&cfg, "- job_name: %s\n  scheme: https\n  authorization: {type: Bearer, credentials_file: %s}\n  tls_config: {insecure_skip_verify: true}\n"+
+			"  static_configs:\n  - targets: ['%s']\n    labels: {%s}\n", name, tokenFile, target, strings.Join(l, ", "))
+	}
+	n := 0
+	for _, s := range svcs.Items {
+		for _, p := range pods.Items {
+			if p.Labels["app.kubernetes.io/component"] != s.Spec.Selector["app.kubernetes.io/component"] || p.Status.PodIP == "" {
+				continue
+			}
+			port := p.Spec.Containers[0].Ports[0].ContainerPort
+			job(s.Name+"-"+p.Name, net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(port))),
+				map[string]string{"job": s.Name, "namespace": namespace, "service": s.Name, "pod": p.Name, "endpoint": "https"})
+			n++
+		}
+	}
+	if n != len(binaries) {
+		t.Fatalf("%d binary Pods to scrape, want %d", n, len(binaries))
+	}
+	job(kcmJob, "127.0.0.1:10257", map[string]string{"job": kcmJob, "namespace": "kube-system"})
+	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	logf, err := os.Create(filepath.Join(dir, "prometheus.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("prometheus", "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+addr, "--log.level=warn")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); _ = logf.Close() })
+	p := &prometheus{base: "http://" + addr, dir: dir}
+	// Every target up: the binaries and KCM authorized the scraper.
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(context.Context) (bool, error) {
+		res, err := p.query("up", time.Now())
+		if err != nil {
+			return false, nil
+		}
+		up := 0
+		for _, r := range res {
+			if r.value() == 1 {
+				up++
+			}
+		}
+		return up == len(binaries)+1, nil
+	})
+	if err != nil {
+		t.Fatalf("not every target up (%s): %v", filepath.Join(dir, "prometheus.log"), err)
+	}
+	// Alerts count from the second evaluation after every target was up: before its first
+	// scrape of a job, an absent() rule is pending.
+	p.start = time.Now().Add(2 * promEvery)
+	e.logf("Prometheus scrapes the %d binaries and KCM; %s", len(binaries), filepath.Join(dir, "rules.yaml"))
+	return p
+}
+
+// series is one series of a query's answer.
+type series struct {
+	Metric map[string]string `json:"metric"`
+	Value  []any             `json:"value"`
+	Values [][]any           `json:"values"`
+}
+
+func (s series) value() float64 {
+	if len(s.Value) != 2 {
+		return 0
+	}
+	str, _ := s.Value[1].(string)
+	v, _ := strconv.ParseFloat(str, 64)
+	return v
+}
+
+func (p *prometheus) get(path string, q url.Values) ([]series, error) {
+	resp, err := http.Get(p.base + path + "?" + q.Encode())
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var body struct {
+		Status string `json:"status"`
+		Error  string `json:"error"`
+		Data   struct {
+			Result []series `json:"result"`
+		} `json:"data"`
+	}
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(resp.Body); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(buf.Bytes(), &body); err != nil {
+		return nil, err
+	}
+	if body.Status != "success" {
+		return nil, fmt.Errorf("%s: %s", path, body.Error)
+	}
+	return body.Data.Result, nil
+}
+
+func (p *prometheus) query(q string, at time.Time) ([]series, error) {
+	return p.get("/api/v1/query", url.Values{"query": {q}, "time": {strconv.FormatInt(at.Unix(), 10)}})
+}
+
+// alertSeries is one alert (its labels but alertstate) pending or firing during the run.
+type alertSeries struct {
+	Name, Labels string
+	First, Last  time.Time
+	Fired        bool // firing at some point, not only pending
+	// Planned and Trap count the evaluations (2 s apart) at which it was pending or firing
+	// outside the trap, and during it.
+	Planned, Trap int
+}
+
+// criticalAlerts are the critical alerts pending or firing between from and to, by series;
+// trapFrom and trapTo bound the trap (its render to the binaries active again after the fix).
+func (p *prometheus) criticalAlerts(from, to, trapFrom, trapTo time.Time) ([]alertSeries, error) {
+	res, err := p.get("/api/v1/query_range", url.Values{"query": {`ALERTS{severity="critical"}`},
+		"start": {strconv.FormatInt(from.Unix(), 10)}, "end": {strconv.FormatInt(to.Unix()+1, 10)}, "step": {"2"}})
+	if err != nil {
+		return nil, err
+	}
+	byKey := map[string]*alertSeries{}
+	for _, s := range res {
+		var l []string
+		for _, k := range sortedKeys(s.Metric) {
+			if k != "alertstate" && k != "__name__" && k != "alertname" {
+				l = append(l, k+"="+s.Metric[k])
+			}
+		}
+		key := s.Metric["alertname"] + "{" + strings.Join(l, ",") + "}"
+		a := byKey[key]
+		if a == nil {
+			a = &alertSeries{Name: s.Metric["alertname"], Labels: strings.Join(l, ",")}
+			byKey[key] = a
+		}
+		for _, v := range s.Values {
+			f, _ := v[0].(float64)
+			at := time.Unix(0, int64(f*1e9))
+			if a.First.IsZero() || at.Before(a.First) {
+				a.First = at
+			}
+			if at.After(a.Last) {
+				a.Last = at
+			}
+			if at.Before(trapFrom) || at.After(trapTo) {
+				a.Planned++
+			} else {
+				a.Trap++
+			}
+		}
+		a.Fired = a.Fired || s.Metric["alertstate"] == "firing"
+	}
+	out := make([]alertSeries, 0, len(byKey))
+	for _, a := range byKey {
+		out = append(out, *a)
+	}
+	slices.SortFunc(out, func(a, b alertSeries) int { return a.First.Compare(b.First) })
+	return out, nil
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func TestCriticalAlertsSeriesAndTheTrap(t *testing.T) {
+	// Two series of one alert (pending, then firing) and another alert, as Prometheus's
+	// query_range answers ALERTS{severity="critical"}.
+	body := `{"status":"success","data":{"resultType":"matrix","result":[
+{"metric":{"__name__":"ALERTS","alertname":"A","alertstate":"pending","severity":"critical","job":"j"},"values":[[100,"1"],[102,"1"],[104,"1"]]},
+{"metric":{"__name__":"ALERTS","alertname":"A","alertstate":"firing","severity":"critical","job":"j"},"values":[[106,"1"]]},
+{"metric":{"__name__":"ALERTS","alertname":"B","alertstate":"pending","severity":"critical"},"values":[[200,"1"],[202,"1"]]}]}}`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/api/v1/query_range" || r.URL.Query().Get("query") != `ALERTS{severity="critical"}` {
+			http.Error(w, "unexpected "+r.URL.String(), http.StatusBadRequest)
+			return
+		}
+		_, _ = w.Write([]byte(body))
+	}))
+	defer srv.Close()
+	p := &prometheus{base: srv.URL}
+	got, err := p.criticalAlerts(time.Unix(0, 0), time.Unix(300, 0), time.Unix(103, 0), time.Unix(250, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("series %+v, want A and B", got)
+	}
+	a, b := got[0], got[1]
+	if a.Name != "A" || a.Labels != "job=j,severity=critical" || !a.Fired || a.Planned != 2 || a.Trap != 2 ||
+		!a.First.Equal(time.Unix(100, 0)) || !a.Last.Equal(time.Unix(106, 0)) {
+		t.Errorf("A = %+v: want pending at 100 and 102 (planned), 104 and 106 in the trap, fired", a)
+	}
+	if b.Name != "B" || b.Fired || b.Planned != 0 || b.Trap != 2 {
+		t.Errorf("B = %+v: want pending twice in the trap", b)
+	}
+}
