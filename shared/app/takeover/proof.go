@@ -128,11 +128,13 @@ func proveKCMOff(controllers []string, v kcmView, now time.Time) (verdict, strin
 // acquiredAfterEveryStart judges a Lease whose holder names a host that is no Pod's node: the
 // kubelet's --hostname-override (kubeadm's nodeRegistration.name, a cloud's node names) makes
 // the Node's name differ from the host name kube-controller-manager puts in its identity. The
-// holder is then taken for a process of one of the Pods only if it acquired the Lease a second
-// after every Pod's process started: every process running then belongs to one of those Pods
-// (the kubelet ended each replaced one before its successor started), and each turns the
-// controllers off. A holder that kept the Lease through the roll is not proof: it may be a
-// kube-controller-manager outside those Pods.
+// holder is taken for a process of one of the Pods once it acquired the Lease a second after
+// every Pod's process started: every process running then belongs to one of those Pods (the
+// kubelet ended each replaced one before its successor started), and each turns the controllers
+// off. A holder that took it earlier (a Pod restarted since, or not running yet) is undecided,
+// as a same-host holder within the start's second is: a waiting binary keeps waiting until the
+// Lease changes hands, a running one, proven before and every Pod still turning the controllers
+// off, keeps running through a restart of kube-controller-manager.
 func acquiredAfterEveryStart(holder, host string, l *coordinationv1.Lease, pods []*corev1.Pod) (verdict, string) {
 	if len(pods) == 0 || l.Spec.AcquireTime == nil {
 		return unproven, fmt.Sprintf("kube-controller-manager's Lease is held by %q, on host %q, which runs none of its Pods", holder, host)
@@ -140,7 +142,7 @@ func acquiredAfterEveryStart(holder, host string, l *coordinationv1.Lease, pods 
 	for _, p := range pods {
 		started := kcmStartedAt(p)
 		if started.IsZero() || !l.Spec.AcquireTime.Time.After(started.Add(time.Second)) {
-			return unproven, fmt.Sprintf("kube-controller-manager's Lease is held by %q, on host %q (no Pod's node), which took it before Pod %s/%s's process started", holder, host, p.Namespace, p.Name)
+			return undecided, fmt.Sprintf("kube-controller-manager's Lease is held by %q, on host %q (no Pod's node), which took it before Pod %s/%s's process started", holder, host, p.Namespace, p.Name)
 		}
 	}
 	return proven, fmt.Sprintf("kube-controller-manager's Lease is held by %q, on host %q (no Pod's node: a --hostname-override), which took it after every Pod's process started", holder, host)
