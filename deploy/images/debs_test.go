@@ -26,29 +26,10 @@ import (
 // give the same files.
 func agnhostFiles(t *testing.T) []File {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("fetches Debian packages")
-	}
-	for _, tool := range []string{"apt-get", "dpkg-deb"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("no %s: the agnhost userland is built from Debian packages", tool)
-		}
-	}
 	p := v1.Platform{OS: "linux", Architecture: runtime.GOARCH}
-	arch, err := debArch(p)
-	if err != nil {
-		t.Skip(err)
-	}
-	names, err := readDebList("agnhost-debs.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
+	debs := testDebs(t, "agnhost", "agnhost-debs.txt", "agnhost-debs")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	debs, err := fetchDebs(ctx, filepath.Join("..", "..", "bin", "agnhost-debs"), arch, names)
-	if err != nil {
-		t.Fatal(err)
-	}
 	files, err := Userland(ctx, debs, p)
 	if err != nil {
 		t.Fatal(err)
@@ -61,6 +42,35 @@ func agnhostFiles(t *testing.T) []File {
 		t.Error("the same packages gave two userlands")
 	}
 	return files
+}
+
+// testDebs fetches the packages of list for the node's architecture into bin/<cache>/, as the
+// image builder keeps them (a second run downloads nothing); it skips without Debian's tools.
+func testDebs(t *testing.T, what, list, cache string) []string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("fetches Debian packages")
+	}
+	for _, tool := range []string{"apt-get", "dpkg-deb"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("no %s: the %s userland is built from Debian packages", tool, what)
+		}
+	}
+	arch, err := debArch(v1.Platform{OS: "linux", Architecture: runtime.GOARCH})
+	if err != nil {
+		t.Skip(err)
+	}
+	names, err := readDebList(list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	debs, err := fetchDebs(ctx, filepath.Join("..", "..", "bin", cache), arch, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return debs
 }
 
 // extractLayer writes an image's only layer into dir: directories, files and symlinks, with

@@ -308,29 +308,7 @@ func TestKubeadmImages(t *testing.T) {
 // kubeadm-images keeps them.
 func kubeProxyDebs(t *testing.T) []string {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("fetches Debian packages")
-	}
-	for _, tool := range []string{"apt-get", "dpkg-deb"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("no %s: the kube-proxy userland is built from Debian packages", tool)
-		}
-	}
-	arch, err := debArch(v1.Platform{OS: "linux", Architecture: runtime.GOARCH})
-	if err != nil {
-		t.Skip(err)
-	}
-	names, err := readDebList("kube-proxy-debs.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	debs, err := fetchDebs(ctx, filepath.Join("..", "..", "bin", "kube-proxy-debs"), arch, names)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return debs
+	return testDebs(t, "kube-proxy", "kube-proxy-debs.txt", "kube-proxy-debs")
 }
 
 // The kube-proxy image's iptables works: in the unpacked layer (chroot, root only), in a
