@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -43,6 +44,7 @@ const (
 type prometheus struct {
 	base string
 	dir  string
+	proc *os.Process
 	// start is when alerts count: every target up, the rules evaluated since.
 	start time.Time
 }
@@ -81,26 +83,7 @@ func (e *e2e) startPrometheus() *prometheus {
 	}
 
 	// The rules: the chart's PrometheusRule for the values the runbook installed.
-	out, err := exec.CommandContext(ctx, "helm", "template", release, filepath.Join(e.root, "charts", "kcm-split"), "--namespace", namespace,
-		"-f", filepath.Join(e.work, "values.yaml"), "-f", filepath.Join(e.work, "site-values.yaml"),
-		"--set", "prometheusRule.enabled=true", "--api-versions", "monitoring.coreos.com/v1/PrometheusRule",
-		"--show-only", "templates/prometheusrule.yaml").Output()
-	if err != nil {
-		t.Fatalf("helm template the PrometheusRule: %v", err)
-	}
-	var pr struct {
-		Spec struct {
-			Groups []any `json:"groups"`
-		} `json:"spec"`
-	}
-	if err := yaml.Unmarshal(out, &pr); err != nil || len(pr.Spec.Groups) == 0 {
-		t.Fatalf("the rendered PrometheusRule has no groups: %v", err)
-	}
-	rules, err := yaml.Marshal(map[string]any{"groups": pr.Spec.Groups})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), rules, 0o644); err != nil {
+	if _, err := e.writeRules(dir); err != nil {
 		t.Fatal(err)
 	}
 
@@ -162,7 +145,7 @@ func (e *e2e) startPrometheus() *prometheus {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); _ = logf.Close() })
-	p := &prometheus{base: "http://" + addr, dir: dir}
+	p := &prometheus{base: "http://" + addr, dir: dir, proc: cmd.Process}
 	// Every target up: the binaries and KCM authorized the scraper.
 	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(context.Context) (bool, error) {
 		res, err := p.query("up", time.Now())
@@ -185,6 +168,107 @@ func (e *e2e) startPrometheus() *prometheus {
 	p.start = time.Now().Add(2 * promEvery)
 	e.logf("Prometheus scrapes the %d binaries and KCM; %s", len(binaries), filepath.Join(dir, "rules.yaml"))
 	return p
+}
+
+// writeRules writes dir/rules.yaml: the chart's PrometheusRule rendered with the release's own
+// values as the runbook's helm commands left them (a value such as prometheusRule.disabled set by
+// a step counts, as it would in the operator's Prometheus), and returns the alerts' names.
+func (e *e2e) writeRules(dir string) ([]string, error) {
+	vals, err := exec.CommandContext(e.ctx, "helm", "get", "values", release, "--namespace", namespace, "-o", "yaml").Output()
+	if err != nil {
+		return nil, fmt.Errorf("helm get values: %w", err)
+	}
+	valsFile := filepath.Join(dir, "release-values.yaml")
+	if err := os.WriteFile(valsFile, vals, 0o644); err != nil {
+		return nil, err
+	}
+	out, err := exec.CommandContext(e.ctx, "helm", "template", release, filepath.Join(e.root, "charts", "kcm-split"), "--namespace", namespace,
+		"-f", valsFile, "--set", "prometheusRule.enabled=true", "--api-versions", "monitoring.coreos.com/v1/PrometheusRule",
+		"--show-only", "templates/prometheusrule.yaml").Output()
+	if err != nil {
+		return nil, fmt.Errorf("helm template the PrometheusRule: %w", err)
+	}
+	var pr struct {
+		Spec struct {
+			Groups []map[string]any `json:"groups"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal(out, &pr); err != nil || len(pr.Spec.Groups) == 0 {
+		return nil, fmt.Errorf("the rendered PrometheusRule has no groups: %v", err)
+	}
+	var alerts []string
+	for _, g := range pr.Spec.Groups {
+		rules, _ := g["rules"].([]any)
+		for _, r := range rules {
+			if m, ok := r.(map[string]any); ok {
+				if a, ok := m["alert"].(string); ok {
+					alerts = append(alerts, a)
+				}
+			}
+		}
+	}
+	rules, err := yaml.Marshal(map[string]any{"groups": pr.Spec.Groups})
+	if err != nil {
+		return nil, err
+	}
+	return alerts, os.WriteFile(filepath.Join(dir, "rules.yaml"), rules, 0o644)
+}
+
+// reloadRules renders the rules again from the release's values and has Prometheus load them
+// (SIGHUP), as the operator's Prometheus picks up a changed PrometheusRule; it returns once
+// Prometheus serves exactly the rendered alerts.
+func (e *e2e) reloadRules(p *prometheus) {
+	t := e.t
+	t.Helper()
+	want, err := e.writeRules(p.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(want)
+	if err := p.proc.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	err = wait.PollUntilContextTimeout(e.ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		got, err = p.alertNames()
+		if err != nil {
+			return false, nil
+		}
+		slices.Sort(got)
+		return slices.Equal(got, want), nil
+	})
+	if err != nil {
+		t.Fatalf("Prometheus serves the alerts %v, want %v after the reload (%s)", got, want, filepath.Join(p.dir, "prometheus.log"))
+	}
+	e.logf("Prometheus reloaded the rules: %d alerts", len(got))
+}
+
+// alertNames are the alerting rules Prometheus serves.
+func (p *prometheus) alertNames() ([]string, error) {
+	resp, err := http.Get(p.base + "/api/v1/rules?type=alert")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Data struct {
+			Groups []struct {
+				Rules []struct {
+					Name string `json:"name"`
+				} `json:"rules"`
+			} `json:"groups"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, g := range body.Data.Groups {
+		for _, r := range g.Rules {
+			names = append(names, r.Name)
+		}
+	}
+	return names, nil
 }
 
 // series is one series of a query's answer.
