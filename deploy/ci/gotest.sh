@@ -28,6 +28,26 @@ for m in "$@"; do
     cat "$log"
   fi
 done
+# Why each failing test failed, last, where a CI summary that keeps a log's head and tail shows
+# it: the lines its test files printed (t.Errorf and t.Logf alike; the last 40 of each test),
+# not the controllers' logs a failing test dumps after them.
+if [ $status -ne 0 ]; then
+  echo "== why: the lines of the failing tests' own files"
+  awk '
+    /^=== (RUN|CONT|NAME|PAUSE) / { cur = $3 }
+    /^[ \t]*--- FAIL: / { order[++n] = $3 }
+    /^    [A-Za-z0-9_]+_test\.go:[0-9]+: / && cur != "" { k = ++count[cur]; line[cur, k] = $0 }
+    END {
+      for (i = 1; i <= n; i++) {
+        t = order[i]
+        if (!count[t]) continue
+        from = count[t] > 40 ? count[t] - 39 : 1
+        printf "-- %s%s\n", t, (from > 1 ? " (last 40 lines)" : "")
+        for (k = from; k <= count[t]; k++) print line[t, k]
+      }
+    }
+  ' "$logs"/*.log
+fi
 awk '/^[ \t]*--- PASS: /{p++} /^[ \t]*--- FAIL: /{f++} /^[ \t]*--- SKIP: /{s++}
      END {printf "%d passed, %d failed, %d skipped\n", p, f, s}' "$logs"/*.log
 exit $status
