@@ -43,6 +43,7 @@ type Runtime struct {
 	synced    atomic.Pointer[func() bool]
 	mu        sync.Mutex
 	events    record.EventBroadcaster
+	eventSink *termSink
 	term      *metrics.TermRegistry
 	migration *migrationRun
 	takeOver  *takeover.Gate
@@ -70,11 +71,15 @@ func (rt *Runtime) EventRecorder(ctx context.Context, component string) record.E
 	if rt.events == nil {
 		b := record.NewBroadcaster(record.WithContext(context.WithoutCancel(ctx)))
 		b.StartStructuredLogging(3)
-		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: rt.Client.CoreV1().Events("")})
+		rt.eventSink = &termSink{sink: &typedcorev1.EventSinkImpl{Interface: rt.Client.CoreV1().Events("")}}
+		b.StartRecordingToSink(rt.eventSink)
 		rt.events = b
 	}
 	return rt.events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})
 }
+
+// eventDrain bounds how long a term's end waits for its Event writes in flight.
+const eventDrain = 5 * time.Second
 
 // runTerm runs spec.Run for one term of leadership with fresh per-term state: not Ready
 // until this term's caches have synced, and an event broadcaster of its own, stopped after
@@ -95,11 +100,15 @@ func (rt *Runtime) runTerm(ctx context.Context, run func(context.Context, *Runti
 	}
 	defer func() {
 		rt.mu.Lock()
-		b := rt.events
-		rt.events = nil
+		b, sink := rt.events, rt.eventSink
+		rt.events, rt.eventSink = nil, nil
 		rt.mu.Unlock()
 		if b != nil {
 			b.Shutdown()
+			// Before the Lease can be released: no Event of this term lands in the next one.
+			if !sink.close(eventDrain) {
+				rt.Logger.Info("An Event write of the ending term is still in flight; it may reach the apiserver after the Lease is released", "waited", eventDrain)
+			}
 		}
 		rt.synced.Store(nil)
 	}()
