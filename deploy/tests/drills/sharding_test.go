@@ -332,6 +332,7 @@ func (d *shardDrill) verify(takeovers map[string][]*shardProc) {
 	first := map[string]time.Time{}
 	writers := map[string]map[string]bool{} // object -> identities
 	total, deletes := 0, 0
+	byResource := map[string]int{} // Events are written apart from the controller's own writes
 	for _, ev := range evs {
 		id := ev.Identity()
 		if !ev.IsWrite() || !ev.Succeeded() || id == "" || strings.HasSuffix(id, leaderAgentSuffix) {
@@ -343,6 +344,7 @@ func (d *shardDrill) verify(takeovers map[string][]*shardProc) {
 			continue
 		}
 		total++
+		byResource[ev.ObjectRef.Resource]++
 		at := ev.RequestReceivedTimestamp
 		what := fmt.Sprintf("%s %s %s/%s by %s at %s", ev.Verb, ev.ObjectRef.Resource, ev.ObjectRef.Namespace, ev.ObjectRef.Name, p.Name, at.Format(time.StampMicro))
 		if perPhase[phaseOf(at)] == nil {
@@ -449,8 +451,8 @@ func (d *shardDrill) verify(takeovers map[string][]*shardProc) {
 		}
 		report(t, "sharding writes per phase", b.ID, strings.Join(parts, ", "))
 	}
-	report(t, "sharding audit", "both", fmt.Sprintf("%d controller writes (%d deletes), %d objects written by more than one process, %d processes; 0 violations: %v",
-		total, deletes, shared, len(d.procs), len(failures) == 0))
+	report(t, "sharding audit", "both", fmt.Sprintf("%d controller writes (%d deletes; by resource %v), %d objects written by more than one process, %d processes; 0 violations: %v",
+		total, deletes, byResource, shared, len(d.procs), len(failures) == 0))
 	for k, ph := range d.phases {
 		if !strings.Contains(ph.name, "->") {
 			continue
