@@ -217,7 +217,7 @@ func TestKubeadmE2E(t *testing.T) {
 	restart := phase("4b: KCM restarted, its controllers still off", func() {
 		before := e.kcmPod()
 		tRestart = time.Now()
-		e.command("kcm-kill.log", "ctr", "--address", mustEnv(t, "KCM_SPLIT_KUBEADM_E2E_CONTAINERD"), "-n", "k8s.io",
+		e.command("kcm-kill.log", "ctr", "--address", testenv.MustEnv(t, "KCM_SPLIT_KUBEADM_E2E_CONTAINERD", "deploy/tests/kubeadm/e2e.sh"), "-n", "k8s.io",
 			"task", "kill", "-s", "KILL", before.container)
 		e.waitKCMRestarted(before)
 		time.Sleep(5 * time.Second) // the binaries' verdict on the new process, if any
@@ -455,15 +455,6 @@ func lapses(evs []TakeOverEvent, from, to time.Time) string {
 		parts = append(parts, b+" "+strings.Join(got, ", "))
 	}
 	return strings.Join(parts, "; ")
-}
-
-func mustEnv(t *testing.T, name string) string {
-	t.Helper()
-	v := os.Getenv(name)
-	if v == "" {
-		t.Fatalf("%s is not set (deploy/tests/kubeadm/e2e.sh sets it)", name)
-	}
-	return v
 }
 
 // manifestHashes are the SHA-256 of every static Pod manifest, by file.
