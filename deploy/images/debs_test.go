@@ -77,28 +77,14 @@ func testDebs(t *testing.T, what, list, cache string) []string {
 // the layer's modes.
 func extractLayer(t *testing.T, img v1.Image, dir string) {
 	t.Helper()
-	layers, err := img.Layers()
-	if err != nil || len(layers) != 1 {
-		t.Fatalf("layers: %v (%d)", err, len(layers))
-	}
-	rc, err := layers[0].Uncompressed()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rc := onlyLayer(t, img)
 	defer rc.Close()
-	tr := tar.NewReader(rc)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	eachEntry(t, rc, func(h *tar.Header, r io.Reader) {
 		if h.Uid != 0 || h.Gid != 0 || !h.ModTime.Equal(time.Unix(1795528635, 0)) {
 			t.Errorf("%s: uid %d gid %d mtime %s", h.Name, h.Uid, h.Gid, h.ModTime)
 		}
 		p := filepath.Join(dir, filepath.FromSlash(h.Name))
+		var err error
 		switch h.Typeflag {
 		case tar.TypeDir:
 			err = os.MkdirAll(p, os.FileMode(h.Mode&0o777))
@@ -106,7 +92,7 @@ func extractLayer(t *testing.T, img v1.Image, dir string) {
 			err = os.Symlink(h.Linkname, p)
 		case tar.TypeReg:
 			var b []byte
-			if b, err = io.ReadAll(tr); err == nil {
+			if b, err = io.ReadAll(r); err == nil {
 				err = os.WriteFile(p, b, os.FileMode(h.Mode&0o777))
 			}
 		default:
@@ -115,7 +101,7 @@ func extractLayer(t *testing.T, img v1.Image, dir string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-	}
+	})
 }
 
 // The agnhost image holds a userland that works: in the unpacked layer (chroot, root only),

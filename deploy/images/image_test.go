@@ -133,44 +133,26 @@ func TestImageContents(t *testing.T) {
 			t.Errorf("label %s = %q, want %q", k, got, want)
 		}
 	}
-	layers, err := img.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(layers) != 1 {
-		t.Fatalf("%d layers, want 1", len(layers))
-	}
-	rc, err := layers[0].Uncompressed()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
 	want, err := os.ReadFile(bin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := tar.NewReader(rc)
+	rc := onlyLayer(t, img)
+	defer rc.Close()
 	var names []string
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	eachEntry(t, rc, func(h *tar.Header, r io.Reader) {
 		names = append(names, h.Name)
 		if h.Name != "controller" {
-			continue
+			return
 		}
-		got, _ := io.ReadAll(tr)
+		got, _ := io.ReadAll(r)
 		if string(got) != string(want) {
 			t.Error("the layer's /controller is not the binary")
 		}
 		if h.Mode != 0o755 || h.Uid != 0 || h.Gid != 0 || !h.ModTime.Equal(time.Unix(1795528635, 0)) {
 			t.Errorf("/controller: mode %o uid %d gid %d mtime %s", h.Mode, h.Uid, h.Gid, h.ModTime)
 		}
-	}
+	})
 	if strings.Join(names, " ") != "controller" {
 		t.Errorf("layer holds %q, want only controller (no shell, nothing else)", names)
 	}
@@ -198,20 +180,7 @@ func TestArchiveNames(t *testing.T) {
 		t.Error("a reference without a registry was accepted (containerd would store it under another name)")
 	}
 	// Unpack and read it back with go-containerregistry's own layout reader.
-	out := filepath.Join(dir, "layout")
-	untar(t, file, out)
-	p, err := layout.FromPath(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	top, err := p.ImageIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := top.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
+	top, m := readArchive(t, file, filepath.Join(dir, "layout"))
 	want, _ := idx.Digest()
 	if len(m.Manifests) != len(refs) {
 		t.Fatalf("index.json has %d entries, want %d", len(m.Manifests), len(refs))
@@ -235,14 +204,45 @@ func TestArchiveNames(t *testing.T) {
 	}
 }
 
-func untar(t *testing.T, file, dir string) {
+// readArchive unpacks the tarball file into dir and reads it back with go-containerregistry's
+// own layout reader: its top index and that index's manifest (index.json).
+func readArchive(t *testing.T, file, dir string) (v1.ImageIndex, *v1.IndexManifest) {
 	t.Helper()
-	f, err := os.Open(file)
+	untar(t, file, dir)
+	p, err := layout.FromPath(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	tr := tar.NewReader(f)
+	top, err := p.ImageIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := top.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return top, m
+}
+
+// onlyLayer is the uncompressed content of an image's one layer (more or fewer fail the test);
+// the caller closes it.
+func onlyLayer(t *testing.T, img v1.Image) io.ReadCloser {
+	t.Helper()
+	layers, err := img.Layers()
+	if err != nil || len(layers) != 1 {
+		t.Fatalf("layers: %v (%d), want 1", err, len(layers))
+	}
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rc
+}
+
+// eachEntry calls fn with every entry of the tar stream r, in order, and the entry's content.
+func eachEntry(t *testing.T, r io.Reader, fn func(h *tar.Header, content io.Reader)) {
+	t.Helper()
+	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
@@ -251,22 +251,34 @@ func untar(t *testing.T, file, dir string) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		fn(h, tr)
+	}
+}
+
+func untar(t *testing.T, file, dir string) {
+	t.Helper()
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	eachEntry(t, f, func(h *tar.Header, r io.Reader) {
 		p := filepath.Join(dir, filepath.FromSlash(h.Name))
 		if h.Typeflag == tar.TypeDir {
 			if err := os.MkdirAll(p, 0o755); err != nil {
 				t.Fatal(err)
 			}
-			continue
+			return
 		}
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		b, err := io.ReadAll(tr)
+		b, err := io.ReadAll(r)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := os.WriteFile(p, b, 0o644); err != nil {
 			t.Fatal(err)
 		}
-	}
+	})
 }

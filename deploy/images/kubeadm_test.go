@@ -16,7 +16,6 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
 )
 
 const testEpoch = 1795528635
@@ -142,20 +141,7 @@ func TestKubeadmRealBinaries(t *testing.T) {
 // names its index.json gives it.
 func readLayout(t *testing.T, file string) (v1.Image, []string) {
 	t.Helper()
-	dir := t.TempDir()
-	untar(t, file, dir)
-	p, err := layout.FromPath(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	top, err := p.ImageIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := top.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
+	top, m := readArchive(t, file, t.TempDir())
 	var names []string
 	for _, d := range m.Manifests {
 		names = append(names, d.Annotations[annotationContainerdName])
@@ -181,27 +167,11 @@ func readLayout(t *testing.T, file string) (v1.Image, []string) {
 // layerEntries lists an image's layer: name -> header.
 func layerEntries(t *testing.T, img v1.Image) map[string]*tar.Header {
 	t.Helper()
-	layers, err := img.Layers()
-	if err != nil || len(layers) != 1 {
-		t.Fatalf("layers: %v (%d)", err, len(layers))
-	}
-	rc, err := layers[0].Uncompressed()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rc := onlyLayer(t, img)
 	defer rc.Close()
 	out := map[string]*tar.Header{}
-	tr := tar.NewReader(rc)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return out
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[strings.TrimSuffix(h.Name, "/")] = h
-	}
+	eachEntry(t, rc, func(h *tar.Header, _ io.Reader) { out[strings.TrimSuffix(h.Name, "/")] = h })
+	return out
 }
 
 // The builder's -kubeadm mode (kube-proxy aside: TestKubeProxyIptables) writes each image as

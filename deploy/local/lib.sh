@@ -24,6 +24,19 @@ say() { printf 'local: %s\n' "$*"; }
 warn() { printf 'local: WARNING: %s\n' "$*" >&2; }
 die() { printf 'local: ERROR: %s\n' "$*" >&2; exit 1; }
 
+# as_root lets the calling script go on as root: it is root, or it runs again as root with the
+# same environment and arguments where passwordless sudo allows it (a GitHub runner), or it dies
+# saying why it needs root. Use: as_root "<what the script runs that needs root>" "$@".
+as_root() {
+  local why=$1
+  shift
+  [ "$(id -u)" != 0 ] || return 0
+  if command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
+    exec sudo -n -E env "PATH=$PATH" bash "$0" "$@"
+  fi
+  die "$why: run it as root"
+}
+
 # lock takes an exclusive lock for the rest of the script so that two up/down never interleave.
 # Started daemons must not inherit fd 9 (see launch), or they would hold the lock forever.
 lock() {

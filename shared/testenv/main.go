@@ -73,6 +73,17 @@ func Require(t testing.TB, env *Env) {
 	}
 }
 
+// MustEnv is the environment variable name, which the script running the test (setBy, as
+// "make chart-e2e") sets: unset or empty, it fails t.
+func MustEnv(t testing.TB, name, setBy string) string {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		t.Fatalf("%s is not set (%s sets it)", name, setBy)
+	}
+	return v
+}
+
 // Client returns an admin clientset.
 func (env *Env) Client(t testing.TB) kubernetes.Interface {
 	t.Helper()

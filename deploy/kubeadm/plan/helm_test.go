@@ -99,14 +99,7 @@ func checkRendered(t *testing.T, got map[string][]string, want map[string][]stri
 // validates every key and type), and each Deployment passes the flags to its binary, which
 // accepts them.
 func TestValuesRenderKubeadm(t *testing.T) {
-	src, err := readManifest("testdata/kube-controller-manager-extra.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := makePlan(src, Options{Controllers: "all", TakeOver: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := planAll(t, extraManifest(t))
 	values, err := p.ValuesYAML()
 	if err != nil {
 		t.Fatal(err)

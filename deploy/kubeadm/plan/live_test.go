@@ -80,19 +80,10 @@ func TestPlanFromLivePods(t *testing.T) {
 	if want := "Pods kube-controller-manager-cp-1, kube-controller-manager-cp-2 in " + ns; src.What != want {
 		t.Errorf("source %q, want %q", src.What, want)
 	}
-	fromAPI, err := makePlan(src, Options{Controllers: "all", TakeOver: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	file, err := readManifest("testdata/kube-controller-manager-extra.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
+	fromAPI := planAll(t, src)
+	file := extraManifest(t)
 	file.Namespace = ns
-	fromFile, err := makePlan(file, Options{Controllers: "all", TakeOver: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fromFile := planAll(t, file)
 	a, _ := fromAPI.ValuesYAML()
 	b, _ := fromFile.ValuesYAML()
 	if cut := func(s string) string { _, rest, _ := strings.Cut(s, "\n"); return rest }; cut(a) != cut(b) {

@@ -24,6 +24,26 @@ func planOf(t *testing.T, opts Options, args ...string) *Plan {
 	return p
 }
 
+// extraManifest is testdata's kubeadm manifest of a kube-controller-manager with extraArgs.
+func extraManifest(t *testing.T) source {
+	t.Helper()
+	src, err := readManifest("testdata/kube-controller-manager-extra.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src
+}
+
+// planAll plans src for every binary, with the take-over.
+func planAll(t *testing.T, src source) *Plan {
+	t.Helper()
+	p, err := makePlan(src, Options{Controllers: "all", TakeOver: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // outcomeOf is what became of the flag written so.
 func outcomeOf(t *testing.T, p *Plan, written string) outcome {
 	t.Helper()
@@ -74,14 +94,8 @@ func wantAbsent(t *testing.T, p *Plan, path ...string) {
 // outcome, each carried one is at its key with the chart's type.
 // Over 80 lines: one plan, its values and outcomes checked key by key.
 func TestPlanKubeadmAll(t *testing.T) {
-	src, err := readManifest("testdata/kube-controller-manager-extra.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := makePlan(src, Options{Controllers: "all", TakeOver: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	src := extraManifest(t)
+	p := planAll(t, src)
 	if want := "*,bootstrapsigner,tokencleaner,-endpoints-controller,-endpointslice-controller,-endpointslice-mirroring-controller," +
 		"-namespace-controller,-node-lifecycle-controller,-taint-eviction-controller,-node-ipam-controller," +
 		"-persistentvolume-binder-controller,-resourcequota-controller"; p.New.String() != want {
@@ -277,8 +291,7 @@ func TestCommand(t *testing.T) {
 	if code != ExitOK || !strings.HasPrefix(out, "*,bootstrapsigner,tokencleaner,-endpoints-controller,") || strings.Count(out, "\n") != 1 {
 		t.Errorf("-o controllers: %d %q %q", code, out, errOut)
 	}
-	src, _ := readManifest("testdata/kube-controller-manager-extra.yaml")
-	p, _ := makePlan(src, Options{Controllers: "all", TakeOver: true})
+	p := planAll(t, extraManifest(t))
 	for _, o := range p.Outcomes {
 		if !o.isCarried() && !strings.Contains(errOut, "  "+o.Written+": "+string(o.Category)) {
 			t.Errorf("stderr does not name %s (%s):\n%s", o.Written, o.Category, errOut)

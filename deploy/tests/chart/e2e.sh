@@ -23,13 +23,7 @@ source "$root/deploy/local/lib.sh"
 source "$root/deploy/local/node.sh"
 cd "$root"
 
-if [ "$(id -u)" != 0 ]; then
-  # A runner with passwordless sudo (GitHub's) runs it as root with the same environment.
-  if command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
-    exec sudo -n -E env "PATH=$PATH" bash "$0" "$@"
-  fi
-  die "chart-e2e runs a real kubelet and containerd: run it as root"
-fi
+as_root "chart-e2e runs a real kubelet and containerd" "$@"
 [ -z "$(recorded)" ] || die "chart-e2e starts its own cluster: 'make down' first"
 node_recorded && die "a real node is recorded in $NODE_DIR: 'make down' first"
 export KCM_SPLIT_BIN_DIR=$BIN

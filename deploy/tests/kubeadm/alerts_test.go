@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -102,7 +103,7 @@ func (e *e2e) startPrometheus() *prometheus {
 		promEvery, promEvery, promEvery, filepath.Join(dir, "rules.yaml"))
 	job := func(name, target string, labels map[string]string) {
 		var l []string
-		for _, k := range sortedKeys(labels) {
+		for _, k := range slices.Sorted(maps.Keys(labels)) {
 			l = append(l, fmt.Sprintf("%s: %q", k, labels[k]))
 		}
 		fmt.Fprintf(&cfg, "- job_name: %s\n  scheme: https\n  authorization: {type: Bearer, credentials_file: %s}\n  tls_config: {insecure_skip_verify: true}\n"+
@@ -338,7 +339,7 @@ func (p *prometheus) criticalAlerts(from, to, trapFrom, trapTo time.Time) ([]ale
 	byKey := map[string]*alertSeries{}
 	for _, s := range res {
 		var l []string
-		for _, k := range sortedKeys(s.Metric) {
+		for _, k := range slices.Sorted(maps.Keys(s.Metric)) {
 			if k != "alertstate" && k != "__name__" && k != "alertname" {
 				l = append(l, k+"="+s.Metric[k])
 			}
@@ -372,15 +373,6 @@ func (p *prometheus) criticalAlerts(from, to, trapFrom, trapTo time.Time) ([]ale
 	}
 	slices.SortFunc(out, func(a, b alertSeries) int { return a.First.Compare(b.First) })
 	return out, nil
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 func TestCriticalAlertsSeriesAndTheTrap(t *testing.T) {

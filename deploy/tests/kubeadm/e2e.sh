@@ -20,13 +20,7 @@ root=$(cd "$(dirname "$0")/../../.." && pwd)
 source "$root/deploy/local/lib.sh"
 cd "$root"
 
-if [ "$(id -u)" != 0 ]; then
-  # A runner with passwordless sudo (GitHub's) runs it as root with the same environment.
-  if command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
-    exec sudo -n -E env "PATH=$PATH" bash "$0" "$@"
-  fi
-  die "kubeadm-e2e runs kubeadm, a real kubelet and containerd: run it as root"
-fi
+as_root "kubeadm-e2e runs kubeadm, a real kubelet and containerd" "$@"
 logs=$root/.test-logs
 log=$logs/kubeadm-e2e.log
 work=$logs/kubeadm-e2e-work

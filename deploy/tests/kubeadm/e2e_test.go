@@ -164,29 +164,14 @@ func TestKubeadmE2E(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ch.Close()
-	caughtUp := func(what string) {
-		t.Helper()
-		if err := ch.WaitCaughtUp(ctx, effectTimeout+time.Minute); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	var windows []churn.Window
-	phase := func(name string, from time.Time, body func()) churn.Window {
-		t.Helper()
-		e.logf("== %s", name)
-		body()
-		caughtUp(name)
-		w := churn.Window{Name: name, Start: from, End: time.Now()}
-		windows = append(windows, w)
-		e.logf("== %s: done in %.1fs", name, w.End.Sub(w.Start).Seconds())
-		return w
-	}
-	phase("steady, KCM alone", time.Now(), func() { time.Sleep(10 * time.Second) })
+	phases := ch.Phases(effectTimeout+time.Minute, e.logf)
+	phase := func(name string, body func()) churn.Window { t.Helper(); return phases.Run(ctx, t, name, body) }
+	phase("steady, KCM alone", func() { time.Sleep(10 * time.Second) })
 
 	// Step 1: the chart with the take-over: every binary waits and writes nothing.
 	var lb *churn.Churn
 	var prom *prometheus
-	phase("1: chart installed, binaries waiting", time.Now(), func() {
+	phase("1: chart installed, binaries waiting", func() {
 		e.block("step-1")
 		checkDeployments(t, e)
 		prom = e.startPrometheus()
@@ -205,7 +190,7 @@ func TestKubeadmE2E(t *testing.T) {
 
 	// Steps 2 and 3: the ClusterConfiguration with the controllers off, KCM rendered from it.
 	var tTakeOver time.Time
-	takeOver := phase("2-3: take-over", time.Now(), func() {
+	takeOver := phase("2-3: take-over", func() {
 		e.block("step-2")
 		tTakeOver = e.render(func() { e.block("step-3-node") })
 		e.block("step-3-check")
@@ -217,7 +202,7 @@ func TestKubeadmE2E(t *testing.T) {
 	// Step 4: kubeadm upgrade apply at the same version: nothing may change.
 	var before, after map[string]string
 	var kcmBefore, kcmAfter podID
-	upgrade := phase("4: kubeadm upgrade apply "+kubeadmVer, time.Now(), func() {
+	upgrade := phase("4: kubeadm upgrade apply "+kubeadmVer, func() {
 		before, kcmBefore = manifestHashes(t), e.kcmPod()
 		e.command("kubeadm-upgrade.log", "kubeadm", "upgrade", "apply", kubeadmVer, "-y",
 			"--ignore-preflight-errors=SystemVerification") // cgroup v1 here
@@ -229,10 +214,10 @@ func TestKubeadmE2E(t *testing.T) {
 	// lost leader election (KCM exits), or what a kubeadm upgrade to a new version does to its
 	// Pod. Measured, not asserted: the binaries may stand down until KCM's Lease changes hands.
 	var tRestart time.Time
-	restart := phase("4b: KCM restarted, its controllers still off", time.Now(), func() {
+	restart := phase("4b: KCM restarted, its controllers still off", func() {
 		before := e.kcmPod()
 		tRestart = time.Now()
-		e.command("kcm-kill.log", "ctr", "--address", mustEnv(t, "KCM_SPLIT_KUBEADM_E2E_CONTAINERD"), "-n", "k8s.io",
+		e.command("kcm-kill.log", "ctr", "--address", testenv.MustEnv(t, "KCM_SPLIT_KUBEADM_E2E_CONTAINERD", "deploy/tests/kubeadm/e2e.sh"), "-n", "k8s.io",
 			"task", "kill", "-s", "KILL", before.container)
 		e.waitKCMRestarted(before)
 		time.Sleep(5 * time.Second) // the binaries' verdict on the new process, if any
@@ -242,7 +227,7 @@ func TestKubeadmE2E(t *testing.T) {
 	// The trap: KCM rendered from the original ClusterConfiguration.
 	lb.Pause(churn.ServiceLB)
 	var tTrap time.Time
-	trap := phase("5: the trap (KCM rendered from the original file)", time.Now(), func() {
+	trap := phase("5: the trap (KCM rendered from the original file)", func() {
 		tTrap = e.render(func() {
 			e.command("trap.log", "kubeadm", "init", "phase", "control-plane", "controller-manager",
 				"--config", filepath.Join(e.work, "cluster-original.yaml"))
@@ -255,7 +240,7 @@ func TestKubeadmE2E(t *testing.T) {
 
 	// The runbook's fix: steps 2 and 3 again.
 	var tFix time.Time
-	fix := phase("5: the fix (steps 2-3 again)", time.Now(), func() {
+	fix := phase("5: the fix (steps 2-3 again)", func() {
 		e.block("step-2")
 		tFix = e.render(func() { e.block("step-3-node") })
 		e.block("step-3-check")
@@ -265,7 +250,7 @@ func TestKubeadmE2E(t *testing.T) {
 	// Step 6: rollback. servicelb's churn stops first: KCM runs no service-lb controller.
 	lbRep := lb.Stop(ctx)
 	var tRollback time.Time
-	rollback := phase("6: rollback", time.Now(), func() {
+	rollback := phase("6: rollback", func() {
 		e.block("step-6")
 		// Step 6 left the trap's alert out of the release: Prometheus loads the rules anew.
 		e.reloadRules(prom)
@@ -273,7 +258,7 @@ func TestKubeadmE2E(t *testing.T) {
 		e.block("step-6-check")
 		e.waitKCMLeads(tRollback)
 	})
-	phase("steady, KCM alone again", time.Now(), func() { time.Sleep(10 * time.Second) })
+	phase("steady, KCM alone again", func() { time.Sleep(10 * time.Second) })
 	rep := ch.Stop(ctx)
 	events := e.takeOverEvents()
 	e.block("step-6-uninstall")
@@ -286,7 +271,7 @@ func TestKubeadmE2E(t *testing.T) {
 	if lost != 0 {
 		t.Errorf("lost work: %d (see the churn lines above)", lost)
 	}
-	for _, l := range ch.GapTable(windows) {
+	for _, l := range ch.GapTable(phases.Windows) {
 		e.logf("%s", l)
 	}
 	for _, l := range ch.SlowChanges([]churn.Window{takeOver, trap, fix, rollback}, 5*time.Second) {
@@ -470,15 +455,6 @@ func lapses(evs []TakeOverEvent, from, to time.Time) string {
 		parts = append(parts, b+" "+strings.Join(got, ", "))
 	}
 	return strings.Join(parts, "; ")
-}
-
-func mustEnv(t *testing.T, name string) string {
-	t.Helper()
-	v := os.Getenv(name)
-	if v == "" {
-		t.Fatalf("%s is not set (deploy/tests/kubeadm/e2e.sh sets it)", name)
-	}
-	return v
 }
 
 // manifestHashes are the SHA-256 of every static Pod manifest, by file.

@@ -22,12 +22,7 @@ source "$root/deploy/local/lib.sh"
 source "$root/deploy/local/node.sh"
 cd "$root"
 
-if [ "$(id -u)" != 0 ]; then
-  if command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
-    exec sudo -n -E env "PATH=$PATH" bash "$0" "$@"
-  fi
-  die "lb-e2e runs a real kubelet, containerd and network namespaces: run it as root"
-fi
+as_root "lb-e2e runs a real kubelet, containerd and network namespaces" "$@"
 [ -z "$(recorded)" ] || die "lb-e2e starts its own cluster: 'make down' first"
 node_recorded && die "a real node is recorded in $NODE_DIR: 'make down' first"
 ip netns list | grep -qw kcm-lbe2e && die "network namespace kcm-lbe2e exists (a previous run?): ip netns del kcm-lbe2e"

@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/kcm-split/kcm-split/shared/testenv"
 	"github.com/kcm-split/kcm-split/shared/testenv/dataplane"
 )
 
@@ -91,8 +92,8 @@ func TestLBE2E(t *testing.T) {
 		t.Skipf("needs a real node, root and network namespaces: run `make lb-e2e` (it sets %s=1)", enableEnv)
 	}
 	cfg := config{
-		node:         mustEnv(t, "KCM_SPLIT_LB_E2E_NODE"),
-		workload:     mustEnv(t, "KCM_SPLIT_LB_E2E_WORKLOAD_IMAGE"),
+		node:         testenv.MustEnv(t, "KCM_SPLIT_LB_E2E_NODE", "make lb-e2e"),
+		workload:     testenv.MustEnv(t, "KCM_SPLIT_LB_E2E_WORKLOAD_IMAGE", "make lb-e2e"),
 		controllers:  strings.Split(envOr("KCM_SPLIT_LB_E2E_CONTROLLERS", "metallb,service-lb"), ","),
 		speakerImage: envOr("KCM_SPLIT_LB_E2E_SPEAKER_IMAGE", "quay.io/metallb/speaker:v0.15.2"),
 		mlCtrlImage:  envOr("KCM_SPLIT_LB_E2E_METALLB_CONTROLLER_IMAGE", "quay.io/metallb/controller:v0.15.2"),
@@ -102,7 +103,7 @@ func TestLBE2E(t *testing.T) {
 		tag:          os.Getenv("KCM_SPLIT_LB_E2E_IMAGE_TAG"),
 		proxyMetrics: envOr("KCM_SPLIT_LB_E2E_PROXY_METRICS", "http://127.0.0.1:10249/metrics"),
 	}
-	rc, err := clientcmd.BuildConfigFromFlags("", mustEnv(t, "KUBECONFIG"))
+	rc, err := clientcmd.BuildConfigFromFlags("", testenv.MustEnv(t, "KUBECONFIG", "make lb-e2e"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -930,15 +931,6 @@ func figure(t *testing.T, msg string) {
 	t.Helper()
 	t.Logf("FIGURE %s: %s", t.Name(), msg)
 	fmt.Printf("FIGURE %s: %s\n", t.Name(), msg)
-}
-
-func mustEnv(t *testing.T, k string) string {
-	t.Helper()
-	v := os.Getenv(k)
-	if v == "" {
-		t.Fatalf("%s is not set (make lb-e2e sets it)", k)
-	}
-	return v
 }
 
 func envOr(k, def string) string {

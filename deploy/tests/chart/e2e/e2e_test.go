@@ -40,6 +40,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kcm-split/kcm-split/deploy/tests/chart"
+	"github.com/kcm-split/kcm-split/shared/testenv"
 	"github.com/kcm-split/kcm-split/shared/testenv/dataplane"
 )
 
@@ -372,19 +373,19 @@ func (s *suite) keepLogs(binary string) {
 func newSuite(t *testing.T, timeout time.Duration, tag2 bool) *suite {
 	t.Helper()
 	cfg := config{
-		registry:     mustEnv(t, "KCM_SPLIT_E2E_IMAGE_REGISTRY"),
-		tag:          mustEnv(t, "KCM_SPLIT_E2E_IMAGE_TAG"),
-		node:         mustEnv(t, "KCM_SPLIT_E2E_NODE"),
-		workload:     mustEnv(t, "KCM_SPLIT_E2E_WORKLOAD_IMAGE"),
+		registry:     testenv.MustEnv(t, "KCM_SPLIT_E2E_IMAGE_REGISTRY", "make chart-e2e"),
+		tag:          testenv.MustEnv(t, "KCM_SPLIT_E2E_IMAGE_TAG", "make chart-e2e"),
+		node:         testenv.MustEnv(t, "KCM_SPLIT_E2E_NODE", "make chart-e2e"),
+		workload:     testenv.MustEnv(t, "KCM_SPLIT_E2E_WORKLOAD_IMAGE", "make chart-e2e"),
 		proxyMetrics: os.Getenv("KCM_SPLIT_E2E_PROXY_METRICS"),
 	}
 	if tag2 {
-		cfg.tag2 = mustEnv(t, "KCM_SPLIT_E2E_IMAGE_TAG2")
+		cfg.tag2 = testenv.MustEnv(t, "KCM_SPLIT_E2E_IMAGE_TAG2", "make chart-e2e")
 	}
 	if a := os.Getenv("KCM_SPLIT_E2E_WORKLOAD_ARGS"); a != "" {
 		cfg.workloadArgs = strings.Fields(a)
 	}
-	rc, err := clientcmd.BuildConfigFromFlags("", mustEnv(t, "KUBECONFIG"))
+	rc, err := clientcmd.BuildConfigFromFlags("", testenv.MustEnv(t, "KUBECONFIG", "make chart-e2e"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,15 +400,6 @@ func newSuite(t *testing.T, timeout time.Duration, tag2 bool) *suite {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	t.Cleanup(cancel)
 	return &suite{t: t, cfg: cfg, cs: cs, chart: c, ctx: ctx}
-}
-
-func mustEnv(t *testing.T, k string) string {
-	t.Helper()
-	v := os.Getenv(k)
-	if v == "" {
-		t.Fatalf("%s is not set (make chart-e2e sets it)", k)
-	}
-	return v
 }
 
 func figure(t *testing.T, what string, d time.Duration) {

@@ -17,9 +17,10 @@
 //	ch.Pause(churn.ServiceLB)       // loops can start paused, and pause and resume at any time
 //	err = ch.Start(ctx)             // the loops and the fake kubelets' renewals
 //	defer ch.Close()
-//	... // switch owners; ch.WaitCaughtUp after each step
+//	phases := ch.Phases(catchUp, logf) // each phase timed until every loop acts again after it
+//	phases.Run(ctx, t, "switch", func() { ... }) // switch owners (ch.WaitCaughtUp: by hand)
 //	rep := ch.Stop(ctx)             // each loop's last change awaited, end states checked
-//	for _, line := range ch.GapTable(phases) { log(line) }
+//	for _, line := range ch.GapTable(phases.Windows) { log(line) }
 //	err = ch.Cleanup(ctx)           // on a cluster that outlives the test
 //
 // Everything it creates is named from Config.Prefix and labelled LabelKey=<prefix>: namespaces

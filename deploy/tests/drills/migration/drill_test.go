@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -92,23 +93,8 @@ func TestMigrationDrill(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ch.Close()
-	caughtUp := func(what string) {
-		t.Helper()
-		if err := ch.WaitCaughtUp(ctx, effectTimeout+time.Minute); err != nil {
-			t.Fatalf("%s: a controller's churn never caught up: %v", what, err)
-		}
-	}
-	var windows []churn.Window
-	phase := func(name string, body func()) churn.Window {
-		w := churn.Window{Name: name, Start: time.Now()}
-		logf("== %s", name)
-		body()
-		caughtUp(name)
-		w.End = time.Now()
-		windows = append(windows, w)
-		logf("== %s done in %s", name, w.End.Sub(w.Start).Round(time.Millisecond))
-		return w
-	}
+	phases := ch.Phases(effectTimeout+time.Minute, logf)
+	phase := func(name string, body func()) churn.Window { t.Helper(); return phases.Run(ctx, t, name, body) }
 	// finish runs the Leader Migration probe once every figure is taken and every end state
 	// checked, then prints the last line (the Makefile prints it last).
 	finish := func(last string) {
@@ -151,7 +137,7 @@ func TestMigrationDrill(t *testing.T) {
 	})
 
 	if os.Getenv("KCM_SPLIT_MIGRATION_NAIVE_ONLY") != "" {
-		finish(report(t, began, logf, ch, windows, naive, naiveSwitch, nil))
+		finish(report(t, began, logf, ch, phases.Windows, naive, naiveSwitch, nil))
 		return
 	}
 
@@ -258,7 +244,7 @@ func TestMigrationDrill(t *testing.T) {
 		})
 	})
 	sp := switchPoints{naive: naiveSwitch, b: kcmStopped, rollback: oursLeft, takeOver: kcmGone}
-	windows = append(windows, steps...)
+	windows := slices.Concat(phases.Windows, steps)
 	last := report(t, began, logf, ch, windows, naive, naiveSwitch, &bResult{sw: sw, rb: rb, to: to, sp: sp})
 	for _, b := range ours {
 		b.stop(t)
