@@ -318,25 +318,35 @@ func (p *prometheus) query(q string, at time.Time) ([]series, error) {
 	return p.get("/api/v1/query", url.Values{"query": {q}, "time": {strconv.FormatInt(at.Unix(), 10)}})
 }
 
-// alertSeries is one alert (its labels but alertstate) pending or firing during the run.
+// alertSeries is one episode of one alert (its labels but alertstate) pending or firing during
+// the run: evaluations less than episodeGap apart belong to one episode.
 type alertSeries struct {
 	Name, Labels string
 	First, Last  time.Time
-	Fired        bool // firing at some point, not only pending
+	Fired        bool // firing at some point of the episode, not only pending
 	// Planned and Trap count the evaluations (2 s apart) at which it was pending or firing
 	// outside the trap, and during it.
 	Planned, Trap int
 }
 
-// criticalAlerts are the critical alerts pending or firing between from and to, by series;
-// trapFrom and trapTo bound the trap (its render to the binaries active again after the fix).
+// episodeGap splits an alert's evaluations into episodes: a condition that ended and came back
+// later (in the trap, then again during the rollback) is two, each judged by its own start.
+const episodeGap = 10 * time.Second
+
+// criticalAlerts are the critical alerts pending or firing between from and to, by series and
+// episode; trapFrom and trapTo bound the trap (its render to the binaries active again after
+// the fix).
 func (p *prometheus) criticalAlerts(from, to, trapFrom, trapTo time.Time) ([]alertSeries, error) {
 	res, err := p.get("/api/v1/query_range", url.Values{"query": {`ALERTS{severity="critical"}`},
-		"start": {strconv.FormatInt(from.Unix(), 10)}, "end": {strconv.FormatInt(to.Unix()+1, 10)}, "step": {"2"}})
+		"start": {strconv.FormatInt(from.Unix(), 10)}, "end": {strconv.FormatInt(to.Unix(), 10)}, "step": {"2"}})
 	if err != nil {
 		return nil, err
 	}
-	byKey := map[string]*alertSeries{}
+	type sample struct {
+		at     time.Time
+		firing bool
+	}
+	byKey := map[string][]sample{}
 	for _, s := range res {
 		var l []string
 		for _, k := range slices.Sorted(maps.Keys(s.Metric)) {
@@ -345,42 +355,41 @@ func (p *prometheus) criticalAlerts(from, to, trapFrom, trapTo time.Time) ([]ale
 			}
 		}
 		key := s.Metric["alertname"] + "{" + strings.Join(l, ",") + "}"
-		a := byKey[key]
-		if a == nil {
-			a = &alertSeries{Name: s.Metric["alertname"], Labels: strings.Join(l, ",")}
-			byKey[key] = a
-		}
 		for _, v := range s.Values {
 			f, _ := v[0].(float64)
-			at := time.Unix(0, int64(f*1e9))
-			if a.First.IsZero() || at.Before(a.First) {
-				a.First = at
+			byKey[key] = append(byKey[key], sample{time.Unix(0, int64(f*1e9)), s.Metric["alertstate"] == "firing"})
+		}
+	}
+	var out []alertSeries
+	for key, samples := range byKey {
+		name, labels, _ := strings.Cut(strings.TrimSuffix(key, "}"), "{")
+		slices.SortFunc(samples, func(a, b sample) int { return a.at.Compare(b.at) })
+		var a *alertSeries
+		for _, smp := range samples {
+			if a == nil || smp.at.Sub(a.Last) > episodeGap {
+				out = append(out, alertSeries{Name: name, Labels: labels, First: smp.at})
+				a = &out[len(out)-1]
 			}
-			if at.After(a.Last) {
-				a.Last = at
-			}
-			if at.Before(trapFrom) || at.After(trapTo) {
+			a.Last = smp.at
+			a.Fired = a.Fired || smp.firing
+			if smp.at.Before(trapFrom) || smp.at.After(trapTo) {
 				a.Planned++
 			} else {
 				a.Trap++
 			}
 		}
-		a.Fired = a.Fired || s.Metric["alertstate"] == "firing"
-	}
-	out := make([]alertSeries, 0, len(byKey))
-	for _, a := range byKey {
-		out = append(out, *a)
 	}
 	slices.SortFunc(out, func(a, b alertSeries) int { return a.First.Compare(b.First) })
 	return out, nil
 }
 
 func TestCriticalAlertsSeriesAndTheTrap(t *testing.T) {
-	// Two series of one alert (pending, then firing) and another alert, as Prometheus's
-	// query_range answers ALERTS{severity="critical"}.
+	// Two series of one alert (pending, then firing), another alert, and the first alert again
+	// after a gap, as Prometheus's query_range answers ALERTS{severity="critical"}.
 	body := `{"status":"success","data":{"resultType":"matrix","result":[
 {"metric":{"__name__":"ALERTS","alertname":"A","alertstate":"pending","severity":"critical","job":"j"},"values":[[100,"1"],[102,"1"],[104,"1"]]},
 {"metric":{"__name__":"ALERTS","alertname":"A","alertstate":"firing","severity":"critical","job":"j"},"values":[[106,"1"]]},
+{"metric":{"__name__":"ALERTS","alertname":"A","alertstate":"pending","severity":"critical","job":"j"},"values":[[280,"1"],[282,"1"]]},
 {"metric":{"__name__":"ALERTS","alertname":"B","alertstate":"pending","severity":"critical"},"values":[[200,"1"],[202,"1"]]}]}}`
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/api/v1/query_range" || r.URL.Query().Get("query") != `ALERTS{severity="critical"}` {
@@ -395,15 +404,19 @@ func TestCriticalAlertsSeriesAndTheTrap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 2 {
-		t.Fatalf("series %+v, want A and B", got)
+	if len(got) != 3 {
+		t.Fatalf("series %+v, want A, B and A's second episode", got)
 	}
-	a, b := got[0], got[1]
+	a, b, again := got[0], got[1], got[2]
 	if a.Name != "A" || a.Labels != "job=j,severity=critical" || !a.Fired || a.Planned != 2 || a.Trap != 2 ||
 		!a.First.Equal(time.Unix(100, 0)) || !a.Last.Equal(time.Unix(106, 0)) {
 		t.Errorf("A = %+v: want pending at 100 and 102 (planned), 104 and 106 in the trap, fired", a)
 	}
 	if b.Name != "B" || b.Fired || b.Planned != 0 || b.Trap != 2 {
 		t.Errorf("B = %+v: want pending twice in the trap", b)
+	}
+	// After the trap: an episode of its own, judged by its own start (a false alert).
+	if again.Name != "A" || again.Fired || again.Planned != 2 || again.Trap != 0 || !again.First.Equal(time.Unix(280, 0)) {
+		t.Errorf("A's second episode = %+v: want pending at 280 and 282, outside the trap", again)
 	}
 }

@@ -345,6 +345,18 @@ func (r Report) Lost() int {
 	return n
 }
 
+// Thin names the controllers whose churn did not exercise them: fewer than min changes made,
+// or more than one change in ten failed at the API. "0 lost" means nothing for those.
+func (r Report) Thin(min int) []string {
+	var out []string
+	for _, cr := range r.Controllers {
+		if cr.Changes < min || cr.StepErrors*10 > int64(cr.Changes) {
+			out = append(out, fmt.Sprintf("%s (%d changes, %d step errors)", cr.Name, cr.Changes, cr.StepErrors))
+		}
+	}
+	return out
+}
+
 // String is one line per controller.
 func (r Report) String() string {
 	var b strings.Builder

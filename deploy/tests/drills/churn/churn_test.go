@@ -76,6 +76,18 @@ func TestReportLost(t *testing.T) {
 	}
 }
 
+func TestReportThin(t *testing.T) {
+	r := Report{Controllers: []ControllerReport{
+		{Name: "busy", Changes: 50, StepErrors: 5},
+		{Name: "failing", Changes: 50, StepErrors: 6},
+		{Name: "idle", Changes: 2},
+	}}
+	got := r.Thin(3)
+	if len(got) != 2 || !strings.HasPrefix(got[0], "failing ") || !strings.HasPrefix(got[1], "idle ") {
+		t.Errorf("Thin(3) = %q, want failing (over one step in ten failed) and idle (under 3 changes)", got)
+	}
+}
+
 func TestNewChecksItsConfig(t *testing.T) {
 	if _, err := New(Config{}); err == nil {
 		t.Error("no client: no error")

@@ -334,6 +334,9 @@ func report(t *testing.T, began time.Time, logf func(string, ...any), ch *churn.
 		}
 	}
 	lost := rep.Lost()
+	if thin := rep.Thin(3); len(thin) > 0 {
+		t.Errorf("the churn did not exercise %v: \"0 lost\" proves nothing for them", thin)
+	}
 
 	// Gaps: per controller and phase, the longest time a change waited for its effect.
 	for _, line := range ch.GapTable(windows) {
