@@ -73,6 +73,8 @@ func TestBadFlagsExit2WithOneLine(t *testing.T) {
 		{"take-over with migration", []string{"--take-over-from-kcm", "--enable-leader-migration"}, nil, "invalid value for --take-over-from-kcm: and --enable-leader-migration are two ways"},
 		{"take-over with an empty selector", []string{"--take-over-from-kcm", "--kcm-pod-selector="}, nil, "invalid value for --kcm-pod-selector: empty"},
 		{"take-over with a bad selector", []string{"--take-over-from-kcm", "--kcm-pod-selector=a b c"}, nil, "invalid value for --kcm-pod-selector"},
+		{"take-over host without a node", []string{"--take-over-from-kcm", "--kcm-lease-host-nodes=vm"}, nil, `invalid value for --kcm-lease-host-nodes: "vm" is not host=node`},
+		{"take-over host mapped twice", []string{"--take-over-from-kcm", "--kcm-lease-host-nodes=vm=a,VM=b"}, nil, `invalid value for --kcm-lease-host-nodes: host "vm" mapped to both "a" and "b"`},
 		{"take-over without a namespace", []string{"--take-over-from-kcm", "--kcm-namespace="}, nil, "invalid value for --take-over-from-kcm: needs --kcm-namespace"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 	"k8s.io/apimachinery/pkg/labels"
@@ -16,8 +17,9 @@ import (
 
 // takeOverOptions are --take-over-from-kcm and the --kcm-* flags it reads.
 type takeOverOptions struct {
-	enabled bool
-	kcm     takeover.Options
+	enabled   bool
+	kcm       takeover.Options
+	hostNodes cli.StringSlice // --kcm-lease-host-nodes, into kcm.LeaseHostNodes
 }
 
 func (o *takeOverOptions) flags() []cli.Flag {
@@ -56,6 +58,14 @@ func (o *takeOverOptions) flags() []cli.Flag {
 			Destination: &o.kcm.LeaseName,
 			Usage:       "name of kube-controller-manager's Lease (its --leader-elect-resource-name), for --" + FlagTakeOver,
 		},
+		&cli.StringSliceFlag{
+			Name:        takeover.FlagLeaseHostNodes,
+			Category:    "Leader election",
+			Destination: &o.hostNodes,
+			Usage: "host=node pairs, for --" + FlagTakeOver + ": the Node of each host named in kube-controller-manager's Lease " +
+				"holder identity, where the Node has another name (the kubelet's --hostname-override, kubeadm's nodeRegistration.name). " +
+				"A holder on a host that is no node of kube-controller-manager's Pods is never proof",
+		},
 	}
 }
 
@@ -74,6 +84,11 @@ func (o *takeOverOptions) complete(election leader.Config, mig migrationOptions)
 	case o.kcm.Namespace == "" || o.kcm.LeaseName == "":
 		return &FlagError{Flag: FlagTakeOver, Err: fmt.Errorf("needs --%s and --%s", FlagKCMNamespace, FlagKCMLeaseName)}
 	}
+	nodes, err := parseHostNodes(o.hostNodes.Value())
+	if err != nil {
+		return &FlagError{Flag: takeover.FlagLeaseHostNodes, Err: err}
+	}
+	o.kcm.LeaseHostNodes = nodes
 	sel, err := labels.Parse(o.kcm.PodSelector)
 	if err != nil {
 		return &FlagError{Flag: FlagKCMPodSelector, Err: err}
@@ -83,6 +98,23 @@ func (o *takeOverOptions) complete(election leader.Config, mig migrationOptions)
 		return &FlagError{Flag: FlagKCMPodSelector, Err: errors.New("empty: it would select every Pod of the namespace")}
 	}
 	return nil
+}
+
+// parseHostNodes reads host=node pairs (hosts in lower case, as Node names are).
+func parseHostNodes(pairs []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, p := range pairs {
+		host, node, ok := strings.Cut(p, "=")
+		host, node = strings.ToLower(strings.TrimSpace(host)), strings.TrimSpace(node)
+		if !ok || host == "" || node == "" {
+			return nil, fmt.Errorf("%q is not host=node", p)
+		}
+		if prev, dup := out[host]; dup && prev != node {
+			return nil, fmt.Errorf("host %q mapped to both %q and %q", host, prev, node)
+		}
+		out[host] = node
+	}
+	return out, nil
 }
 
 // startTakeOver, with --take-over-from-kcm, starts reading kube-controller-manager's Pods and

@@ -224,6 +224,9 @@ takes the last value of a repeated flag, so extraArgs override everything.
 - --kcm-namespace={{ $to.namespace }}
 - {{ printf "--kcm-pod-selector=%s" $to.podSelector | quote }}
 - --kcm-lease-name={{ $to.leaseName }}
+{{- range $host := keys ($to.leaseHostNodes | default dict) | sortAlpha }}
+- {{ printf "--kcm-lease-host-nodes=%s=%s" $host (index $to.leaseHostNodes $host) | quote }}
+{{- end }}
 {{- end }}
 {{- range $k := keys .c.flags | sortAlpha }}
 - {{ printf "--%s=%s" $k (include "kcm-split.flagValue" (index $.c.flags $k)) | quote }}

@@ -145,7 +145,7 @@ func TestKubeadmE2E(t *testing.T) {
 	// Step 0: the plan, and the original ClusterConfiguration kept.
 	e.block("step-0")
 	checkCarried(t, filepath.Join(e.work, "values.yaml"))
-	if err := os.WriteFile(filepath.Join(e.work, "site-values.yaml"), siteValues(t), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(e.work, "site-values.yaml"), siteValues(t, e.hostNodes()), 0o644); err != nil {
 		t.Fatal(err)
 	}
 
@@ -725,14 +725,44 @@ func checkDeployments(t *testing.T, e *e2e) {
 }
 
 // siteValues are the e2e's own values (the runbook's site-values.yaml): the images just built
-// and imported into the node (never pulled), one replica each on this one node.
-func siteValues(t *testing.T) []byte {
+// and imported into the node (never pulled), one replica each on this one node, and the
+// node's host mapped to its Node name where they differ (hostNodes), as the runbook asks.
+func siteValues(t *testing.T, hostNodes map[string]string) []byte {
 	t.Helper()
 	tag := os.Getenv("KCM_SPLIT_KUBEADM_E2E_IMAGE_TAG")
 	if tag == "" {
 		t.Fatal("KCM_SPLIT_KUBEADM_E2E_IMAGE_TAG is not set (the tag `make images` gave)")
 	}
-	return fmt.Appendf(nil, "defaults:\n  image:\n    tag: %q\n    pullPolicy: Never\n  replicas: 1\n", tag)
+	out := fmt.Appendf(nil, "defaults:\n  image:\n    tag: %q\n    pullPolicy: Never\n  replicas: 1\n", tag)
+	if len(hostNodes) > 0 {
+		out = append(out, "takeOverFromKCM:\n  leaseHostNodes:\n"...)
+		for _, h := range slices.Sorted(maps.Keys(hostNodes)) {
+			out = fmt.Appendf(out, "    %q: %q\n", h, hostNodes[h])
+		}
+	}
+	return out
+}
+
+// hostNodes maps this machine's host name to the one Node's name, when they differ (kubeadm's
+// nodeRegistration.name here): what kube-controller-manager's Lease identity names against
+// the node of its Pod.
+func (e *e2e) hostNodes() map[string]string {
+	e.t.Helper()
+	host, err := os.Hostname()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	nodes, err := e.client.CoreV1().Nodes().List(e.ctx, metav1.ListOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if len(nodes.Items) != 1 {
+		e.t.Fatalf("%d Nodes, want the one of kubeadm-up", len(nodes.Items))
+	}
+	if node := nodes.Items[0].Name; !strings.EqualFold(node, host) {
+		return map[string]string{strings.ToLower(host): node}
+	}
+	return nil
 }
 
 // setup reads the runbook, checks its settings against the e2e's, and starts the record of

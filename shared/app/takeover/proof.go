@@ -38,7 +38,16 @@ type kcmView struct {
 	// leaseSince is the local time the Lease was first seen as it is now (its resourceVersion):
 	// it expires, by this process's observation, a lease duration after that.
 	leaseSince time.Time
+	// hostNodes maps a host named in a Lease identity (lower case) to its Node's name, where
+	// the two differ (--kcm-lease-host-nodes).
+	hostNodes map[string]string
 }
+
+// goneAfter is how long kube-controller-manager's Lease must stay released or expired, with no
+// Pod of it in sight, before it counts as gone: a static Pod's mirror Pod is deleted and created
+// again when its manifest changes (seconds, more on a slow kubelet), and whatever comes back
+// then may take a released Lease at once.
+const goneAfter = 5 * time.Minute
 
 // verdict is what proveKCMOff found.
 type verdict int
@@ -57,10 +66,12 @@ const (
 
 // proveKCMOff reports whether kube-controller-manager provably runs none of controllers, and
 // why (not): every Pod of kube-controller-manager turns each of them off in its --controllers,
-// and its Lease is absent, released, expired by local observation, or held by a process of one
-// of those Pods. The holder's identity names its host; it is the Pod's process, and not the one
-// the Pod replaced, once it renewed the Lease after that Pod's container started: the kubelet
-// runs one instance of a static Pod at a time, so the replaced process was gone by then.
+// and its Lease is absent, released or expired by local observation (with a Pod in sight, or
+// for goneAfter without one), or held by a process of one of those Pods. The holder's identity
+// names its host, whose Node has the same name or the one --kcm-lease-host-nodes maps it to;
+// the holder is the Pod's process, and not the one the Pod replaced, once it renewed the Lease
+// after that Pod's container started: the kubelet runs one instance of a static Pod at a
+// time, so the replaced process was gone by then.
 // Anything it cannot read (a shell wrapper, $(VAR) in the arguments, no start time) is not proof.
 func proveKCMOff(controllers []string, v kcmView, now time.Time) (verdict, string) {
 	if !v.synced {
@@ -86,11 +97,21 @@ func proveKCMOff(controllers []string, v kcmView, now time.Time) (verdict, strin
 	if l.Spec.HolderIdentity != nil {
 		holder = *l.Spec.HolderIdentity
 	}
+	free := ""
 	if holder == "" {
-		return proven, "kube-controller-manager's Lease is released"
+		free = "kube-controller-manager's Lease is released"
+	} else if d := l.Spec.LeaseDurationSeconds; d != nil && now.Sub(v.leaseSince) > time.Duration(*d)*time.Second {
+		free = fmt.Sprintf("kube-controller-manager's Lease, held by %q, expired", holder)
 	}
-	if d := l.Spec.LeaseDurationSeconds; d != nil && now.Sub(v.leaseSince) > time.Duration(*d)*time.Second {
-		return proven, fmt.Sprintf("kube-controller-manager's Lease, held by %q, expired", holder)
+	if free != "" {
+		if len(v.pods) > 0 {
+			return proven, free
+		}
+		// No Pod to read: a static Pod being created again, or one this process cannot see.
+		if now.Sub(v.leaseSince) < goneAfter {
+			return unproven, free + ", and no Pod of kube-controller-manager is in sight: it may be coming back"
+		}
+		return proven, fmt.Sprintf("%s for %s, and no Pod of kube-controller-manager is in sight", free, goneAfter)
 	}
 	host, _, ok := strings.Cut(holder, "_")
 	if !ok || host == "" {
@@ -99,9 +120,13 @@ func proveKCMOff(controllers []string, v kcmView, now time.Time) (verdict, strin
 	if l.Spec.RenewTime == nil {
 		return unproven, fmt.Sprintf("kube-controller-manager's Lease, held by %q, has no renew time", holder)
 	}
+	node := host
+	if n, ok := v.hostNodes[strings.ToLower(host)]; ok {
+		node = n
+	}
 	onHost := false
 	for _, p := range v.pods {
-		if !strings.EqualFold(p.Spec.NodeName, host) { // a Node name is the host name in lower case
+		if !strings.EqualFold(p.Spec.NodeName, node) { // a Node name is the host name in lower case
 			continue
 		}
 		onHost = true
@@ -119,33 +144,13 @@ func proveKCMOff(controllers []string, v kcmView, now time.Time) (verdict, strin
 		}
 	}
 	if !onHost {
-		return acquiredAfterEveryStart(holder, host, l, v.pods)
+		// A process on a host this process cannot place: not proof, however the times look (a
+		// kube-controller-manager outside --kcm-pod-selector's sight may run every controller).
+		return unproven, fmt.Sprintf("kube-controller-manager's Lease is held by %q, on host %q, which is no node of its Pods "+
+			"(if that host's Node has another name, map it: --%s=%s=<node>)", holder, host, FlagLeaseHostNodes, strings.ToLower(host))
 	}
 	// No time in the reason: it is logged when it changes, and the Lease renews every few seconds.
-	return unproven, fmt.Sprintf("kube-controller-manager's Lease is held by %q, and no Pod on node %q runs a process started before its last renewal", holder, host)
-}
-
-// acquiredAfterEveryStart judges a Lease whose holder names a host that is no Pod's node: the
-// kubelet's --hostname-override (kubeadm's nodeRegistration.name, a cloud's node names) makes
-// the Node's name differ from the host name kube-controller-manager puts in its identity. The
-// holder is taken for a process of one of the Pods once it acquired the Lease a second after
-// every Pod's process started: every process running then belongs to one of those Pods (the
-// kubelet ended each replaced one before its successor started), and each turns the controllers
-// off. A holder that took it earlier (a Pod restarted since, or not running yet) is undecided,
-// as a same-host holder within the start's second is: a waiting binary keeps waiting until the
-// Lease changes hands, a running one, proven before and every Pod still turning the controllers
-// off, keeps running through a restart of kube-controller-manager.
-func acquiredAfterEveryStart(holder, host string, l *coordinationv1.Lease, pods []*corev1.Pod) (verdict, string) {
-	if len(pods) == 0 || l.Spec.AcquireTime == nil {
-		return unproven, fmt.Sprintf("kube-controller-manager's Lease is held by %q, on host %q, which runs none of its Pods", holder, host)
-	}
-	for _, p := range pods {
-		started := kcmStartedAt(p)
-		if started.IsZero() || !l.Spec.AcquireTime.Time.After(started.Add(time.Second)) {
-			return undecided, fmt.Sprintf("kube-controller-manager's Lease is held by %q, on host %q (no Pod's node), which took it before Pod %s/%s's process started", holder, host, p.Namespace, p.Name)
-		}
-	}
-	return proven, fmt.Sprintf("kube-controller-manager's Lease is held by %q, on host %q (no Pod's node: a --hostname-override), which took it after every Pod's process started", holder, host)
+	return unproven, fmt.Sprintf("kube-controller-manager's Lease is held by %q, and no Pod on node %q runs a process started before its last renewal", holder, node)
 }
 
 // kcmRunsAny is what kcm_split_takeover_kcm_runs_controllers shows: 1 when a Pod of

@@ -18,11 +18,17 @@ import (
 // may run them again; the next term waits for the proof again.
 var ErrProofLapsed = errors.New("no longer proven that kube-controller-manager runs none of the controllers")
 
+// FlagLeaseHostNodes names the flag that fills Options.LeaseHostNodes.
+const FlagLeaseHostNodes = "kcm-lease-host-nodes"
+
 // Options say where kube-controller-manager's replicas and Lease are (the --kcm-* flags).
 type Options struct {
 	Namespace   string
 	PodSelector string
 	LeaseName   string
+	// LeaseHostNodes maps the host a Lease identity names (lower case) to its Node's name,
+	// where they differ: the kubelet's --hostname-override, kubeadm's nodeRegistration.name.
+	LeaseHostNodes map[string]string
 }
 
 // Gate is a process's --take-over-from-kcm state: it watches kube-controller-manager's Pods and

@@ -102,7 +102,7 @@ func (w *kcmWatch) run(ctx context.Context) {
 }
 
 func (w *kcmWatch) view() kcmView {
-	v := kcmView{synced: w.pods.HasSynced() && w.leases.HasSynced()}
+	v := kcmView{synced: w.pods.HasSynced() && w.leases.HasSynced(), hostNodes: w.opts.LeaseHostNodes}
 	for _, o := range w.pods.GetStore().List() {
 		v.pods = append(v.pods, o.(*corev1.Pod))
 	}
