@@ -6,6 +6,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/kcm-split/kcm-split/shared/features"
+	"k8s.io/component-base/featuregate"
 )
 
 // category says what became of a flag.
@@ -299,23 +302,28 @@ func (p *Plan) carryBudget(g given, qps bool, targets []running, o *outcome) {
 	}
 }
 
-// carryGates carries the gates of the kube component (written "Gate=v" or "kube:Gate=v") to each
-// binary's --feature-gates; gates of other components are not carried.
+// carryGates carries the gates of the kube component (written "Gate=v" or "kube:Gate=v") that the
+// binaries know (shared/features, which their --feature-gates checks) to each binary's
+// --feature-gates. A gate they do not know would make every binary refuse to start: such gates,
+// and gates of other components, are named as not carried, with the reason.
 func (p *Plan) carryGates(g given, targets []running) []outcome {
-	var kube, other []string
+	var kube, unknown, other []string
 	for pair := range strings.SplitSeq(g.Value, ",") {
 		if pair = strings.TrimSpace(pair); pair == "" {
 			continue
 		}
 		name, _, _ := strings.Cut(pair, "=")
-		component, _, scoped := strings.Cut(name, ":")
+		component, gate, scoped := strings.Cut(name, ":")
+		if !scoped {
+			gate = name
+		}
 		switch {
-		case !scoped:
-			kube = append(kube, pair)
-		case component == "kube":
-			kube = append(kube, strings.TrimPrefix(pair, "kube:"))
-		default:
+		case scoped && component != "kube":
 			other = append(other, pair)
+		case !features.Known(featuregate.Feature(gate)) && gate != "AllAlpha" && gate != "AllBeta":
+			unknown = append(unknown, strings.TrimPrefix(pair, "kube:"))
+		default:
+			kube = append(kube, strings.TrimPrefix(pair, "kube:"))
 		}
 	}
 	var out []outcome
@@ -326,6 +334,11 @@ func (p *Plan) carryGates(g given, targets []running) []outcome {
 			o.To = append(o.To, fmt.Sprintf("controllers.%s.extraArgs", r.Alias))
 		}
 		out = append(out, o)
+	}
+	if len(unknown) > 0 {
+		out = append(out, outcome{Written: "--feature-gates=" + strings.Join(unknown, ","), Category: noSuch,
+			Why: fmt.Sprintf("gates the binaries do not know (kube-controller-manager's own, or not of Kubernetes %s): "+
+				"their --feature-gates refuses an unknown gate, so carrying these would keep every binary from starting", features.Version)})
 	}
 	if len(other) > 0 {
 		out = append(out, outcome{Written: "--feature-gates=" + strings.Join(other, ","), Category: noSuch,

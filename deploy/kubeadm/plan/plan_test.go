@@ -230,13 +230,20 @@ func TestPlanNotChosen(t *testing.T) {
 
 func TestPlanSpecialValues(t *testing.T) {
 	p := planOf(t, Options{Controllers: "endpoints", TakeOver: true},
-		"--feature-gates=kube:A=true,wardle:B=false", "--feature-gates=C=false",
+		"--feature-gates=kube:PodLevelResources=true,wardle:B=false,ControllerManagerReleaseLeaderElectionLockOnExit=true",
+		"--feature-gates=ClientsAllowCARotation=false,kube:NoSuchGate=true",
 		"--leader-elect-resource-name=kcm", "--leader-elect-resource-namespace=elsewhere",
 		"--leader-elect=false", "--tls-min-version=VersionTLS10", "--tls-min-version=VersionTLS13",
 		"--logging-format=text", "--v=11", "--kube-api-qps=0.5", "--profiling=false")
-	wantValue(t, p, []string{"--feature-gates=A=true,C=false", "--tls-min-version=VersionTLS13", "--profiling=false"}, "controllers", "endpoints", "extraArgs")
+	wantValue(t, p, []string{"--feature-gates=PodLevelResources=true,ClientsAllowCARotation=false",
+		"--tls-min-version=VersionTLS13", "--profiling=false"}, "controllers", "endpoints", "extraArgs")
 	if o := outcomeOf(t, p, "--feature-gates=wardle:B=false"); o.Category != noSuch {
 		t.Errorf("another component's gate: %+v", o)
+	}
+	// Gates the binaries' --feature-gates refuses (kube-controller-manager's own, a name of no
+	// Kubernetes gate) are named, not carried: carried, they would keep every binary down.
+	if o := outcomeOf(t, p, "--feature-gates=ControllerManagerReleaseLeaderElectionLockOnExit=true,NoSuchGate=true"); o.Category != noSuch || !strings.Contains(o.Why, "do not know") {
+		t.Errorf("gates the binaries do not know: %+v", o)
 	}
 	wantValue(t, p, "kcm", "takeOverFromKCM", "leaseName")
 	if o := outcomeOf(t, p, "--leader-elect-resource-namespace=elsewhere"); o.Category != noSuch || !strings.Contains(o.Why, "one namespace") {
