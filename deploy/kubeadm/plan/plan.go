@@ -74,6 +74,36 @@ type Options struct {
 	// TakeOver adds takeOverFromKCM to the values (the binaries wait until kube-controller-manager's
 	// Pods turn the controllers off).
 	TakeOver bool
+	// DespiteLeaderMigration plans even though kube-controller-manager runs with
+	// --enable-leader-migration (refused otherwise).
+	DespiteLeaderMigration bool
+	// DespiteLeaseNamespace plans a take-over even though kube-controller-manager's Lease is in
+	// another namespace than its Pods (refused otherwise).
+	DespiteLeaseNamespace bool
+}
+
+// Flags that override a refusal of makePlan.
+const (
+	flagDespiteLeaderMigration = "despite-leader-migration"
+	flagDespiteLeaseNamespace  = "despite-lease-namespace"
+)
+
+// refuse returns why the plan is refused for src, unless opts overrides it: a
+// kube-controller-manager in a Leader Migration, whose lock the binaries do not take part in,
+// or (for a take-over) one whose Lease is where the take-over cannot read it.
+func refuse(src source, opts Options) error {
+	if g, ok := src.lookup("enable-leader-migration"); ok && g.Value == "true" && !opts.DespiteLeaderMigration {
+		return badInput("kube-controller-manager runs with %s: it takes part in a Leader Migration, which neither the binaries "+
+			"nor the take-over do, so its controllers and theirs could act at once; finish or undo that migration first, "+
+			"or pass --%s to plan anyway", g, flagDespiteLeaderMigration)
+	}
+	if g, ok := src.lookup("leader-elect-resource-namespace"); ok && opts.TakeOver && g.Value != src.Namespace && !opts.DespiteLeaseNamespace {
+		return badInput("kube-controller-manager runs with %s, but its Pods are in %s: the take-over reads the Pods and the Lease "+
+			"in one namespace, finds no Lease there and goes by the Pods' --controllers alone, without knowing whether a "+
+			"kube-controller-manager still leads; pass --%s to plan that take-over anyway (or --take-over=false)",
+			g, src.Namespace, flagDespiteLeaseNamespace)
+	}
+	return nil
 }
 
 // makePlan plans the move of the chosen binaries' controllers out of the kube-controller-manager
@@ -82,6 +112,9 @@ func makePlan(src source, opts Options) (*Plan, error) {
 	chosen, named, all, err := choose(opts.Controllers)
 	if err != nil {
 		return nil, inputError{err}
+	}
+	if err := refuse(src, opts); err != nil {
+		return nil, err
 	}
 	p := &Plan{Source: src, Values: newTree(), Old: controllersValue{"*"}}
 	if g, ok := src.lookup("controllers"); ok {
