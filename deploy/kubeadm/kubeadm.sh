@@ -161,9 +161,13 @@ ka_import_images() {
       kdie "importing $img failed: $LOGS/kubeadm-images.log"
     n=$((n + 1))
   done
-  local want have missing=()
-  have=$(nctr images ls -q)
-  for want in $(kadm config images list --kubernetes-version "$KUBEADM_VERSION" 2>/dev/null); do
+  local want wanted have missing=()
+  have=$(nctr images ls -q) || kdie "listing containerd's images failed"
+  # A failing list would leave nothing to check, and the check would pass: it must succeed.
+  wanted=$(kadm config images list --kubernetes-version "$KUBEADM_VERSION" 2>>"$LOGS/kubeadm-images.log") ||
+    kdie "kubeadm config images list failed: $LOGS/kubeadm-images.log"
+  [ -n "$wanted" ] || kdie "kubeadm config images list named no image: $LOGS/kubeadm-images.log"
+  for want in $wanted; do
     grep -qxF "$want" <<<"$have" || missing+=("$want")
   done
   [ ${#missing[@]} -eq 0 ] || kdie "images kubeadm needs are not among $KA_IMAGES: ${missing[*]} (make kubeadm-images)"

@@ -49,8 +49,7 @@ done
 # kubeadm's preflight requires forwarding (Pods on the bridge reach the node IP).
 sysctl -qw net.ipv4.ip_forward=1
 
-netguard_up || kdie "the network guard could not be set up (above)"
-netguard_hold "$KA_DIR"
+netguard_hold_up "$KA_DIR" || kdie "the network guard could not be set up (above)"
 if [[ "$(ip -o addr show dev lo)" != *" $NODE_IP/32 "* ]]; then ip addr add "$NODE_IP/32" dev lo; fi
 echo "nameserver $KA_UPSTREAM_DNS" >"$KA_DIR/resolv.conf"
 

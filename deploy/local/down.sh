@@ -19,7 +19,7 @@ stop_all || stopped=0
 if netguard_active; then
   netguard_verdict "make down" || true
   # Another clone's cluster (or a kubeadm cluster) keeps the guard it uses.
-  if netguard_release "$RUN"; then netguard_down; fi
+  netguard_release_down "$RUN" || true
 fi
 if [ "$stopped" = 0 ]; then
   say "not running"

@@ -161,6 +161,10 @@ netguard_down() {
 # (a file naming a directory of theirs that exists while they run), and the last to let go
 # removes it. A holder whose directory is gone (a crashed run's, wiped) no longer counts.
 NG_HOLDERS=/run/kcm-split-netguard.holders
+# Taken (flock) around a hold and the guard's setup, and around a release and the guard's
+# removal: one run's release can otherwise see no holder and remove the guard another run has
+# just set up and is about to hold.
+NG_LOCK=/run/kcm-split-netguard.lock
 
 # netguard_hold DIR: DIR's cluster uses the guard.
 netguard_hold() {
@@ -183,6 +187,29 @@ netguard_release() {
   [ ${#others[@]} -eq 0 ] && return 0
   ngsay "kept: still used by ${others[*]}"
   return 1
+}
+
+# netguard_hold_up DIR: holds the guard for DIR's cluster, then sets it up (netguard_up), under
+# NG_LOCK; if the setup fails, the hold is dropped again and it returns 1.
+netguard_hold_up() {
+  [ "$(id -u)" = 0 ] || { netguard_up; return; }
+  mkdir -p "$(dirname "$NG_LOCK")"
+  (
+    flock 7 || exit 1
+    netguard_hold "$1"
+    netguard_up || { rm -f "$NG_HOLDERS/$(printf '%s' "$1" | md5sum | cut -c1-16)"; exit 1; }
+  ) 7>"$NG_LOCK"
+}
+
+# netguard_release_down DIR [quiet]: releases DIR's hold and, when nobody else holds the guard,
+# removes it (netguard_down), under NG_LOCK.
+netguard_release_down() {
+  [ "$(id -u)" = 0 ] || return 0
+  mkdir -p "$(dirname "$NG_LOCK")"
+  (
+    flock 7 || exit 1
+    if netguard_release "$1"; then netguard_down ${2:+"$2"}; fi
+  ) 7>"$NG_LOCK"
 }
 
 # netguard_leftovers prints what the guard left; returns 1 if anything.

@@ -85,24 +85,34 @@ node_recorded() { [ -d "$NODE_RUN" ] || [ -f "$NODE_DIR/up" ]; }
 # holds the claimer's node directory; it is stale (taken over) once that directory is gone.
 NODE_CLAIM=/run/kcm-split-node.claim
 
-# node_claim DIR WHAT: claims the machine's node for DIR, or fails naming who holds it.
+# node_claim DIR WHAT: claims the machine's node for DIR, or fails naming who holds it. The
+# check and the write are one step under a lock (flock on NODE_CLAIM.lock), so two claims
+# at once cannot both see the node free.
 node_claim() {
-  local dir=$1 what=$2 held="" by=""
-  if [ -f "$NODE_CLAIM" ]; then
-    read -r held by <"$NODE_CLAIM" || true
-    if [ -n "$held" ] && [ "$held" != "$dir" ] && [ -d "$held" ]; then
-      ndie "this machine's one real node is held by $by ($held): tear that down first"
-    fi
-  fi
+  local dir=$1 what=$2
   mkdir -p "$(dirname "$NODE_CLAIM")"
-  echo "$dir $what" >"$NODE_CLAIM"
+  (
+    flock 7 || ndie "cannot lock $NODE_CLAIM.lock"
+    held="" by=""
+    if [ -f "$NODE_CLAIM" ]; then
+      read -r held by <"$NODE_CLAIM" || true
+      if [ -n "$held" ] && [ "$held" != "$dir" ] && [ -d "$held" ]; then
+        ndie "this machine's one real node is held by $by ($held): tear that down first"
+      fi
+    fi
+    echo "$dir $what" >"$NODE_CLAIM"
+  ) 7>"$NODE_CLAIM.lock" || exit 1
 }
 
-# node_release DIR: drops the claim if DIR holds it.
+# node_release DIR: drops the claim if DIR holds it (under node_claim's lock).
 node_release() {
-  local held=""
-  [ -f "$NODE_CLAIM" ] && read -r held _ <"$NODE_CLAIM"
-  if [ "$held" = "$1" ]; then rm -f "$NODE_CLAIM"; fi
+  mkdir -p "$(dirname "$NODE_CLAIM")"
+  (
+    flock 7 || exit 0
+    held=""
+    [ -f "$NODE_CLAIM" ] && read -r held _ <"$NODE_CLAIM"
+    if [ "$held" = "$1" ]; then rm -f "$NODE_CLAIM"; fi
+  ) 7>"$NODE_CLAIM.lock"
 }
 
 # node_packages installs containerd, runc and the CNI plugins (and iptables) when missing.

@@ -245,15 +245,15 @@ cleanup() {
     say "stopping what was started; logs stay in $LOGS"
     stop_all >/dev/null || true
     # Another clone's cluster (or a kubeadm cluster) keeps the guard it uses.
-    if [ "${NG_HELD:-}" = 1 ] && netguard_release "$RUN"; then netguard_down quiet; fi
+    if [ "${NG_HELD:-}" = 1 ]; then netguard_release_down "$RUN" quiet || true; fi
   fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 # As root: the cluster's ranges routed on the machine and counted on the way out
 # (deploy/local/netguard.sh); refuses ranges the machine already uses.
-netguard_up || die "the network guard could not be set up (above)"
-netguard_hold "$RUN" && NG_HELD=1
+netguard_hold_up "$RUN" || die "the network guard could not be set up (above)"
+NG_HELD=1
 
 # launch NAME ARGS...: runs bin/NAME detached. setsid gives it its own session, so neither the
 # end of `make up` nor a Ctrl-C in this terminal reaches it; the job is not a process-group

@@ -26,7 +26,7 @@ import (
 func watchForeignWriters(ctx context.Context, rt *app.Runtime, factory informers.SharedInformerFactory, proj *projection.Projection, enabled map[string]bool, managedBy []string) {
 	d := foreign.New(foreign.Options{
 		Ours:       []string{ControllerID},
-		Registerer: rt.Registry,
+		Registerer: rt.ProcessRegistry, // where Spec's ProcessMetrics made the series
 		Logger:     klog.FromContext(ctx),
 	})
 	// Every writer of a Service's Endpoints and slices, kube-controller-manager's as ours,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/prometheus/client_golang/prometheus"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -19,11 +20,12 @@ import (
 	"github.com/kcm-split/kcm-split/services/endpoints/mirroring"
 	"github.com/kcm-split/kcm-split/shared/app"
 	"github.com/kcm-split/kcm-split/shared/features"
+	"github.com/kcm-split/kcm-split/shared/foreign"
 )
 
 // Spec describes the endpoints-controller binary to app.Main.
 func Spec() app.Spec {
-	return app.WithOptions(app.Spec{
+	spec := app.WithOptions(app.Spec{
 		ID:          ControllerID,
 		Usage:       "keeps the Endpoints and EndpointSlices of every Service with a selector in line with the Pods it selects, and mirrors the custom Endpoints of Services without one into EndpointSlices",
 		DefaultPort: DefaultPort,
@@ -35,6 +37,19 @@ func Spec() app.Spec {
 		// --shards: Services select Pods of their own namespace only.
 		Sharded: true,
 	}, DefaultOptions(), run)
+	opts := spec.Options.(*Options)
+	spec.ProcessMetrics = func(reg prometheus.Registerer) {
+		// The foreign-writer counter of each enabled controller, at 0 before any term.
+		enabled, _ := opts.Enabled() // validated at parse time already
+		var names []string
+		for _, name := range []string{endpoints.Name, endpointslice.Name, mirroring.Name} {
+			if enabled[name] {
+				names = append(names, name)
+			}
+		}
+		foreign.Register(reg, names...)
+	}
+	return spec
 }
 
 // run is called only while this process holds the Lease: it owns the informers, so a standby

@@ -22,7 +22,7 @@ import (
 func foreignWriters(ctx context.Context, rt *app.Runtime) (cache.TransformFunc, cache.ResourceEventHandler) {
 	d := foreign.New(foreign.Options{
 		Ours:       []string{ControllerID},
-		Registerer: rt.Registry,
+		Registerer: rt.ProcessRegistry, // where Spec's ProcessMetrics made the series
 		Logger:     klog.FromContext(ctx),
 	})
 	t := d.Track(&foreign.Target{

@@ -31,6 +31,16 @@ func TestForeignWriterOnQuotaStatus(t *testing.T) {
 	c := env.Client(t)
 	ns := env.Namespace(t)
 	ctrl := env.StartLeading(t, controller, "ctrl")
+	// A standby, which has run no term, already serves the counter at 0: the first episode of
+	// its first term is then an increase that Prometheus sees.
+	series := `kcm_split_foreign_writer_detected_total{controller="` + quota.Name + `"}`
+	standby := env.Start(t, controller, "standby")
+	poll(t, "the standby's metrics", time.Minute, func() (bool, error) {
+		return standby.Metric(`leader_election_master_status{name="`+controller.Lease()+`"}`) == 0, nil
+	})
+	if v := standby.Metric(series); v != 0 {
+		t.Errorf("the standby serves %s as %v (-1: absent), want 0", series, v)
+	}
 	createQuota(t, c, ns, "q", corev1.ResourceList{corev1.ResourcePods: q("10")})
 	waitUsed(t, c, ns, "q", map[corev1.ResourceName]string{corev1.ResourcePods: "0"})
 	// Quota admission charges status.used as the API server: not a second owner.
@@ -68,7 +78,6 @@ func TestForeignWriterOnQuotaStatus(t *testing.T) {
 		t.Fatalf("sentinel write: %v", err)
 	}
 
-	series := `kcm_split_foreign_writer_detected_total{controller="` + quota.Name + `"}`
 	var byManager map[string][]corev1.Event
 	poll(t, "the sentinel's Event", time.Minute, func() (bool, error) {
 		list, err := c.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=" + foreign.Reason})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/kcm-split/kcm-split/shared/app"
 	"github.com/kcm-split/kcm-split/shared/features"
+	"github.com/kcm-split/kcm-split/shared/foreign"
 )
 
 // Spec describes the quota-controller binary to app.Main.
@@ -35,6 +37,8 @@ func Spec() app.Spec {
 		},
 		// --shards: every object a quota counts is in the quota's namespace.
 		Sharded: true,
+		// The foreign-writer counter, at 0 before any term.
+		ProcessMetrics: func(reg prometheus.Registerer) { foreign.Register(reg, Name) },
 	}, DefaultOptions(), run)
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/urfave/cli/v2"
 	"k8s.io/component-base/featuregate"
 
@@ -59,6 +60,12 @@ type Spec struct {
 	// while this process holds the Lease; the controller's settings are the Options the
 	// Spec was built with (a closure over them), filled and validated by then.
 	Run func(ctx context.Context, rt *Runtime) error
+	// ProcessMetrics, when set, registers on the process's registry, when the process starts
+	// (a standby too, before any term), the series that must exist before the controllers
+	// run: a counter a rate or increase() reads must be scraped at 0 before its first
+	// increment, or that increment is never seen. Options are filled by then. The
+	// controllers reach the same registry as Runtime.ProcessRegistry.
+	ProcessMetrics func(reg prometheus.Registerer)
 }
 
 // Options are a controller's own settings. Flags returns its flags under upstream names,

@@ -119,6 +119,9 @@ func newProcess(spec Spec, o *options, logger logr.Logger) (*process, error) {
 	p := &process{cfg: cfg, contact: kube.NewContact(), reg: metrics.NewRegistry(), checks: health.New()}
 	cfg.Wrap(p.contact.Wrap)
 	metrics.RegisterFeatureGates(p.reg, o.features.gates, spec.FeatureGates)
+	if spec.ProcessMetrics != nil {
+		spec.ProcessMetrics(p.reg)
+	}
 	if p.elector, err = leader.New(o.leader, leaderClient(cfg), p.reg); err != nil {
 		return nil, err
 	}
@@ -129,7 +132,7 @@ func newProcess(spec Spec, o *options, logger logr.Logger) (*process, error) {
 	if p.client, err = kubernetes.NewForConfig(ctrlCfg); err != nil {
 		return nil, fmt.Errorf("building client: %w", err)
 	}
-	p.rt = &Runtime{Features: o.features.gates, minResync: o.client.minResync, Config: ctrlCfg, Client: p.client, Health: p.checks,
+	p.rt = &Runtime{Features: o.features.gates, minResync: o.client.minResync, Config: ctrlCfg, Client: p.client, Health: p.checks, ProcessRegistry: p.reg,
 		Logger: logger, term: &metrics.TermRegistry{}, Shard: o.sharding.shard}
 	return p, nil
 }

@@ -31,9 +31,13 @@ type Runtime struct {
 	Features featuregate.FeatureGate
 	Config   *rest.Config
 	Client   kubernetes.Interface
+	// Registry is the term's: its series start afresh each term and are served while it lasts.
 	Registry *prometheus.Registry
-	Health   *health.Checks
-	Logger   logr.Logger
+	// ProcessRegistry is the process's: series that live as long as the process, among them
+	// those Spec.ProcessMetrics made at its start.
+	ProcessRegistry prometheus.Registerer
+	Health          *health.Checks
+	Logger          logr.Logger
 	// Shard is this process's shard (sharding.Whole unless --shards > 1); ShardView, set when
 	// sharded, builds the informers of namespaced resources for the shard's range.
 	Shard     sharding.Shard

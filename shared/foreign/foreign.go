@@ -69,7 +69,9 @@ type Options struct {
 	QuietPeriod time.Duration
 	// MaxObjects and MaxEpisodes bound the memory; 0 means the defaults.
 	MaxObjects, MaxEpisodes int
-	// Registerer receives kcm_split_foreign_writer_detected_total (nil: not registered).
+	// Registerer receives kcm_split_foreign_writer_detected_total (nil: not registered): the
+	// process's registry, where Register made its series at the process's start, so that a
+	// term's first episode is an increase from a 0 already scraped.
 	Registerer prometheus.Registerer
 	// Logger receives one line per episode.
 	Logger logr.Logger
@@ -144,15 +146,33 @@ func New(o Options) *Detector {
 		now:         o.Now,
 		seen:        map[types.UID]map[entryKey]time.Time{},
 		episodes:    map[episodeKey]time.Time{},
-		detected: metrics.With(o.Registerer).NewCounterVec(prometheus.CounterOpts{
-			Name: "kcm_split_foreign_writer_detected_total",
-			Help: "Episodes in which another field manager (e.g. kube-controller-manager still running this controller) wrote fields this controller owns.",
-		}, []string{"controller"}),
+		detected:    counter(o.Registerer),
 	}
 	if d.now == nil {
 		d.now = time.Now
 	}
 	return d
+}
+
+// counter is kcm_split_foreign_writer_detected_total, registered on reg (the one already there
+// if it is).
+func counter(reg prometheus.Registerer) *prometheus.CounterVec {
+	return metrics.With(reg).NewCounterVec(prometheus.CounterOpts{
+		Name: "kcm_split_foreign_writer_detected_total",
+		Help: "Episodes in which another field manager (e.g. kube-controller-manager still running this controller) wrote fields this controller owns.",
+	}, []string{"controller"})
+}
+
+// Register makes kcm_split_foreign_writer_detected_total's series of each controller (a
+// Target's Controller) at 0 on reg. Call it when the process starts (app.Spec.ProcessMetrics),
+// with every controller the process may track, and give the Detectors the same registry: a
+// series born in a term at its first episode would be first scraped at 1, and an increase()
+// over it reads 0, so the first episode would never alert.
+func Register(reg prometheus.Registerer, controllers ...string) {
+	c := counter(reg)
+	for _, name := range controllers {
+		c.WithLabelValues(name)
+	}
 }
 
 func set(names []string) map[string]bool {

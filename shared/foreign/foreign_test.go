@@ -231,3 +231,30 @@ kcm_split_foreign_writer_detected_total{controller="mirroring"} 0
 	}
 	metricstest.Lint(t, f.reg)
 }
+
+// Register makes every controller's series at 0 when the process starts, before any term's
+// Detector: a term's first episode is then an increase from a 0 already scraped, and the
+// count goes on across terms on the process's registry.
+func TestRegisterStartsTheSeriesAtZero(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	Register(reg, "endpoints", "mirroring")
+	want := func(endpoints, mirroring int) string {
+		return fmt.Sprintf(`
+# HELP kcm_split_foreign_writer_detected_total Episodes in which another field manager (e.g. kube-controller-manager still running this controller) wrote fields this controller owns.
+# TYPE kcm_split_foreign_writer_detected_total counter
+kcm_split_foreign_writer_detected_total{controller="endpoints"} %d
+kcm_split_foreign_writer_detected_total{controller="mirroring"} %d
+`, endpoints, mirroring)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want(0, 0)), "kcm_split_foreign_writer_detected_total"); err != nil {
+		t.Fatalf("before any term: %v", err)
+	}
+	target := &Target{Controller: "endpoints", Fields: [][]string{{"subsets"}}, Recorder: record.NewFakeRecorder(10)}
+	for term := 1; term <= 2; term++ {
+		d := New(Options{Ours: []string{"endpoints-controller"}, Registerer: reg, Logger: logr.Discard(), Now: func() time.Time { return t0 }})
+		d.Observe(d.Track(target), endpoints(fmt.Sprintf("u%d", term), entry("kube-controller-manager", metav1.ManagedFieldsOperationUpdate, "", t0.Add(time.Second), subsets)))
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(want(term, 0)), "kcm_split_foreign_writer_detected_total"); err != nil {
+			t.Fatalf("after term %d's episode: %v", term, err)
+		}
+	}
+}

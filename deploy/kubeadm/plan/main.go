@@ -59,6 +59,10 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	clusterConfig := fs.String("cluster-config", "", "with -o cluster-config: kubeadm's ClusterConfiguration (v1beta4) to print with the new --controllers set in it, "+
 		"every other setting kept (- reads stdin): kubectl -n kube-system get cm kubeadm-config -o jsonpath='{.data.ClusterConfiguration}'")
 	fs.BoolVar(&opts.TakeOver, "take-over", true, "add takeOverFromKCM to the values: each binary waits until kube-controller-manager's Pods turn its controllers off")
+	fs.BoolVar(&opts.DespiteLeaderMigration, flagDespiteLeaderMigration, false, "plan even though kube-controller-manager runs with "+
+		"--enable-leader-migration (refused otherwise: the binaries and the take-over do not take part in a Leader Migration)")
+	fs.BoolVar(&opts.DespiteLeaseNamespace, flagDespiteLeaseNamespace, false, "plan a take-over even though kube-controller-manager's "+
+		"--leader-elect-resource-namespace is not its Pods' namespace (refused otherwise: the take-over then finds no Lease and goes by the Pods' --controllers alone)")
 	output := outAll
 	for _, name := range []string{"o", "output"} {
 		fs.StringVar(&output, name, outAll, "what to print on stdout: values (the chart values), controllers (kube-controller-manager's "+

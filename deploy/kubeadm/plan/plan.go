@@ -6,6 +6,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/kcm-split/kcm-split/shared/features"
+	"k8s.io/component-base/featuregate"
 )
 
 // category says what became of a flag.
@@ -71,6 +74,36 @@ type Options struct {
 	// TakeOver adds takeOverFromKCM to the values (the binaries wait until kube-controller-manager's
 	// Pods turn the controllers off).
 	TakeOver bool
+	// DespiteLeaderMigration plans even though kube-controller-manager runs with
+	// --enable-leader-migration (refused otherwise).
+	DespiteLeaderMigration bool
+	// DespiteLeaseNamespace plans a take-over even though kube-controller-manager's Lease is in
+	// another namespace than its Pods (refused otherwise).
+	DespiteLeaseNamespace bool
+}
+
+// Flags that override a refusal of makePlan.
+const (
+	flagDespiteLeaderMigration = "despite-leader-migration"
+	flagDespiteLeaseNamespace  = "despite-lease-namespace"
+)
+
+// refuse returns why the plan is refused for src, unless opts overrides it: a
+// kube-controller-manager in a Leader Migration, whose lock the binaries do not take part in,
+// or (for a take-over) one whose Lease is where the take-over cannot read it.
+func refuse(src source, opts Options) error {
+	if g, ok := src.lookup("enable-leader-migration"); ok && g.Value == "true" && !opts.DespiteLeaderMigration {
+		return badInput("kube-controller-manager runs with %s: it takes part in a Leader Migration, which neither the binaries "+
+			"nor the take-over do, so its controllers and theirs could act at once; finish or undo that migration first, "+
+			"or pass --%s to plan anyway", g, flagDespiteLeaderMigration)
+	}
+	if g, ok := src.lookup("leader-elect-resource-namespace"); ok && opts.TakeOver && g.Value != src.Namespace && !opts.DespiteLeaseNamespace {
+		return badInput("kube-controller-manager runs with %s, but its Pods are in %s: the take-over reads the Pods and the Lease "+
+			"in one namespace, finds no Lease there and goes by the Pods' --controllers alone, without knowing whether a "+
+			"kube-controller-manager still leads; pass --%s to plan that take-over anyway (or --take-over=false)",
+			g, src.Namespace, flagDespiteLeaseNamespace)
+	}
+	return nil
 }
 
 // makePlan plans the move of the chosen binaries' controllers out of the kube-controller-manager
@@ -79,6 +112,9 @@ func makePlan(src source, opts Options) (*Plan, error) {
 	chosen, named, all, err := choose(opts.Controllers)
 	if err != nil {
 		return nil, inputError{err}
+	}
+	if err := refuse(src, opts); err != nil {
+		return nil, err
 	}
 	p := &Plan{Source: src, Values: newTree(), Old: controllersValue{"*"}}
 	if g, ok := src.lookup("controllers"); ok {
@@ -299,23 +335,28 @@ func (p *Plan) carryBudget(g given, qps bool, targets []running, o *outcome) {
 	}
 }
 
-// carryGates carries the gates of the kube component (written "Gate=v" or "kube:Gate=v") to each
-// binary's --feature-gates; gates of other components are not carried.
+// carryGates carries the gates of the kube component (written "Gate=v" or "kube:Gate=v") that the
+// binaries know (shared/features, which their --feature-gates checks) to each binary's
+// --feature-gates. A gate they do not know would make every binary refuse to start: such gates,
+// and gates of other components, are named as not carried, with the reason.
 func (p *Plan) carryGates(g given, targets []running) []outcome {
-	var kube, other []string
+	var kube, unknown, other []string
 	for pair := range strings.SplitSeq(g.Value, ",") {
 		if pair = strings.TrimSpace(pair); pair == "" {
 			continue
 		}
 		name, _, _ := strings.Cut(pair, "=")
-		component, _, scoped := strings.Cut(name, ":")
+		component, gate, scoped := strings.Cut(name, ":")
+		if !scoped {
+			gate = name
+		}
 		switch {
-		case !scoped:
-			kube = append(kube, pair)
-		case component == "kube":
-			kube = append(kube, strings.TrimPrefix(pair, "kube:"))
-		default:
+		case scoped && component != "kube":
 			other = append(other, pair)
+		case !features.Known(featuregate.Feature(gate)) && gate != "AllAlpha" && gate != "AllBeta":
+			unknown = append(unknown, strings.TrimPrefix(pair, "kube:"))
+		default:
+			kube = append(kube, strings.TrimPrefix(pair, "kube:"))
 		}
 	}
 	var out []outcome
@@ -326,6 +367,11 @@ func (p *Plan) carryGates(g given, targets []running) []outcome {
 			o.To = append(o.To, fmt.Sprintf("controllers.%s.extraArgs", r.Alias))
 		}
 		out = append(out, o)
+	}
+	if len(unknown) > 0 {
+		out = append(out, outcome{Written: "--feature-gates=" + strings.Join(unknown, ","), Category: noSuch,
+			Why: fmt.Sprintf("gates the binaries do not know (kube-controller-manager's own, or not of Kubernetes %s): "+
+				"their --feature-gates refuses an unknown gate, so carrying these would keep every binary from starting", features.Version)})
 	}
 	if len(other) > 0 {
 		out = append(out, outcome{Written: "--feature-gates=" + strings.Join(other, ","), Category: noSuch,

@@ -3,6 +3,9 @@ package plan
 import (
 	"bytes"
 	"context"
+	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -229,14 +232,21 @@ func TestPlanNotChosen(t *testing.T) {
 }
 
 func TestPlanSpecialValues(t *testing.T) {
-	p := planOf(t, Options{Controllers: "endpoints", TakeOver: true},
-		"--feature-gates=kube:A=true,wardle:B=false", "--feature-gates=C=false",
+	p := planOf(t, Options{Controllers: "endpoints", TakeOver: true, DespiteLeaseNamespace: true},
+		"--feature-gates=kube:PodLevelResources=true,wardle:B=false,ControllerManagerReleaseLeaderElectionLockOnExit=true",
+		"--feature-gates=ClientsAllowCARotation=false,kube:NoSuchGate=true",
 		"--leader-elect-resource-name=kcm", "--leader-elect-resource-namespace=elsewhere",
 		"--leader-elect=false", "--tls-min-version=VersionTLS10", "--tls-min-version=VersionTLS13",
 		"--logging-format=text", "--v=11", "--kube-api-qps=0.5", "--profiling=false")
-	wantValue(t, p, []string{"--feature-gates=A=true,C=false", "--tls-min-version=VersionTLS13", "--profiling=false"}, "controllers", "endpoints", "extraArgs")
+	wantValue(t, p, []string{"--feature-gates=PodLevelResources=true,ClientsAllowCARotation=false",
+		"--tls-min-version=VersionTLS13", "--profiling=false"}, "controllers", "endpoints", "extraArgs")
 	if o := outcomeOf(t, p, "--feature-gates=wardle:B=false"); o.Category != noSuch {
 		t.Errorf("another component's gate: %+v", o)
+	}
+	// Gates the binaries' --feature-gates refuses (kube-controller-manager's own, a name of no
+	// Kubernetes gate) are named, not carried: carried, they would keep every binary down.
+	if o := outcomeOf(t, p, "--feature-gates=ControllerManagerReleaseLeaderElectionLockOnExit=true,NoSuchGate=true"); o.Category != noSuch || !strings.Contains(o.Why, "do not know") {
+		t.Errorf("gates the binaries do not know: %+v", o)
 	}
 	wantValue(t, p, "kcm", "takeOverFromKCM", "leaseName")
 	if o := outcomeOf(t, p, "--leader-elect-resource-namespace=elsewhere"); o.Category != noSuch || !strings.Contains(o.Why, "one namespace") {
@@ -253,6 +263,66 @@ func TestPlanSpecialValues(t *testing.T) {
 	wantValue(t, p, 1.5, "controllers", "endpoints", "kubeAPIQPS")
 	if !strings.Contains(strings.Join(p.Notes, "\n"), "--tls-min-version is given 2 times (--tls-min-version=VersionTLS10, --tls-min-version=VersionTLS13): kube-controller-manager uses the last") {
 		t.Errorf("notes: %v", p.Notes)
+	}
+}
+
+// A kube-controller-manager in a Leader Migration, or (for a take-over) with its Lease outside
+// its Pods' namespace, is refused with exit 2 unless the operator overrides that by its flag.
+func TestPlanRefusals(t *testing.T) {
+	plan := func(opts Options, args ...string) error {
+		flags, err := parseFlags(args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = makePlan(source{What: "test", Flags: flags, Namespace: "kube-system", Selector: "component=kube-controller-manager"}, opts)
+		return err
+	}
+	for _, tc := range []struct {
+		opts Options
+		args []string
+		want string // "": planned
+	}{
+		{Options{Controllers: "all", TakeOver: true}, []string{"--enable-leader-migration"}, "--despite-leader-migration"},
+		{Options{Controllers: "all"}, []string{"--enable-leader-migration=true", "--leader-migration-config=/m.yaml"}, "--despite-leader-migration"},
+		{Options{Controllers: "all", DespiteLeaderMigration: true}, []string{"--enable-leader-migration"}, ""},
+		{Options{Controllers: "all"}, []string{"--enable-leader-migration=false"}, ""},
+		{Options{Controllers: "all", TakeOver: true}, []string{"--leader-elect-resource-namespace=elsewhere"}, "--despite-lease-namespace"},
+		{Options{Controllers: "all", TakeOver: true, DespiteLeaseNamespace: true}, []string{"--leader-elect-resource-namespace=elsewhere"}, ""},
+		{Options{Controllers: "all", TakeOver: true}, []string{"--leader-elect-resource-namespace=kube-system"}, ""},
+		{Options{Controllers: "all"}, []string{"--leader-elect-resource-namespace=elsewhere"}, ""},
+	} {
+		err := plan(tc.opts, tc.args...)
+		var ie inputError
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%+v %v: %v", tc.opts, tc.args, err)
+		case tc.want != "" && (!errors.As(err, &ie) || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%+v %v: error %v, want an input error naming %s", tc.opts, tc.args, err, tc.want)
+		}
+	}
+
+	// The command exits 2, says why on stderr and prints nothing on stdout.
+	src, err := os.ReadFile("testdata/kube-controller-manager.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifest := filepath.Join(t.TempDir(), "kcm.yaml")
+	src = bytes.Replace(src, []byte("    - --allocate-node-cidrs=true\n"), []byte("    - --allocate-node-cidrs=true\n    - --enable-leader-migration\n"), 1)
+	if err := os.WriteFile(manifest, src, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+	}{
+		{nil, ExitUsage},
+		{[]string{"--despite-leader-migration"}, ExitOK},
+	} {
+		var out, errOut bytes.Buffer
+		code := Main(context.Background(), append([]string{"--manifest=" + manifest, "--controllers=all"}, tc.args...), strings.NewReader(""), &out, &errOut)
+		if code != tc.code || (code == ExitUsage) != (out.Len() == 0) || code == ExitUsage && !strings.Contains(errOut.String(), "Leader Migration") {
+			t.Errorf("%v: exit %d, stdout %d bytes, stderr %q; want %d", tc.args, code, out.Len(), errOut.String(), tc.code)
+		}
 	}
 }
 

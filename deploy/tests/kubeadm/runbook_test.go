@@ -1,6 +1,8 @@
 package kubeadm
 
 import (
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -77,5 +79,77 @@ func TestScriptStopsAtTheFirstFailure(t *testing.T) {
 	}
 	if _, err := rb.Script("missing"); err == nil {
 		t.Error("Script of a missing block: no error")
+	}
+}
+
+// fakeKubectl is a kubectl for the helpers: the release's Deployments (by component), each one's
+// Pods ("name phase port ready" lines) and each running Pod's take-over state; a Pod without a
+// state cannot be read.
+const fakeKubectl = `#!/bin/bash
+a="$*"
+case "$a" in
+*"get deployments"*) printf '%s\n' $DEPLOYMENTS ;;
+*"get pods"*)
+  c=${a##*app.kubernetes.io/component=}; c=${c%% *}
+  v=PODS_${c//-/_}; printf '%s' "${!v}" | tr ';' '\n' ;;
+*"get --raw"*)
+  p=${a#*https:}; p=${p%%:*}
+  v=STATE_${p//-/_}; [ -n "${!v:-}" ] || exit 1
+  printf '[+]ping ok\n[+]%s ok\nreadyz check passed\n' "${!v}" ;;
+*) exit 2 ;;
+esac
+`
+
+// The helpers count a binary by its Deployment: one whose Pod is Pending, not Ready or missing
+// is neither active nor waiting, so kcm_split_wait cannot succeed while its controllers run
+// nowhere; nor waiting while any Pod is active.
+func TestHelpersNeedAReadyPodOfEveryDeployment(t *testing.T) {
+	rb, err := ReadRunbook(filepath.Join("..", "..", "..", "charts", "kcm-split", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bin, "kubectl"), []byte(fakeKubectl), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rb.Blocks["probe"] = "kcm_split_wait \"$WANT\" 0\n"
+	const (
+		active  = "kcmTakeOver-active"
+		waiting = "kcmTakeOver-waiting"
+	)
+	for _, tc := range []struct {
+		name, want string
+		pods       map[string]string // component: its Pods
+		states     map[string]string // Pod: state
+		ok         bool
+	}{
+		{"every binary active", "active", map[string]string{"ep": "ep-1 Running 10257 True;ep-2 Running 10257 True", "ns": "ns-1 Running 10258 True"},
+			map[string]string{"ep-1": active, "ep-2": waiting, "ns-1": active}, true},
+		{"a binary's Pod Pending", "active", map[string]string{"ep": "ep-1 Running 10257 True", "ns": "ns-1 Pending 10258 False"},
+			map[string]string{"ep-1": active}, false},
+		{"a binary without a Pod", "active", map[string]string{"ep": "ep-1 Running 10257 True"},
+			map[string]string{"ep-1": active}, false},
+		{"active but not Ready", "active", map[string]string{"ep": "ep-1 Running 10257 True", "ns": "ns-1 Running 10258 False"},
+			map[string]string{"ep-1": active, "ns-1": active}, false},
+		{"every binary waiting", "waiting", map[string]string{"ep": "ep-1 Running 10257 True", "ns": "ns-1 Running 10258 True;ns-2 Pending 10258 False"},
+			map[string]string{"ep-1": waiting, "ns-1": waiting}, true},
+		{"waiting, a binary's Pod Pending", "waiting", map[string]string{"ep": "ep-1 Running 10257 True", "ns": "ns-1 Pending 10258 False"},
+			map[string]string{"ep-1": waiting}, false},
+		{"waiting, but a Pod active", "waiting", map[string]string{"ep": "ep-1 Running 10257 True;ep-2 Running 10257 False", "ns": "ns-1 Running 10258 True"},
+			map[string]string{"ep-1": waiting, "ep-2": active, "ns-1": waiting}, false},
+		{"a running Pod unreadable", "waiting", map[string]string{"ep": "ep-1 Running 10257 True;ep-2 Running 10257 True", "ns": "ns-1 Running 10258 True"},
+			map[string]string{"ep-1": waiting, "ns-1": waiting}, false},
+	} {
+		env := []string{"PATH=" + bin + ":" + os.Getenv("PATH"), "NS=kube-system", "RELEASE=r", "WANT=" + tc.want, "DEPLOYMENTS=ep ns"}
+		for c, pods := range tc.pods {
+			env = append(env, fmt.Sprintf("PODS_%s=%s", c, pods))
+		}
+		for pod, state := range tc.states {
+			env = append(env, fmt.Sprintf("STATE_%s=%s", strings.ReplaceAll(pod, "-", "_"), state))
+		}
+		out, err := rb.Run(t.Context(), t.TempDir(), env, "probe", "helpers")
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: kcm_split_wait %s: %v, want ok=%t:\n%s", tc.name, tc.want, err, tc.ok, out)
+		}
 	}
 }
