@@ -4,7 +4,7 @@ package features
 
 import "k8s.io/component-base/featuregate"
 
-// kubeControllerManager lists the 239 feature gates of kube-controller-manager 1.36 as there:
+// kubeControllerManager lists the 240 feature gates of kube-controller-manager 1.36 as there:
 // default, stage and whether it is locked to its default.
 var kubeControllerManager = map[featuregate.Feature]featuregate.FeatureSpec{
 	"APIResponseCompression":                               {Default: true, PreRelease: featuregate.Beta, LockToDefault: false},
@@ -53,6 +53,7 @@ var kubeControllerManager = map[featuregate.Feature]featuregate.FeatureSpec{
 	"ContainerRestartRules":                                {Default: true, PreRelease: featuregate.Beta, LockToDefault: false},
 	"ContainerStopSignals":                                 {Default: false, PreRelease: featuregate.Alpha, LockToDefault: false},
 	"ContextualLogging":                                    {Default: true, PreRelease: featuregate.Beta, LockToDefault: false},
+	"ControllerManagerReleaseLeaderElectionLockOnExit":     {Default: false, PreRelease: featuregate.Alpha, LockToDefault: false},
 	"CoordinatedLeaderElection":                            {Default: false, PreRelease: featuregate.Beta, LockToDefault: false},
 	"CrossNamespaceVolumeDataSource":                       {Default: false, PreRelease: featuregate.Alpha, LockToDefault: false},
 	"CustomCPUCFSQuotaPeriod":                              {Default: true, PreRelease: featuregate.GA, LockToDefault: false},

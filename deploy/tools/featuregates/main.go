@@ -16,7 +16,10 @@ import (
 	metricsfeatures "k8s.io/component-base/metrics/features"
 
 	// Registers the gates kube-controller-manager's --feature-gates knows: Kubernetes', with
-	// client-go's and the zpages gates added to the same gate.
+	// client-go's and the zpages gates added to the same gate, and k8s.io/controller-manager's
+	// (ControllerManagerReleaseLeaderElectionLockOnExit), which its binary registers through an
+	// import of its own.
+	_ "k8s.io/controller-manager/pkg/features/register"
 	_ "k8s.io/kubernetes/pkg/features"
 )
 
