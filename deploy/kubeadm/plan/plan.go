@@ -370,7 +370,7 @@ func (p *Plan) carryGates(g given, targets []running) []outcome {
 	}
 	if len(unknown) > 0 {
 		out = append(out, outcome{Written: "--feature-gates=" + strings.Join(unknown, ","), Category: noSuch,
-			Why: fmt.Sprintf("gates the binaries do not know (kube-controller-manager's own, or not of Kubernetes %s): "+
+			Why: fmt.Sprintf("gates the binaries do not know (no gate of kube-controller-manager %s): "+
 				"their --feature-gates refuses an unknown gate, so carrying these would keep every binary from starting", features.Version)})
 	}
 	if len(other) > 0 {

@@ -238,14 +238,15 @@ func TestPlanSpecialValues(t *testing.T) {
 		"--leader-elect-resource-name=kcm", "--leader-elect-resource-namespace=elsewhere",
 		"--leader-elect=false", "--tls-min-version=VersionTLS10", "--tls-min-version=VersionTLS13",
 		"--logging-format=text", "--v=11", "--kube-api-qps=0.5", "--profiling=false")
-	wantValue(t, p, []string{"--feature-gates=PodLevelResources=true,ClientsAllowCARotation=false",
+	wantValue(t, p, []string{"--feature-gates=PodLevelResources=true,ControllerManagerReleaseLeaderElectionLockOnExit=true,ClientsAllowCARotation=false",
 		"--tls-min-version=VersionTLS13", "--profiling=false"}, "controllers", "endpoints", "extraArgs")
 	if o := outcomeOf(t, p, "--feature-gates=wardle:B=false"); o.Category != noSuch {
 		t.Errorf("another component's gate: %+v", o)
 	}
-	// Gates the binaries' --feature-gates refuses (kube-controller-manager's own, a name of no
-	// Kubernetes gate) are named, not carried: carried, they would keep every binary down.
-	if o := outcomeOf(t, p, "--feature-gates=ControllerManagerReleaseLeaderElectionLockOnExit=true,NoSuchGate=true"); o.Category != noSuch || !strings.Contains(o.Why, "do not know") {
+	// Gates the binaries' --feature-gates refuses (a name of no Kubernetes 1.36 gate) are named,
+	// not carried: carried, they would keep every binary down. k8s.io/controller-manager's own
+	// gate, which kube-controller-manager registers too, is carried above.
+	if o := outcomeOf(t, p, "--feature-gates=NoSuchGate=true"); o.Category != noSuch || !strings.Contains(o.Why, "do not know") {
 		t.Errorf("gates the binaries do not know: %+v", o)
 	}
 	wantValue(t, p, "kcm", "takeOverFromKCM", "leaseName")
