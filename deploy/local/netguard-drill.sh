@@ -54,15 +54,17 @@ probe() {
   esac
 }
 
-inhost netguard_up >/dev/null
-# Two clusters on one guard (a make up and a kubeadm cluster): the first to let go keeps it.
+# Two clusters on one guard (a make up and a kubeadm cluster), each holding it as it sets it
+# up and releasing it as it would remove it: the first to let go keeps it, the last removes it.
 holders=$(mktemp -d) && mkdir -p "$holders/a" "$holders/b"
-inhost "NG_HOLDERS=$holders/h; netguard_hold $holders/a; netguard_hold $holders/b
-  if netguard_release $holders/a; then netguard_down quiet; fi" >/dev/null
+ng="NG_HOLDERS=$holders/h NG_LOCK=$holders/lock"
+inhost "$ng; netguard_hold_up $holders/a; netguard_hold_up $holders/b; netguard_release_down $holders/a quiet" >/dev/null
 kept=no; inhost netguard_active && kept=yes
-inhost "NG_HOLDERS=$holders/h; if netguard_release $holders/b; then echo free; fi" | grep -qx free && freed=yes || freed=no
+inhost "$ng; netguard_release_down $holders/b quiet" >/dev/null
+freed=yes; inhost netguard_active && freed=no
 rm -rf "$holders"
-echo "netguard-drill: 0. two holders: kept after the first let go: $kept; free after the second: $freed"
+inhost netguard_up >/dev/null
+echo "netguard-drill: 0. two holders: kept after the first let go: $kept; removed after the second: $freed"
 got1=$(probe) n1=$(inhost netguard_count) s1=$(seen)
 echo "netguard-drill: 1. guard and routes up: $got1; guard counted $n1; gateway saw $s1"
 ip -n "$H" route del local "$SERVICE_CIDR" dev lo table local
@@ -72,7 +74,7 @@ inhost 'netguard_down quiet'
 got3=$(probe) s3=$(seen)
 echo "netguard-drill: 3. guard removed (control): $got3; gateway saw $((s3 - s2))"
 ok=1
-[ "$kept" = yes ] && [ "$freed" = yes ] || { warn "step 0: want the guard kept while a holder remains, free after the last"; ok=0; }
+[ "$kept" = yes ] && [ "$freed" = yes ] || { warn "step 0: want the guard kept while a holder remains, removed by the last"; ok=0; }
 [ "$got1" = refused ] && [ "$n1" = 0 ] && [ "$s1" = 0 ] || { warn "step 1: want refused on the host, 0, 0"; ok=0; }
 [ "$got2" != connected ] && [ "$n2" -ge 1 ] && [ "$s2" = 0 ] || { warn "step 2: want the guard to count and reject, the gateway to see nothing"; ok=0; }
 [ "$((s3 - s2))" -ge 1 ] || { warn "step 3: the gateway saw nothing without the guard: the drill cannot tell"; ok=0; }
