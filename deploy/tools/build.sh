@@ -3,7 +3,8 @@
 # Usage: deploy/tools/build.sh [BIN_DIR]
 # TOOLS_ONLY="name ..." builds only those (make images: agnhost; make lint: staticcheck actionlint;
 # make lb-e2e: metallb-controller metallb-speaker; make kubeadm-images: kubeadm etcd kube-apiserver
-# kube-controller-manager kube-scheduler kube-proxy coredns).
+# kube-controller-manager kube-scheduler kube-proxy coredns; make conformance and
+# conformance-full: e2e.test, and ginkgo).
 # Everything comes from the Go module proxy; nothing else is downloaded.
 set -euo pipefail
 
@@ -104,6 +105,32 @@ if [[ " ${TOOLS_ONLY:-} " == *" metallb-controller "* ]]; then
 fi
 if [[ " ${TOOLS_ONLY:-} " == *" metallb-speaker "* ]]; then
   build_in metallb metallb-speaker go.universe.tf/metallb/speaker
+fi
+# Upstream's e2e suite (make conformance, make conformance-full): e2e.test v1.36.3, and the
+# ginkgo CLI that runs it on parallel nodes, at the version k8s.io/kubernetes v1.36.3 requires.
+# Only when asked for by name: several minutes the first time.
+if [[ " ${TOOLS_ONLY:-} " == *" e2e.test "* ]] && [ ! -x "$bin/e2e.test" ]; then
+  echo "tools: building e2e.test $K8S_VERSION (tools module; several minutes the first time)"
+  start=$SECONDS
+  # e2e.test's test-only imports (the suites of its _test.go) are outside the tools module's
+  # build list, so `go mod tidy` drops their checksums: resolve them for this build only
+  # (-mod=mod) and put the tracked go.mod and go.sum back afterwards.
+  keep=$(mktemp -d)
+  cp "$here/go.mod" "$here/go.sum" "$keep/"
+  rc=0
+  (cd "$here" && GOFLAGS=-mod=mod go test -c -trimpath \
+    -ldflags "-s -w -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=36" \
+    -o "$bin/e2e.test.tmp" k8s.io/kubernetes/test/e2e) || rc=$?
+  cp "$keep/go.mod" "$keep/go.sum" "$here/" && rm -rf "$keep"
+  [ "$rc" = 0 ] || exit "$rc"
+  mv "$bin/e2e.test.tmp" "$bin/e2e.test"
+  echo "tools: built e2e.test in $((SECONDS - start))s"
+fi
+if [[ " ${TOOLS_ONLY:-} " == *" ginkgo "* ]] && [ ! -x "$bin/ginkgo" ]; then
+  k8smod=$(cd "$here" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
+  ginkgo_version=$(awk '$1 == "github.com/onsi/ginkgo/v2" {print $2; exit}' "$k8smod")
+  [ -n "$ginkgo_version" ] || { echo "tools: no github.com/onsi/ginkgo/v2 in $k8smod" >&2; exit 1; }
+  install ginkgo "github.com/onsi/ginkgo/v2/ginkgo@$ginkgo_version"
 fi
 # CoreDNS v1.14.2, kubeadm v1.36.3's cluster DNS (make kubeadm-images wraps it in an image): only
 # when asked for.
