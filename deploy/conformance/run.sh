@@ -112,6 +112,10 @@ else
   csay "make kubeadm-up took $((SECONDS - t))s"
 fi
 export KUBECONFIG=$KA_ADMIN PATH=$BIN:$PATH
+# The controllers' images just built (a reused cluster has older ones; the chart pulls nothing).
+for img in "$BIN"/images/*-controller.tar; do
+  nctr images import --no-unpack=false "$img" >/dev/null || cdie "importing $img failed"
+done
 
 # Stand-ins: e2e.test v1.36.3 asks for upstream's test images, which cannot be pulled here.
 # busybox: the agnhost image, whose userland is Debian's busybox with dash as /bin/sh (the specs
@@ -119,8 +123,9 @@ export KUBECONFIG=$KA_ADMIN PATH=$BIN:$PATH
 # port 80, as nginx does); agnhost 2.55 (the previous version some specs name): agnhost 2.63.0.
 # Tagged on the node only, where the kubelet finds them (IfNotPresent).
 if [ "${STANDINS:-}" != 0 ]; then
+  have=$(nctr images ls -q)
   standin() { # image-on-the-node name-e2e.test-asks-for
-    nctr images ls -q | grep -qxF "$1" || cdie "no $1 on the node (make images)"
+    grep -qxF "$1" <<<"$have" || cdie "no $1 on the node (make images)"
     nctr images tag --force "$1" "$2" >/dev/null
     csay "stand-in: $2 is $1"
   }
