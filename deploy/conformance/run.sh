@@ -211,7 +211,7 @@ kill "$loadpid" 2>/dev/null || true
 [ ${#reports[@]} -gt 0 ] || cdie "no report written (see the ginkgo logs)"
 load=$(sort -n "$out/load.txt" | sed -n '1p;$p' | paste -sd' ' | awk '{print $1 " to " ($2 == "" ? $1 : $2)}')
 {
-  echo "side $side, part $part: $(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD), specs $((SECONDS - specs_start))s, load average $load while they ran"
+  echo "side $side, part $part: $(date -u +%Y-%m-%dT%H:%MZ), commit $tag, specs $((SECONDS - specs_start))s, load average $load while they ran"
   echo
   (cd deploy/tools && GOWORK=off go run ./e2esummary -sig "${reports[@]}")
 } | tee "$out/summary.md"
