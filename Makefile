@@ -159,6 +159,10 @@ bench: tools ## Every controller's benchmark against the real apiserver (service
 conformance: tools ## Upstream's e2e specs for these controllers (e2e.test v1.36.3) against make up; pass/fail per spec (not in make test)
 	@bash deploy/tests/conformance/run.sh
 
+.PHONY: conformance-full
+conformance-full: ## Every [Conformance] spec of e2e.test v1.36.3 (ginkgo: parallel, then [Serial]) on the kubeadm cluster with kcm-split in charge (root; UPSTREAM=1: KCM alone; FOCUS/SKIP/PART; deploy/conformance/README.md; not in make test)
+	@bash deploy/conformance/run.sh
+
 .PHONY: helm-lint
 helm-lint: tools ## Lint the Helm chart: helm lint, template each controller alone and all, schema rejects bad values
 	@bash deploy/tests/chart/helm-lint.sh $(BIN)

@@ -3,7 +3,8 @@
 # Usage: deploy/tools/build.sh [BIN_DIR]
 # TOOLS_ONLY="name ..." builds only those (make images: agnhost; make lint: staticcheck actionlint;
 # make lb-e2e: metallb-controller metallb-speaker; make kubeadm-images: kubeadm etcd kube-apiserver
-# kube-controller-manager kube-scheduler kube-proxy coredns).
+# kube-controller-manager kube-scheduler kube-proxy coredns; make conformance and
+# conformance-full: e2e.test, and ginkgo).
 # Everything comes from the Go module proxy; nothing else is downloaded.
 set -euo pipefail
 
@@ -104,6 +105,39 @@ if [[ " ${TOOLS_ONLY:-} " == *" metallb-controller "* ]]; then
 fi
 if [[ " ${TOOLS_ONLY:-} " == *" metallb-speaker "* ]]; then
   build_in metallb metallb-speaker go.universe.tf/metallb/speaker
+fi
+# Upstream's e2e suite (make conformance, make conformance-full): e2e.test v1.36.3, and the
+# ginkgo CLI that runs it on parallel nodes. Only when asked for by name: several minutes the
+# first time. Both are built in the tools module with k8s.io/kubernetes v1.36.3's build list, so
+# ginkgo is the version that module requires (checked: the CLI refuses a suite of another one).
+# Their packages' test-only and CLI-only imports are outside the tools module's build list, so
+# `go mod tidy` drops their checksums: they are resolved for these builds only (-mod=mod) and the
+# tracked go.mod and go.sum put back afterwards.
+build_modmod() { # name package [ldflags]: `build` with go test -c for a .test name
+  local name=$1 p=$2 flags=${3:-"-s -w"} keep rc=0 start=$SECONDS
+  [[ " ${TOOLS_ONLY:-} " == *" $name "* ]] || return 0
+  if [ -x "$bin/$name" ]; then echo "tools: $name present, skipping"; return; fi
+  echo "tools: building $name ($p; several minutes the first time)"
+  keep=$(mktemp -d)
+  cp "$here/go.mod" "$here/go.sum" "$keep/"
+  if [[ "$name" == *.test ]]; then
+    (cd "$here" && GOFLAGS=-mod=mod go test -c -trimpath -ldflags "$flags" -o "$bin/$name.tmp" "$p") || rc=$?
+  else
+    (cd "$here" && GOFLAGS=-mod=mod go build -trimpath -ldflags "$flags" -o "$bin/$name.tmp" "$p") || rc=$?
+  fi
+  cp "$keep/go.mod" "$keep/go.sum" "$here/" && rm -rf "$keep"
+  [ "$rc" = 0 ] || exit "$rc"
+  mv "$bin/$name.tmp" "$bin/$name"
+  echo "tools: built $name in $((SECONDS - start))s"
+}
+build_modmod e2e.test k8s.io/kubernetes/test/e2e "-s -w -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=36"
+if [[ " ${TOOLS_ONLY:-} " == *" ginkgo "* ]] && [ ! -x "$bin/ginkgo" ]; then
+  k8smod=$(cd "$here" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
+  want=$(awk '$1 == "github.com/onsi/ginkgo/v2" {print $2; exit}' "$k8smod")
+  have=$(cd "$here" && GOFLAGS=-mod=mod go list -m -f '{{.Version}}' github.com/onsi/ginkgo/v2)
+  [ -n "$want" ] && [ "$want" = "$have" ] ||
+    { echo "tools: ginkgo: k8s.io/kubernetes $K8S_VERSION requires ${want:-none}, the tools module selects $have" >&2; exit 1; }
+  build_modmod ginkgo github.com/onsi/ginkgo/v2/ginkgo
 fi
 # CoreDNS v1.14.2, kubeadm v1.36.3's cluster DNS (make kubeadm-images wraps it in an image): only
 # when asked for.

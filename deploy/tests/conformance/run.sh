@@ -43,22 +43,8 @@ if [ "${NODE:-}" = 1 ]; then
 fi
 
 K8S_VERSION=v1.36.3
-if [ ! -x "$bin/e2e.test" ]; then
-  echo "conformance: building e2e.test $K8S_VERSION (tools module; several minutes the first time)"
-  pkg=k8s.io/component-base/version
-  # e2e.test's test-only imports (the suites of its _test.go) are outside the tools module's
-  # build list, so `go mod tidy` drops their checksums: resolve them for this build only
-  # (-mod=mod) and put the tracked go.mod and go.sum back afterwards.
-  keep=$(mktemp -d)
-  cp deploy/tools/go.mod deploy/tools/go.sum "$keep/"
-  rc=0
-  (cd deploy/tools && GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=0 go test -c -trimpath \
-    -ldflags "-s -w -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=36" \
-    -o "$bin/e2e.test.tmp" k8s.io/kubernetes/test/e2e) || rc=$?
-  cp "$keep/go.mod" "$keep/go.sum" deploy/tools/ && rm -rf "$keep"
-  [ "$rc" = 0 ] || exit "$rc"
-  mv "$bin/e2e.test.tmp" "$bin/e2e.test"
-fi
+# e2e.test v1.36.3 (deploy/tools/build.sh builds it once into bin/).
+TOOLS_ONLY=e2e.test bash deploy/tools/build.sh "$bin"
 
 started=0
 extra=()
