@@ -120,7 +120,7 @@ node_packages() {
   local missing=()
   command -v containerd >/dev/null && command -v ctr >/dev/null || missing+=(containerd)
   command -v runc >/dev/null || missing+=(runc)
-  [ -x /usr/lib/cni/bridge ] && [ -x /usr/lib/cni/host-local ] && [ -x /usr/lib/cni/loopback ] ||
+  [ -x /usr/lib/cni/bridge ] && [ -x /usr/lib/cni/host-local ] && [ -x /usr/lib/cni/loopback ] && [ -x /usr/lib/cni/portmap ] ||
     missing+=(containernetworking-plugins)
   command -v iptables >/dev/null || missing+=(iptables)
   command -v nft >/dev/null || missing+=(nftables)
@@ -198,7 +198,8 @@ EOF
 }
 
 # node_cni_config SUBNET: a bridge with host-local addresses; routes only to the Service range
-# and the node IP, no masquerade: no Pod traffic leaves the machine.
+# and the node IP, no masquerade: no Pod traffic leaves the machine. portmap serves Pods'
+# hostPorts (DNAT on the node, as a kubeadm cluster's CNI does).
 node_cni_config() {
   mkdir -p "$NODE_DIR/cni/net.d" "$NODE_DIR/cni/ipam"
   cat >"$NODE_DIR/cni/net.d/10-kcm-split.conflist.tmp" <<EOF
@@ -218,6 +219,10 @@ node_cni_config() {
         "ranges": [[{"subnet": "$1"}]],
         "routes": [{"dst": "$SERVICE_CIDR"}, {"dst": "$NODE_IP/32"}]
       }
+    },
+    {
+      "type": "portmap",
+      "capabilities": {"portMappings": true}
     }
   ]
 }

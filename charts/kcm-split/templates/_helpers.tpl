@@ -259,11 +259,16 @@ a one-node cluster still runs every replica.
 {{- with $sel }}{{ toYaml . }}{{ end -}}
 {{- end -}}
 
-{{/* tolerations: the controller's, else the defaults', plus the control-plane taint with controlPlane. */}}
+{{/* tolerations: the controller's, else the defaults', plus the control-plane taint with
+controlPlane, plus every NoExecute taint for defaults.noExecuteTolerationSeconds (unless null). */}}
 {{- define "kcm-split.tolerations" -}}
 {{- $tol := .c.tolerations | default .root.Values.defaults.tolerations | default list -}}
 {{- if eq (include "kcm-split.controlPlane" .) "true" -}}
 {{- $tol = append $tol (dict "key" "node-role.kubernetes.io/control-plane" "operator" "Exists" "effect" "NoSchedule") -}}
+{{- end -}}
+{{- $secs := .root.Values.defaults.noExecuteTolerationSeconds -}}
+{{- if not (kindIs "invalid" $secs) -}}
+{{- $tol = append $tol (dict "operator" "Exists" "effect" "NoExecute" "tolerationSeconds" (int64 $secs)) -}}
 {{- end -}}
 {{- with $tol }}{{ toYaml . }}{{ end -}}
 {{- end -}}

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"sort"
@@ -33,6 +34,9 @@ func byKind(objs []Object, kind string) []Object {
 	}
 	return out
 }
+
+// noExecute300 is the chart's default toleration of any NoExecute taint (noexecute_test.go).
+var noExecute300 = corev1.Toleration{Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr(int64(300))}
 
 func TestEachControllerAlone(t *testing.T) {
 	c, v := chart(t)
@@ -97,9 +101,9 @@ func TestEachControllerAlone(t *testing.T) {
 				t.Errorf("defaults: priorityClassName %q, want system-cluster-critical", pod.PriorityClassName)
 			}
 			// Off by default: no placement on control-plane nodes, no anti-affinity on top of
-			// the spread.
-			if len(pod.NodeSelector) > 0 || len(pod.Tolerations) > 0 || pod.Affinity != nil {
-				t.Errorf("defaults: nodeSelector %v, tolerations %v, affinity %+v; want none", pod.NodeSelector, pod.Tolerations, pod.Affinity)
+			// the spread; the one toleration is of any NoExecute taint, for 300 s.
+			if len(pod.NodeSelector) > 0 || !reflect.DeepEqual(pod.Tolerations, []corev1.Toleration{noExecute300}) || pod.Affinity != nil {
+				t.Errorf("defaults: nodeSelector %v, tolerations %+v, affinity %+v; want none but a NoExecute toleration of 300s", pod.NodeSelector, pod.Tolerations, pod.Affinity)
 			}
 
 			// One replica: no PodDisruptionBudget (it would block every drain).
@@ -148,7 +152,7 @@ func TestPlacement(t *testing.T) {
 
 	t.Run("controlPlane", func(t *testing.T) {
 		d, pod := deployment(t, "defaults.controlPlane=true")
-		if !equalMaps(pod.NodeSelector, map[string]string{"node-role.kubernetes.io/control-plane": ""}) || !slices.Equal(pod.Tolerations, []corev1.Toleration{controlPlane}) {
+		if !equalMaps(pod.NodeSelector, map[string]string{"node-role.kubernetes.io/control-plane": ""}) || !reflect.DeepEqual(pod.Tolerations, []corev1.Toleration{controlPlane, noExecute300}) {
 			t.Errorf("nodeSelector %v, tolerations %+v; want the control-plane role and its taint tolerated", pod.NodeSelector, pod.Tolerations)
 		}
 		checkSpread(t, pod, d, corev1.ScheduleAnyway)
@@ -157,16 +161,26 @@ func TestPlacement(t *testing.T) {
 		_, pod := deployment(t, "defaults.controlPlane=true", "defaults.nodeSelector.zone=a",
 			"defaults.tolerations[0].key=dedicated", "defaults.tolerations[0].operator=Equal",
 			"defaults.tolerations[0].value=controllers", "defaults.tolerations[0].effect=NoSchedule")
-		if !equalMaps(pod.NodeSelector, map[string]string{"node-role.kubernetes.io/control-plane": "", "zone": "a"}) || !slices.Equal(pod.Tolerations, []corev1.Toleration{mine, controlPlane}) {
+		if !equalMaps(pod.NodeSelector, map[string]string{"node-role.kubernetes.io/control-plane": "", "zone": "a"}) || !reflect.DeepEqual(pod.Tolerations, []corev1.Toleration{mine, controlPlane, noExecute300}) {
 			t.Errorf("nodeSelector %v, tolerations %+v; want both selectors and both tolerations", pod.NodeSelector, pod.Tolerations)
 		}
 	})
 	t.Run("controlPlane per controller", func(t *testing.T) {
-		if _, pod := deployment(t, "controllers."+alias+".controlPlane=true"); pod.NodeSelector["node-role.kubernetes.io/control-plane"] != "" || len(pod.Tolerations) != 1 {
+		if _, pod := deployment(t, "controllers."+alias+".controlPlane=true"); pod.NodeSelector["node-role.kubernetes.io/control-plane"] != "" || !reflect.DeepEqual(pod.Tolerations, []corev1.Toleration{controlPlane, noExecute300}) {
 			t.Errorf("controllers.%s.controlPlane=true: nodeSelector %v, tolerations %+v", alias, pod.NodeSelector, pod.Tolerations)
 		}
-		if _, pod := deployment(t, "defaults.controlPlane=true", "controllers."+alias+".controlPlane=false"); len(pod.NodeSelector) > 0 || len(pod.Tolerations) > 0 {
+		if _, pod := deployment(t, "defaults.controlPlane=true", "controllers."+alias+".controlPlane=false"); len(pod.NodeSelector) > 0 || !reflect.DeepEqual(pod.Tolerations, []corev1.Toleration{noExecute300}) {
 			t.Errorf("controllers.%s.controlPlane=false overriding the defaults: nodeSelector %v, tolerations %+v", alias, pod.NodeSelector, pod.Tolerations)
+		}
+	})
+	t.Run("noExecuteTolerationSeconds", func(t *testing.T) {
+		short := noExecute300
+		short.TolerationSeconds = ptr(int64(15))
+		if _, pod := deployment(t, "defaults.noExecuteTolerationSeconds=15"); !reflect.DeepEqual(pod.Tolerations, []corev1.Toleration{short}) {
+			t.Errorf("noExecuteTolerationSeconds=15: tolerations %+v", pod.Tolerations)
+		}
+		if _, pod := deployment(t, "defaults.noExecuteTolerationSeconds=null"); len(pod.Tolerations) > 0 {
+			t.Errorf("noExecuteTolerationSeconds=null: tolerations %+v, want none", pod.Tolerations)
 		}
 	})
 	t.Run("topologySpread", func(t *testing.T) {

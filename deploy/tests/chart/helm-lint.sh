@@ -116,6 +116,7 @@ bad "defaults.leaderElection.leaseDuration=15" "/defaults/leaderElection/leaseDu
 bad "defaults.logFormat=xml" "/defaults/logFormat"
 bad "defaults.topologySpread=always" "/defaults/topologySpread"
 bad "defaults.controlPlane=yes" "/defaults/controlPlane"
+bad "defaults.noExecuteTolerationSeconds=-1" "/defaults/noExecuteTolerationSeconds"
 bad "defaults.priorityClassName=Not_A_Class" "/defaults/priorityClassName"
 bad "leaderMigration.owner=kcm" "/leaderMigration/owner"
 bad "controllers.${aliases[0]}.dnsPolicy=ClusterFirstWithHostnet" "/controllers/${aliases[0]}/dnsPolicy"
