@@ -156,6 +156,12 @@ if [ "$side" = kcm-split ]; then
     ! installed || cdie "a kcm-split release is installed but not by this script: helm uninstall it, or make kubeadm-down"
     csay "the runbook, steps 0 to 3: KCM's controllers to kcm-split"
     printf 'defaults:\n  image:\n    tag: "%s"\n    pullPolicy: Never\n  replicas: 1\n' "$tag" >"$work/site-values.yaml"
+    # The runbook's step 1: a node whose name is not its host's is mapped (kubeadm-up names the
+    # node kcm-split-node), or the binaries never take over from the new KCM (its Lease names the host).
+    node=$("$BIN/kubectl" --kubeconfig "$KA_ADMIN" get nodes -o jsonpath='{.items[0].metadata.name}')
+    host=$(hostname | tr '[:upper:]' '[:lower:]')
+    [ -z "$node" ] || [ "$node" = "$host" ] ||
+      printf 'takeOverFromKCM:\n  leaseHostNodes:\n    "%s": "%s"\n' "$host" "$node" >>"$work/site-values.yaml"
     runbook step-0
     runbook step-1
     runbook step-2 step-3-node

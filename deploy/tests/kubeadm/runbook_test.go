@@ -36,7 +36,7 @@ func TestTheRunbookHasTheBlocksTheE2ERuns(t *testing.T) {
 			t.Errorf("block %s: bash -n: %v: %s", id, err, out)
 		}
 	}
-	for _, fn := range []string{"kcm_split_states", "kcm_split_wait", "kcm_lease_moved", "kcm_flags"} {
+	for _, fn := range []string{"kcm_split_states", "kcm_split_wait", "kcm_lease_moved", "kcm_lease_new", "kcm_flags"} {
 		if !strings.Contains(rb.Blocks["helpers"], fn+"() {") {
 			t.Errorf("helpers do not define %s", fn)
 		}
@@ -83,12 +83,15 @@ func TestScriptStopsAtTheFirstFailure(t *testing.T) {
 }
 
 // fakeKubectl is a kubectl for the helpers: the release's Deployments (by component), each one's
-// Pods ("name phase port ready" lines) and each running Pod's take-over state; a Pod without a
-// state cannot be read.
+// Pods ("name phase port ready" lines) and each running Pod's take-over state (a Pod without a
+// state cannot be read); KCM's Lease (holder, acquire time) and KCM's Pods ("name start" lines).
 const fakeKubectl = `#!/bin/bash
 a="$*"
 case "$a" in
 *"get deployments"*) printf '%s\n' $DEPLOYMENTS ;;
+*"get lease kube-controller-manager"*"holderIdentity"*) echo "$KCM_HOLDER since $KCM_ACQUIRED" ;;
+*"get lease kube-controller-manager"*) printf '%s' "$KCM_ACQUIRED" ;;
+*"get pods -l component=kube-controller-manager"*) printf '%s' "$KCM_STARTED" | tr ';' '\n' ;;
 *"get pods"*)
   c=${a##*app.kubernetes.io/component=}; c=${c%% *}
   v=PODS_${c//-/_}; printf '%s' "${!v}" | tr ';' '\n' ;;
@@ -150,6 +153,40 @@ func TestHelpersNeedAReadyPodOfEveryDeployment(t *testing.T) {
 		out, err := rb.Run(t.Context(), t.TempDir(), env, "probe", "helpers")
 		if (err == nil) != tc.ok {
 			t.Errorf("%s: kcm_split_wait %s: %v, want ok=%t:\n%s", tc.name, tc.want, err, tc.ok, out)
+		}
+	}
+}
+
+// kcm_lease_new passes only once KCM's Lease was acquired after the start of the earliest KCM
+// container running now: the old KCM's Lease, one not acquired, or a KCM Pod not running (no
+// start yet) keep it waiting (step 3's check would otherwise pass in the moment between the
+// old KCM's Lease expiring and the new KCM taking it).
+func TestKCMLeaseNewWaitsForTheNewKCM(t *testing.T) {
+	rb, err := ReadRunbook(filepath.Join("..", "..", "..", "charts", "kcm-split", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bin, "kubectl"), []byte(fakeKubectl), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rb.Blocks["probe"] = "kcm_lease_new 0\n"
+	for _, tc := range []struct {
+		name, acquired, started string
+		ok                      bool
+	}{
+		{"the new KCM holds it", "2026-11-28T14:25:12.519816Z", "kcm-a 2026-11-28T14:24:54Z", true},
+		{"acquired within the second of the start", "2026-11-28T14:24:54.300000Z", "kcm-a 2026-11-28T14:24:54Z", true},
+		{"after the earliest of two", "2026-11-28T14:25:12.519816Z", "kcm-a 2026-11-28T14:24:54Z;kcm-b 2026-11-28T14:26:00Z", true},
+		{"the old KCM's Lease", "2026-11-28T14:20:01.000000Z", "kcm-a 2026-11-28T14:24:54Z", false},
+		{"never acquired", "", "kcm-a 2026-11-28T14:24:54Z", false},
+		{"a KCM Pod not running", "2026-11-28T14:25:12.519816Z", "kcm-a 2026-11-28T14:24:54Z;kcm-b", false},
+		{"no KCM Pod", "2026-11-28T14:25:12.519816Z", "", false},
+	} {
+		env := []string{"PATH=" + bin + ":" + os.Getenv("PATH"), "KCM_HOLDER=vm_1", "KCM_ACQUIRED=" + tc.acquired, "KCM_STARTED=" + tc.started}
+		out, err := rb.Run(t.Context(), t.TempDir(), env, "probe", "helpers")
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: kcm_lease_new: %v, want ok=%t:\n%s", tc.name, err, tc.ok, out)
 		}
 	}
 }
