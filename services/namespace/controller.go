@@ -91,6 +91,10 @@ type Controller struct {
 	// refresh asks for a discovery soon (an APIService changed), so that the memory
 	// holds a group's good state before it fails.
 	refresh chan struct{}
+	// store, if set, keeps the memory in the cluster for the next holder (store.go);
+	// storeWake tells its loop a discovery was observed.
+	store     *discoveryStore
+	storeWake chan struct{}
 }
 
 // recheckAfterWrite is how soon a namespace is looked at again after a sync changed its
@@ -156,6 +160,7 @@ func New(
 		podChecks:       map[types.UID]int{},
 		memory:          newAPIMemory(),
 		refresh:         make(chan struct{}, 1),
+		storeWake:       make(chan struct{}, 1),
 	}
 	c.metrics = newMetrics(reg, c.lister)
 	c.resources.observe = c.observeDiscovery
@@ -186,6 +191,12 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	return c.handlers.RunWhenSynced(ctx, "namespace controller", func(ctx context.Context) error {
 		var wg sync.WaitGroup
 		if c.opts.AllowDeletionWithUnavailableGroups > 0 {
+			if c.store != nil {
+				// What the previous holder kept is read before the first sync decides;
+				// a read that fails is tried again by keepStore.
+				c.loadStore(ctx)
+				wg.Go(func() { c.keepStore(ctx) })
+			}
 			wg.Go(func() { c.refreshDiscovery(ctx) })
 		}
 		c.queue.Run(ctx, workers, c.sync)
@@ -237,6 +248,10 @@ func (c *Controller) observeDiscovery(started time.Time, lists []*metav1.APIReso
 	if c.memory.observe(started, lists, s.failedGVs) {
 		// An API answers again: the namespaces it blocked need not wait for their backoff.
 		c.enqueueBlocked()
+	}
+	select {
+	case c.storeWake <- struct{}{}:
+	default:
 	}
 	for state, n := range countByLastDiscovery(c.memory.unavailable(s.failedGVs)) {
 		c.metrics.unavailable.WithLabelValues(state).Set(float64(n))

@@ -67,6 +67,12 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 		opts,
 		rt.Registry,
 	)
+	if opts.AllowDeletionWithUnavailableGroups > 0 {
+		// The memory of last good discoveries outlives this term: kept beside the Lease,
+		// written only by its holder (rt.Client is fenced). Upstream's default (no flag)
+		// neither reads nor writes it.
+		c.keepDiscoveryIn(client.CoreV1().ConfigMaps(rt.LeaseNamespace), rt.LeaseName+DiscoveryStoreSuffix)
+	}
 	// APIServices and CRDs are watched (metadata only) to notice at once when discovery
 	// changes: a failing aggregated API fixed or removed unblocks its namespaces without
 	// waiting for the retry backoff. Best effort: they are not part of readiness, and
