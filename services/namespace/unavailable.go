@@ -14,8 +14,8 @@ import (
 // What a group version's last good discovery says about it, the values of the
 // last_discovery label of kcm_split_namespace_unavailable_group_versions.
 const (
-	// LastDiscoveryNone: this process never discovered it successfully. Unknown is not
-	// gone: it blocks like any failing API.
+	// LastDiscoveryNone: never discovered successfully (by this process, nor as kept by
+	// the holder before it: store.go). Unknown is not gone: it blocks like any failing API.
 	LastDiscoveryNone = "none"
 	// LastDiscoveryHoldsObjects: it served namespaced resources that can be listed or
 	// deleted, so objects may be in any namespace: it blocks.
@@ -29,7 +29,7 @@ const (
 
 // gvRecord is what this process knows of one group version's discovery.
 type gvRecord struct {
-	// good is when discovery last answered for it; zero if never since this process started.
+	// good is when discovery last answered for it; zero if never known to have.
 	good time.Time
 	// holders are its namespaced resources that can be listed or deleted, as of good;
 	// others the rest it served (cluster-scoped, or namespaced but holding nothing).
