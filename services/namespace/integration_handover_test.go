@@ -9,6 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/kcm-split/kcm-split/services/namespace"
 	"github.com/kcm-split/kcm-split/shared/testenv"
@@ -20,7 +22,7 @@ import (
 // with SIGKILL (no release, no drain) and b, which never saw the API answer, takes the Lease
 // over when it expires: a namespace deleted now is finalized all the same, from the memory a
 // kept in the cluster. Before the memory was kept, b found the API never discovered and the
-// namespace stayed Terminating.
+// namespace stayed Terminating. A group version nobody saw answering still blocks with b.
 //
 // Over 80 lines: one scenario on a real apiserver, each step building on the state the last left.
 func TestUnavailableGroupHandoverDrill(t *testing.T) {
@@ -116,4 +118,33 @@ func TestUnavailableGroupHandoverDrill(t *testing.T) {
 	if e.Served.After(killed) {
 		t.Fatalf("%s served at %s, after a was killed (%s): b cannot have seen it answer", idleGV, e.Served, killed)
 	}
+
+	// A group version nobody ever saw answering still blocks after the handover: what was
+	// kept vouches only for what was seen.
+	dyn := dynamicClient(t)
+	apiServices := schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
+	const neverGroup, neverVersion = "never.kcm-split.test", "v1"
+	never := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+		"metadata": map[string]any{"name": neverVersion + "." + neverGroup},
+		"spec": map[string]any{
+			"group": neverGroup, "version": neverVersion,
+			"service":               map[string]any{"namespace": "default", "name": "kcm-split-never", "port": int64(443)},
+			"insecureSkipTLSVerify": true, "groupPriorityMinimum": int64(1000), "versionPriority": int64(15),
+		},
+	}}
+	if _, err := dyn.Resource(apiServices).Create(context.Background(), never, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	removeNever := func() {
+		_ = dyn.Resource(apiServices).Delete(context.Background(), neverVersion+"."+neverGroup, metav1.DeleteOptions{})
+	}
+	t.Cleanup(removeNever)
+	blocked := newNamespace(t, client, "handover-never")
+	deleteNamespace(t, client, blocked)
+	waitCondition(t, client, blocked, corev1.NamespaceDeletionDiscoveryFailure, neverGroup+"/"+neverVersion)
+	stillBlocked(t, client, blocked, allowed+3*time.Second)
+	// Gone, it blocks no more.
+	removeNever()
+	waitGone(t, client, blocked)
 }
