@@ -91,6 +91,15 @@ type Controller struct {
 	// refresh asks for a discovery soon (an APIService changed), so that the memory
 	// holds a group's good state before it fails.
 	refresh chan struct{}
+	// store, if set, keeps the memory in the cluster for the next holder (store.go);
+	// storeWake tells its loop a discovery was observed.
+	store     *discoveryStore
+	storeWake chan struct{}
+
+	// foreign, if set, reports other writers of what this controller owns (foreign.go);
+	// finalizing are the namespaces (by UID) this process finalized or is finalizing.
+	foreign    *foreignWriters
+	finalizing map[types.UID]bool
 }
 
 // recheckAfterWrite is how soon a namespace is looked at again after a sync changed its
@@ -156,6 +165,8 @@ func New(
 		podChecks:       map[types.UID]int{},
 		memory:          newAPIMemory(),
 		refresh:         make(chan struct{}, 1),
+		storeWake:       make(chan struct{}, 1),
+		finalizing:      map[types.UID]bool{},
 	}
 	c.metrics = newMetrics(reg, c.lister)
 	c.resources.observe = c.observeDiscovery
@@ -186,6 +197,12 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	return c.handlers.RunWhenSynced(ctx, "namespace controller", func(ctx context.Context) error {
 		var wg sync.WaitGroup
 		if c.opts.AllowDeletionWithUnavailableGroups > 0 {
+			if c.store != nil {
+				// What the previous holder kept is read before the first sync decides;
+				// a read that fails is tried again by keepStore.
+				c.loadStore(ctx)
+				wg.Go(func() { c.keepStore(ctx) })
+			}
 			wg.Go(func() { c.refreshDiscovery(ctx) })
 		}
 		c.queue.Run(ctx, workers, c.sync)
@@ -238,6 +255,10 @@ func (c *Controller) observeDiscovery(started time.Time, lists []*metav1.APIReso
 		// An API answers again: the namespaces it blocked need not wait for their backoff.
 		c.enqueueBlocked()
 	}
+	select {
+	case c.storeWake <- struct{}{}:
+	default:
+	}
 	for state, n := range countByLastDiscovery(c.memory.unavailable(s.failedGVs)) {
 		c.metrics.unavailable.WithLabelValues(state).Set(float64(n))
 	}
@@ -270,16 +291,32 @@ func (c *Controller) onChange(oldObj, newObj any) {
 }
 
 func (c *Controller) onDelete(obj any) {
+	tombstone := false
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
+		obj, tombstone = d.Obj, true
 	}
-	if ns, ok := obj.(*v1.Namespace); ok {
-		c.mu.Lock()
-		delete(c.seen, ns.UID)
-		delete(c.conflicting, ns.UID)
-		delete(c.podChecks, ns.UID)
-		c.mu.Unlock()
+	ns, ok := obj.(*v1.Namespace)
+	if !ok {
+		return
 	}
+	c.mu.Lock()
+	ours := c.finalizing[ns.UID]
+	delete(c.seen, ns.UID)
+	delete(c.conflicting, ns.UID)
+	delete(c.podChecks, ns.UID)
+	delete(c.finalizing, ns.UID)
+	c.mu.Unlock()
+	if c.foreign == nil {
+		return
+	}
+	// The delete event carries the namespace as stored before the request that deleted it:
+	// with the "kubernetes" finalizer still there, that request was a finalize. A tombstone's
+	// state may be older than the last write: not proof.
+	if !tombstone && !ours && ns.DeletionTimestamp != nil && slices.Contains(ns.Spec.Finalizers, v1.FinalizerKubernetes) {
+		c.foreign.finalizedElsewhere(ns, metav1.NewTime(c.now()))
+		return
+	}
+	c.foreign.forget(ns)
 }
 
 // firstSeen returns when this process first saw ns with a deletion timestamp.
@@ -419,6 +456,7 @@ func (c *Controller) markTerminating(ctx context.Context, ns *v1.Namespace) (*v1
 // records how long the deletion took.
 func (c *Controller) finalize(ctx context.Context, ns *v1.Namespace, rep *report) error {
 	logger := klog.FromContext(ctx)
+	c.markFinalizing(ns.UID)
 	ns, err := c.update(ctx, ns, func(ns *v1.Namespace) (*v1.Namespace, error) {
 		next := ns.DeepCopy()
 		next.Spec.Finalizers = slices.DeleteFunc(next.Spec.Finalizers, func(f v1.FinalizerName) bool { return f == v1.FinalizerKubernetes })

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kcm-split/kcm-split/services/namespace"
@@ -131,6 +132,31 @@ func namespaceEvents(t *testing.T, client kubernetes.Interface, ns, reason strin
 	return evs.Items
 }
 
+// createIdleAPIService registers the idle API's APIService, pointing at port through the
+// Service setIdleService makes; both go when the test ends.
+func createIdleAPIService(t *testing.T, client kubernetes.Interface, dyn dynamic.Interface, port int) {
+	t.Helper()
+	apiServices := schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
+	apiService := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+		"metadata": map[string]any{"name": idleVersion + "." + idleGroup},
+		"spec": map[string]any{
+			"group": idleGroup, "version": idleVersion,
+			"service":               map[string]any{"namespace": "default", "name": idleService, "port": int64(port)},
+			"insecureSkipTLSVerify": true,
+			"groupPriorityMinimum":  int64(1000),
+			"versionPriority":       int64(15),
+		},
+	}}
+	if _, err := dyn.Resource(apiServices).Create(context.Background(), apiService, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = dyn.Resource(apiServices).Delete(context.Background(), idleVersion+"."+idleGroup, metav1.DeleteOptions{})
+		setIdleService(t, client, false)
+	})
+}
+
 // stillBlocked waits for hold (longer than the flag's duration, so a wrongly excused group
 // would have been excused), then checks the namespace is still there with its finalizer and
 // no Event says it was finalized.
@@ -165,26 +191,7 @@ func TestUnavailableGroupDrill(t *testing.T) {
 	const allowed = 3 * time.Second
 	hold := allowed + 3*time.Second
 
-	port := serveIdleAPI(t)
-	apiServices := schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
-	apiService := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
-		"metadata": map[string]any{"name": idleVersion + "." + idleGroup},
-		"spec": map[string]any{
-			"group": idleGroup, "version": idleVersion,
-			"service":               map[string]any{"namespace": "default", "name": idleService, "port": int64(port)},
-			"insecureSkipTLSVerify": true,
-			"groupPriorityMinimum":  int64(1000),
-			"versionPriority":       int64(15),
-		},
-	}}
-	if _, err := dyn.Resource(apiServices).Create(context.Background(), apiService, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = dyn.Resource(apiServices).Delete(context.Background(), idleVersion+"."+idleGroup, metav1.DeleteOptions{})
-		setIdleService(t, client, false)
-	})
+	createIdleAPIService(t, client, dyn, serveIdleAPI(t))
 	// The API answers (the aggregator reaches the test's server), then its Service goes.
 	setIdleService(t, client, true)
 	waitIdle(t, client, true)

@@ -25,6 +25,9 @@ type controllerMetrics struct {
 	// unavailable is the number of group versions the latest discovery could not reach,
 	// by what their last good discovery said (none, holds_objects, holds_nothing).
 	unavailable *prometheus.GaugeVec
+	// storeOps counts reads and writes of the discovery memory kept in the cluster, by
+	// op (read, write) and result (ok, conflict, error).
+	storeOps *prometheus.CounterVec
 	// finalizedUnavailable counts namespaces finalized under
 	// --allow-deletion-with-unavailable-groups while some APIs did not answer.
 	finalizedUnavailable prometheus.Counter
@@ -64,8 +67,14 @@ func newMetrics(reg prometheus.Registerer, namespaces corelisters.NamespaceListe
 		Namespace: "kcm_split",
 		Subsystem: MetricsSubsystem,
 		Name:      "unavailable_group_versions",
-		Help:      "API group versions the latest discovery could not reach, by what their last successful discovery in this process served: none (never discovered), holds_objects (namespaced resources that can be listed or deleted), holds_nothing.",
+		Help:      "API group versions the latest discovery could not reach, by what their last successful discovery served (seen by this process, or kept by the previous Lease holder with --allow-deletion-with-unavailable-groups): none (never discovered), holds_objects (namespaced resources that can be listed or deleted), holds_nothing.",
 	}, []string{"last_discovery"})
+	m.storeOps = f.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "kcm_split",
+		Subsystem: MetricsSubsystem,
+		Name:      "discovery_memory_operations_total",
+		Help:      "Reads and writes of the discovery memory the Lease holder keeps in a ConfigMap for the next holder (--allow-deletion-with-unavailable-groups), by op (read, write) and result (ok, conflict, error).",
+	}, []string{"op", "result"})
 	m.finalizedUnavailable = f.NewCounter(prometheus.CounterOpts{
 		Namespace: "kcm_split",
 		Subsystem: MetricsSubsystem,

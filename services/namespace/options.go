@@ -67,7 +67,8 @@ type Options struct {
 	PageSize int64
 	// AllowDeletionWithUnavailableGroups, when positive, lets a namespace be finalized
 	// although some API group versions fail discovery, provided each of them has failed for
-	// at least this long and its last successful discovery (in this process) served no
+	// at least this long and its last successful discovery (by this process, or by the
+	// Lease holder before it, kept in a ConfigMap beside the Lease: store.go) served no
 	// namespaced resource that can be listed or deleted: nothing of it can be left in the
 	// namespace. A group never discovered successfully, or one that served such resources,
 	// still blocks. 0, the default, is upstream's behaviour: any discovery failure blocks.

@@ -12,11 +12,12 @@ import (
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/component-base/featuregate"
 
 	"github.com/kcm-split/kcm-split/shared/app"
 	"github.com/kcm-split/kcm-split/shared/features"
-	"github.com/kcm-split/kcm-split/shared/informer"
+	"github.com/kcm-split/kcm-split/shared/foreign"
 )
 
 // Spec describes the namespace-controller binary to app.Main.
@@ -30,6 +31,8 @@ func Spec() app.Spec {
 		// Many small calls per namespace: see DefaultQPS.
 		DefaultQPS:   DefaultQPS,
 		DefaultBurst: DefaultBurst,
+		// The foreign-writer counter, at 0 before any term.
+		ProcessMetrics: func(reg prometheus.Registerer) { foreign.Register(reg, Name) },
 	}, DefaultOptions(), run)
 }
 
@@ -49,9 +52,10 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 	}
 	recorder := rt.EventRecorder(ctx, Name)
 
-	// Namespaces are cached without managedFields (never read; an Update sent without them
-	// keeps the stored ones).
-	factory := informers.NewSharedInformerFactoryWithOptions(client, rt.ResyncPeriod(), informers.WithTransform(informer.DropManagedFields))
+	// Namespaces are cached without managedFields (an Update sent without them keeps the
+	// stored ones); the foreign-writer detector reads them first.
+	fw := newForeignWriters(ctx, rt)
+	factory := informers.NewSharedInformerFactoryWithOptions(client, rt.ResyncPeriod(), informers.WithTransform(fw.transform))
 	c := New(
 		factory.Core().V1().Namespaces(),
 		client,
@@ -67,6 +71,13 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 		opts,
 		rt.Registry,
 	)
+	c.foreign = fw
+	if opts.AllowDeletionWithUnavailableGroups > 0 {
+		// The memory of last good discoveries outlives this term: kept beside the Lease,
+		// written only by its holder (rt.Client is fenced). Upstream's default (no flag)
+		// neither reads nor writes it.
+		c.keepDiscoveryIn(client.CoreV1().ConfigMaps(rt.LeaseNamespace), rt.LeaseName+DiscoveryStoreSuffix)
+	}
 	// APIServices and CRDs are watched (metadata only) to notice at once when discovery
 	// changes: a failing aggregated API fixed or removed unblocks its namespaces without
 	// waiting for the retry backoff. Best effort: they are not part of readiness, and

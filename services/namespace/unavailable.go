@@ -14,8 +14,8 @@ import (
 // What a group version's last good discovery says about it, the values of the
 // last_discovery label of kcm_split_namespace_unavailable_group_versions.
 const (
-	// LastDiscoveryNone: this process never discovered it successfully. Unknown is not
-	// gone: it blocks like any failing API.
+	// LastDiscoveryNone: never discovered successfully (by this process, nor as kept by
+	// the holder before it: store.go). Unknown is not gone: it blocks like any failing API.
 	LastDiscoveryNone = "none"
 	// LastDiscoveryHoldsObjects: it served namespaced resources that can be listed or
 	// deleted, so objects may be in any namespace: it blocks.
@@ -29,13 +29,16 @@ const (
 
 // gvRecord is what this process knows of one group version's discovery.
 type gvRecord struct {
-	// good is when discovery last answered for it; zero if never since this process started.
+	// good is when discovery last answered for it; zero if never known to have.
 	good time.Time
-	// holders are its namespaced resources that can be listed or deleted, as of good.
-	holders []string
+	// holders are its namespaced resources that can be listed or deleted, as of good;
+	// others the rest it served (cluster-scoped, or namespaced but holding nothing).
+	holders, others []string
 	// failingSince is the first failed discovery after the last good one; zero while it
 	// answers.
 	failingSince time.Time
+	// mentioned is the latest discovery that returned it or found it failing.
+	mentioned time.Time
 }
 
 func (r *gvRecord) lastDiscovery() string {
@@ -71,10 +74,13 @@ func (u unavailableGV) String() string {
 
 // apiMemory remembers, per group version, its last successful discovery: whether it served
 // anything that can hold objects in a namespace, and since when it fails. It lives as long as
-// the process: after a restart every failing group is unknown again, and blocks.
+// the process; with --allow-deletion-with-unavailable-groups the Lease holder also keeps it
+// in the cluster (store.go) and the next holder starts from it (seed).
 type apiMemory struct {
 	mu  sync.Mutex
 	gvs map[schema.GroupVersion]*gvRecord
+	// observed is when the latest discovery observed was made: what the memory is current as of.
+	observed time.Time
 }
 
 func newAPIMemory() *apiMemory { return &apiMemory{gvs: map[schema.GroupVersion]*gvRecord{}} }
@@ -97,22 +103,25 @@ func (m *apiMemory) observe(started time.Time, lists []*metav1.APIResourceList, 
 			// discovery.
 			continue
 		}
-		var holders []string
+		var holders, others []string
 		for _, r := range list.APIResources {
 			// Subresources live and die with their parent; a namespaced resource that can
 			// be neither listed nor deleted (reviews, bindings) keeps nothing to find.
-			if !r.Namespaced || strings.Contains(r.Name, "/") {
+			if strings.Contains(r.Name, "/") {
 				continue
 			}
-			if slices.Contains(r.Verbs, verbList) || slices.Contains(r.Verbs, verbDelete) || slices.Contains(r.Verbs, verbDeleteCollection) {
+			if r.Namespaced && (slices.Contains(r.Verbs, verbList) || slices.Contains(r.Verbs, verbDelete) || slices.Contains(r.Verbs, verbDeleteCollection)) {
 				holders = append(holders, r.Name)
+			} else {
+				others = append(others, r.Name)
 			}
 		}
 		slices.Sort(holders)
+		slices.Sort(others)
 		if prev, ok := m.gvs[gv]; ok && !prev.failingSince.IsZero() {
 			recovered = true
 		}
-		m.gvs[gv] = &gvRecord{good: started, holders: holders}
+		m.gvs[gv] = &gvRecord{good: started, holders: holders, others: others, mentioned: started}
 	}
 	for _, gv := range failed {
 		rec, ok := m.gvs[gv]
@@ -123,6 +132,10 @@ func (m *apiMemory) observe(started time.Time, lists []*metav1.APIResourceList, 
 		if rec.failingSince.IsZero() {
 			rec.failingSince = started
 		}
+		rec.mentioned = started
+	}
+	if started.After(m.observed) {
+		m.observed = started
 	}
 	return recovered
 }

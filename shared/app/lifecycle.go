@@ -133,7 +133,7 @@ func newProcess(spec Spec, o *options, logger logr.Logger) (*process, error) {
 		return nil, fmt.Errorf("building client: %w", err)
 	}
 	p.rt = &Runtime{Features: o.features.gates, minResync: o.client.minResync, Config: ctrlCfg, Client: p.client, Health: p.checks, ProcessRegistry: p.reg,
-		Logger: logger, term: &metrics.TermRegistry{}, Shard: o.sharding.shard}
+		Logger: logger, term: &metrics.TermRegistry{}, Shard: o.sharding.shard, LeaseNamespace: o.leader.Namespace, LeaseName: o.leader.Name}
 	return p, nil
 }
 

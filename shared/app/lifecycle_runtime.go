@@ -42,6 +42,9 @@ type Runtime struct {
 	// sharded, builds the informers of namespaced resources for the shard's range.
 	Shard     sharding.Shard
 	ShardView *sharding.View
+	// LeaseNamespace and LeaseName are the Lease this process campaigns for: state a
+	// controller keeps for its next owner lives beside it (one owner: the holder).
+	LeaseNamespace, LeaseName string
 
 	minResync time.Duration
 	synced    atomic.Pointer[func() bool]

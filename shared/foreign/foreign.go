@@ -239,6 +239,19 @@ func (d *Detector) Observe(t *Target, obj any) []Write {
 	return found
 }
 
+// Report reports a foreign write found by other means than managedFields, with the same
+// episodes as Observe: a write that leaves no trace there, such as a namespace's finalize by
+// another writer, which deletes the namespace in the same request. obj is the object as last
+// seen.
+func (d *Detector) Report(t *Target, obj any, w Write) {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return
+	}
+	ro, _ := obj.(runtime.Object)
+	d.report(t, m, ro, w)
+}
+
 // remember records the entry's time and reports whether it moved (a write not seen before).
 func (d *Detector) remember(uid types.UID, k entryKey, at time.Time) bool {
 	d.mu.Lock()

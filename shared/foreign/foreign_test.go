@@ -258,3 +258,28 @@ kcm_split_foreign_writer_detected_total{controller="mirroring"} %d
 		}
 	}
 }
+
+// TestReportSharesEpisodes: a write found by other means is reported like one found in
+// managedFields, once per episode of its manager.
+func TestReportSharesEpisodes(t *testing.T) {
+	f := newFixture(t, Options{QuietPeriod: time.Minute})
+	w := Write{Manager: "unknown", Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "finalize", At: f.clock.t}
+	f.d.Report(f.target, endpoints("u1"), w)
+	f.d.Report(f.target, endpoints("u2"), w)
+	if f.count() != 1 {
+		t.Fatalf("counter %v after two reports in one episode, want 1", f.count())
+	}
+	ev := f.events()
+	if len(ev) != 1 || !strings.Contains(ev[0], Reason) || !strings.Contains(ev[0], "of finalize") {
+		t.Fatalf("events %q, want one %s naming the subresource", ev, Reason)
+	}
+	f.clock.step(time.Minute)
+	f.d.Report(f.target, endpoints("u3"), w)
+	if f.count() != 2 {
+		t.Fatalf("counter %v after the quiet period, want 2", f.count())
+	}
+	f.d.Report(f.target, "not an object", w)
+	if f.count() != 2 {
+		t.Fatalf("counter %v after a report on no object, want 2", f.count())
+	}
+}

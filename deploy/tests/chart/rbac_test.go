@@ -107,12 +107,18 @@ var scenarios = map[string]scenario{
 			{Verb: "patch", Resource: "namespaces"},
 			{Verb: "update", Resource: "pods", Namespace: "default"},
 			{Verb: "watch", Resource: "secrets"},
+			// Its discovery memory is its own ConfigMap beside its Lease, nothing else.
+			{Verb: "update", Resource: "configmaps", Namespace: "kube-system", Name: "namespace-controller-discovery"},
+			{Verb: "get", Resource: "configmaps", Namespace: "default", Name: "namespace-controller-discovery"},
 		},
 		unused: with(eventsOnFailure, map[string]string{
 			"get /namespaces": "a namespace is read again only after a write conflict",
 			"delete */*":      "objects are deleted one by one only where a resource has no deletecollection",
+			"update /configmaps": "the discovery memory is written again only when discovery changes or every 2 minutes; " +
+				"the scenario's discovery does not change (created at the first discovery, read at start)",
 		}),
-		args: []string{"--namespace-sync-period=5s"},
+		// The flag makes it keep its discovery memory in the ConfigMap the Role grants.
+		args: []string{"--namespace-sync-period=5s", "--allow-deletion-with-unavailable-groups=1h"},
 	},
 	"nodelifecycle": {
 		run: nodelifecycleScenario,
