@@ -84,7 +84,7 @@ func twoShards(t *testing.T, e *testenv.Env, wantMode string) {
 	}
 
 	start := time.Now()
-	shards := e.StartShards(t, controller, 2, "shard", leases)
+	shards := e.StartShards(t, controller, 2, sharding.HashFNV, "shard", leases)
 	for _, ns := range all {
 		waitEndpoints(t, c, ns, "web", "two ready addresses", func(ep *corev1.Endpoints) bool { return ep != nil && len(testobj.ReadyIPs(ep)) == 2 })
 		waitSliceEndpoints(t, c, ns, "web", 2)

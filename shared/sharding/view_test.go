@@ -223,3 +223,65 @@ func TestWithProbeDecidesMode(t *testing.T) {
 		}
 	}
 }
+
+// TestMixedHashSendsNoSelectorNorProbe: a shard of a hash the apiserver cannot compute sends no
+// selector, lists no probe before its streaming list, reports client from the start (even if a
+// list came back with ShardInfo, which an apiserver only sets for a selector it was sent), and
+// keeps its own namespaces by that hash.
+func TestMixedHashSendsNoSelectorNorProbe(t *testing.T) {
+	shard := Shard{Index: 1, Count: 3, Hash: HashMixed}
+	reg := prometheus.NewRegistry()
+	v := NewView(shard, "b", reg, logr.Discard())
+	lists := 0
+	fw := watch.NewFake()
+	lw := v.ListWatch("pods", func(_ context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		lists++
+		if o.ShardSelector != "" {
+			t.Errorf("list sent selector %q", o.ShardSelector)
+		}
+		return &corev1.PodList{ListMeta: metav1.ListMeta{ShardInfo: &metav1.ShardInfo{Selector: "x"}}, Items: pods(familyNames("tenant-%04d", 60)...)}, nil
+	}, func(_ context.Context, o metav1.ListOptions) (watch.Interface, error) {
+		if o.ShardSelector != "" {
+			t.Errorf("watch sent selector %q", o.ShardSelector)
+		}
+		return fw, nil
+	}, nil)
+	if v.Mode() != ModeClient {
+		t.Errorf("mode %s before any list, want client", v.Mode())
+	}
+	yes := true
+	if _, err := cache.ToListerWatcherWithContext(lw).WatchWithContext(context.Background(), metav1.ListOptions{SendInitialEvents: &yes}); err != nil {
+		t.Fatal(err)
+	}
+	if lists != 0 {
+		t.Errorf("%d probes before the streaming list, want none", lists)
+	}
+	obj, err := cache.ToListerWatcherWithContext(lw).ListWithContext(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	items := obj.(*corev1.PodList).Items
+	// A third of 60 names of one family, give or take: the KEP's hash would give 0 or 60.
+	if len(items) < 10 || len(items) > 30 {
+		t.Errorf("%d of 60 tenant namespaces kept by shard 1 of 3", len(items))
+	}
+	for _, p := range items {
+		if !shard.Owns(p.Namespace) {
+			t.Errorf("kept %s, not the shard's", p.Namespace)
+		}
+	}
+	if v.Mode() != ModeClient {
+		t.Errorf("mode %s after a list, want client", v.Mode())
+	}
+	if got := testutil.ToFloat64(v.info.WithLabelValues("b", "1", "3", "pods", ModeClient)); got != 1 {
+		t.Errorf("kcm_split_shard_info{mode=client} = %v", got)
+	}
+}
+
+func familyNames(format string, n int) []string {
+	var out []string
+	for i := range n {
+		out = append(out, fmt.Sprintf(format, i))
+	}
+	return out
+}
