@@ -99,7 +99,7 @@ func layoutChange(t *testing.T, from, to sharding.Shard) {
 	for i, n := range news {
 		n.WaitLeadingAndSynced(lease(shard(to, i)), testenv.LeadTimeout)
 	}
-	t.Logf("%s new shards leading and synced %s after the old layout was stopped (its stop took %s)", to.Layout(),
+	t.Logf("new layout (%s) leading and synced %s after the old layout was stopped (its stop took %s)", to.Layout(),
 		time.Since(stopped).Round(time.Millisecond), stopped.Sub(stopping).Round(time.Millisecond))
 	// Churn after the switch: the new layout serves it.
 	for k, ns := range all {
