@@ -111,6 +111,26 @@ func twoShards(t *testing.T, e *testenv.Env, hash sharding.Hash, wantMode string
 		}
 	}
 
+	// kcm_split_shard_objects: each shard counts at least its namespaces' Pods, and the shards
+	// together every Pod of the cluster (other tests' namespaces included), each once.
+	pods, err := c.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted := func(i int) float64 {
+		return shards[i].Metric(fmt.Sprintf(`kcm_split_shard_objects{binary=%q,resource="pods",shard="%d",shards="2"}`, endpointscontroller.ControllerID, i))
+	}
+	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return counted(0)+counted(1) == float64(len(pods.Items)), nil
+	}); err != nil {
+		t.Errorf("kcm_split_shard_objects{resource=pods}: %v + %v, the cluster has %d Pods", counted(0), counted(1), len(pods.Items))
+	}
+	for i := range shards {
+		if n := counted(i); n < float64(2*len(owned[i])) {
+			t.Errorf("shard %d counts %v Pods, its %d namespaces hold %d", i, n, len(owned[i]), 2*len(owned[i]))
+		}
+	}
+
 	// Every write in a namespace came from the shard that owns it.
 	evs, err := e.Writes(testenv.ByUserAgentPrefix(controller.UserAgentPrefix(), "endpoints", "endpointslices"))
 	if err != nil {

@@ -35,12 +35,13 @@ type View struct {
 	binary   string
 	logger   klog.Logger
 
-	mu    sync.Mutex
-	modes map[string]string // by resource
+	mu     sync.Mutex
+	modes  map[string]string       // by resource
+	counts map[string]*objectCount // by resource, of the informers built by Informer
 }
 
-// NewView returns the view of shard for binary, registering kcm_split_shard_info on reg
-// (nil: none).
+// NewView returns the view of shard for binary, registering kcm_split_shard_info,
+// kcm_split_shard_objects and kcm_split_shard_largest_namespace_objects on reg (nil: none).
 func NewView(shard Shard, binary string, reg prometheus.Registerer, logger klog.Logger) *View {
 	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "kcm_split_shard_info",
@@ -49,7 +50,10 @@ func NewView(shard Shard, binary string, reg prometheus.Registerer, logger klog.
 	if reg != nil {
 		info = metrics.Register(reg, info)
 	}
-	v := &View{shard: shard, info: info, binary: binary, logger: logger, modes: map[string]string{}}
+	v := &View{shard: shard, info: info, binary: binary, logger: logger, modes: map[string]string{}, counts: map[string]*objectCount{}}
+	if reg != nil {
+		metrics.Register(reg, newObjectsCollector(v))
+	}
 	if shard.Hash.ServerSide() {
 		v.selector = shard.Selector().String()
 	}
@@ -160,12 +164,15 @@ func WithProbe(probe ListFunc) Option { return func(l *listWatch) { l.probe = pr
 
 // Informer is a shared index informer over ListWatch(resource, list, watchFn, tweak) with indexers
 // (nil: by namespace, as the informer factory's); register it with the factory's InformerFor
-// before anything asks the factory for that type.
+// before anything asks the factory for that type. Its cache is counted by namespace
+// (kcm_split_shard_objects), replacing the count of the resource's previous informer.
 func (v *View) Informer(resource string, obj runtime.Object, list ListFunc, watchFn WatchFunc, tweak func(*metav1.ListOptions), resync time.Duration, indexers cache.Indexers, opts ...Option) cache.SharedIndexInformer {
 	if indexers == nil {
 		indexers = cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
 	}
-	return cache.NewSharedIndexInformer(v.ListWatch(resource, list, watchFn, tweak, opts...), obj, resync, indexers)
+	inf := cache.NewSharedIndexInformer(v.ListWatch(resource, list, watchFn, tweak, opts...), obj, resync, indexers)
+	v.countObjects(resource, inf)
+	return inf
 }
 
 type listWatch struct {
