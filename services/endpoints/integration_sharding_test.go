@@ -36,22 +36,33 @@ func gatedEnv(t *testing.T) *testenv.Env {
 	return e
 }
 
-func TestTwoShardsGateOn(t *testing.T) { twoShards(t, gatedEnv(t), sharding.ModeServer) }
+func TestTwoShardsGateOn(t *testing.T) {
+	e := gatedEnv(t)
+	t.Run("fnv", func(t *testing.T) { twoShards(t, e, sharding.HashFNV, sharding.ModeServer) })
+	// The mixed hash sends no selector: the shards filter themselves even with the gate on.
+	t.Run("mixed", func(t *testing.T) { twoShards(t, e, sharding.HashMixed, sharding.ModeClient) })
+}
 
 func TestTwoShardsGateOff(t *testing.T) {
 	testenv.Require(t, env)
-	twoShards(t, env, sharding.ModeClient)
+	twoShards(t, env, sharding.HashFNV, sharding.ModeClient)
 }
 
-// shardNamespaces creates namespaces until each of count shards owns at least two (bounded:
-// 40 tries; the hash spreads them evenly, so a dozen is usual) and returns them by owner.
+// shardNamespaces creates namespaces until each of count shards of the KEP's hash owns at least
+// two (bounded: 40 tries; the hash spreads them evenly, so a dozen is usual) and returns them by
+// owner.
 func shardNamespaces(t *testing.T, e *testenv.Env, count int) map[int][]string {
+	return hashNamespaces(t, e, count, sharding.HashFNV)
+}
+
+// hashNamespaces is shardNamespaces for the shards of hash.
+func hashNamespaces(t *testing.T, e *testenv.Env, count int, hash sharding.Hash) map[int][]string {
 	t.Helper()
 	owned := map[int][]string{}
 	for range 40 {
 		ns := e.Namespace(t)
 		for i := range count {
-			if (sharding.Shard{Index: i, Count: count}).Owns(ns) {
+			if (sharding.Shard{Index: i, Count: count, Hash: hash}).Owns(ns) {
 				owned[i] = append(owned[i], ns)
 			}
 		}
@@ -71,10 +82,10 @@ func shardNamespaces(t *testing.T, e *testenv.Env, count int) map[int][]string {
 // slices of their own namespaces only, and together leave exactly what one replica would
 // have written: an unsharded controller started over their result writes nothing.
 // Over 80 lines: one scenario on a real apiserver, each step building on the state the last left.
-func twoShards(t *testing.T, e *testenv.Env, wantMode string) {
+func twoShards(t *testing.T, e *testenv.Env, hash sharding.Hash, wantMode string) {
 	c := e.Client(t)
 	leases := e.Namespace(t)
-	owned := shardNamespaces(t, e, 2)
+	owned := hashNamespaces(t, e, 2, hash)
 	all := slices.Concat(owned[0], owned[1])
 	sel := map[string]string{"app": "web"}
 	for k, ns := range all {
@@ -84,7 +95,7 @@ func twoShards(t *testing.T, e *testenv.Env, wantMode string) {
 	}
 
 	start := time.Now()
-	shards := e.StartShards(t, controller, 2, "shard", leases)
+	shards := e.StartShards(t, controller, 2, hash, "shard", leases)
 	for _, ns := range all {
 		waitEndpoints(t, c, ns, "web", "two ready addresses", func(ep *corev1.Endpoints) bool { return ep != nil && len(testobj.ReadyIPs(ep)) == 2 })
 		waitSliceEndpoints(t, c, ns, "web", 2)
@@ -97,6 +108,26 @@ func twoShards(t *testing.T, e *testenv.Env, wantMode string) {
 			if v := s.Metric(series); v != 1 {
 				t.Errorf("shard %d: %s = %v, want 1", i, series, v)
 			}
+		}
+	}
+
+	// kcm_split_shard_objects: each shard counts at least its namespaces' Pods, and the shards
+	// together every Pod of the cluster (other tests' namespaces included), each once.
+	pods, err := c.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted := func(i int) float64 {
+		return shards[i].Metric(fmt.Sprintf(`kcm_split_shard_objects{binary=%q,resource="pods",shard="%d",shards="2"}`, endpointscontroller.ControllerID, i))
+	}
+	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return counted(0)+counted(1) == float64(len(pods.Items)), nil
+	}); err != nil {
+		t.Errorf("kcm_split_shard_objects{resource=pods}: %v + %v, the cluster has %d Pods", counted(0), counted(1), len(pods.Items))
+	}
+	for i := range shards {
+		if n := counted(i); n < float64(2*len(owned[i])) {
+			t.Errorf("shard %d counts %v Pods, its %d namespaces hold %d", i, n, len(owned[i]), 2*len(owned[i]))
 		}
 	}
 

@@ -72,7 +72,7 @@ func twoShards(t *testing.T, e *testenv.Env, wantMode string) {
 		createQuota(t, c, ns, "q", corev1.ResourceList{corev1.ResourcePods: q("10"), corev1.ResourceRequestsMemory: q("10Gi"), corev1.ResourceConfigMaps: q("10")})
 	}
 
-	shards := e.StartShards(t, controller, 2, "shard", leases)
+	shards := e.StartShards(t, controller, 2, sharding.HashFNV, "shard", leases)
 	for k, ns := range all {
 		// A namespace holds the kube-root-ca.crt ConfigMap too, once published; none here
 		// (no controller-manager publishes it), so the count is ours alone.

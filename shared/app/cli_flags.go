@@ -52,6 +52,7 @@ const (
 	FlagFeatureGates        = "feature-gates"
 	FlagShards              = "shards"
 	FlagShardIndex          = "shard-index"
+	FlagShardHash           = "shard-hash"
 	FlagAuthnCacheTTL       = "authentication-token-webhook-cache-ttl"
 	FlagAuthzAllowedTTL     = "authorization-webhook-cache-authorized-ttl"
 	FlagAuthzDeniedTTL      = "authorization-webhook-cache-unauthorized-ttl"

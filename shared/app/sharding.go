@@ -10,9 +10,10 @@ import (
 	"github.com/kcm-split/kcm-split/shared/sharding"
 )
 
-// shardingOptions are --shards and --shard-index, for a Spec with Sharded.
+// shardingOptions are --shards, --shard-index and --shard-hash, for a Spec with Sharded.
 type shardingOptions struct {
 	shard sharding.Shard
+	hash  string // --shard-hash as given
 	// given tells whether either flag was given, which makes the process take part in the
 	// layout protocol (labelled Lease, Layout fence).
 	given     bool
@@ -37,8 +38,25 @@ func (o *shardingOptions) flags(spec Spec) []cli.Flag {
 				"is held before it campaigns or writes",
 		},
 		&cli.IntFlag{Name: FlagShardIndex, Category: "Sharding", Value: 0, Destination: &o.shard.Index, Usage: "this process's shard, 0 to --shards minus 1"},
+		&cli.StringFlag{
+			Name:        FlagShardHash,
+			Category:    "Sharding",
+			Value:       string(DefaultShardHash),
+			Destination: &o.hash,
+			Usage: "the hash of the namespace name the shard ranges are cut from: mixed (FNV-1a 64 then a 64-bit finalizer: " +
+				"namespaces of one name family spread over every shard; the apiserver cannot compute it, so every shard " +
+				"lists and watches all namespaces and filters them itself) or fnv (KEP-5866's own hash: the apiserver " +
+				"filters for each shard when its ShardedListAndWatch gate is on, but names sharing a prefix fall in one " +
+				"shard). The two are two layouts: a shard's Lease of mixed is <lease name>-shard-<index>-of-<shards>-mixed, " +
+				"and a change of hash waits for the other hash's Leases as a change of --shards does",
+		},
 	}
 }
+
+// DefaultShardHash is --shard-hash's default: the mixed hash. ShardedListAndWatch is alpha and
+// off in almost every cluster, where the KEP's hash buys nothing and leaves name families in one
+// shard (shared/README.md, "Sharding", has the measured spread).
+const DefaultShardHash = sharding.HashMixed
 
 // complete validates the shard and, when --shards or --shard-index was given, names and labels
 // the shard's own Lease in election.
@@ -47,6 +65,7 @@ func (o *shardingOptions) complete(spec Spec, c *cli.Context, election *leader.C
 		o.shard = sharding.Whole
 		return nil
 	}
+	o.shard.Hash = sharding.Hash(o.hash)
 	if err := o.shard.Validate(); err != nil {
 		var se *sharding.Error
 		if errors.As(err, &se) {
@@ -54,6 +73,8 @@ func (o *shardingOptions) complete(spec Spec, c *cli.Context, election *leader.C
 		}
 		return err
 	}
+	// --shard-hash alone does not make the process take part: without --shards it is one
+	// shard, whose layout no hash changes.
 	o.given = c.IsSet(FlagShards) || c.IsSet(FlagShardIndex)
 	o.baseLease = election.Name
 	if o.given {

@@ -36,9 +36,10 @@ type LayoutOptions struct {
 	Recheck time.Duration
 }
 
-// Layout keeps two layouts of one binary from writing at the same time: a shard of layout N
-// writes nothing while a Lease of this binary with another shard count is held and fresh, so
-// going from N to M shards never has two owners of a namespace. Freshness is by this
+// Layout keeps two layouts of one binary from writing at the same time: a shard of a layout
+// (N shards of a hash) writes nothing while a Lease of this binary with another shard count or
+// hash is held and fresh, so going from N to M shards, or from one hash to the other, never
+// has two owners of a namespace. Freshness is by this
 // process's own clock: a Lease counts as held for its lease duration after the last change
 // this process saw of it (first sight included), as a standby judges expiry, so clock skew
 // between hosts cannot shorten it and a Lease not seen since start is assumed held.
@@ -75,7 +76,7 @@ func NewLayout(client kubernetes.Interface, opts LayoutOptions, reg prometheus.R
 	})
 	gauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name:        "kcm_split_shard_layout_blocking_leases",
-		Help:        "Leases of another shard layout (--shards) of this binary held and fresh as this process sees them; while above 0 this process starts no controller and its writes are refused (kcm_split_leader_fenced_writes_total{reason=\"other_shard_layout\"}). -1 before the Leases were first listed.",
+		Help:        "Leases of another shard layout (--shards, --shard-hash) of this binary held and fresh as this process sees them; while above 0 this process starts no controller and its writes are refused (kcm_split_leader_fenced_writes_total{reason=\"other_shard_layout\"}). -1 before the Leases were first listed.",
 		ConstLabels: prometheus.Labels{"binary": opts.Binary, "shard": strconv.Itoa(opts.Shard.Index), "shards": strconv.Itoa(opts.Shard.Count)},
 	}, func() float64 {
 		b, synced := l.Blockers(time.Now())
@@ -93,19 +94,20 @@ func NewLayout(client kubernetes.Interface, opts LayoutOptions, reg prometheus.R
 // Start runs the Lease informer until ctx ends.
 func (l *Layout) Start(ctx context.Context) { go l.informer.RunWithContext(ctx) }
 
-// otherLayout returns the layout ("N shards") of a Lease of another layout of this binary, ""
-// for this layout's Leases and every other Lease.
+// otherLayout returns the layout (Shard.Layout: "N shards", or "N shards, hash H") of a Lease
+// of another layout of this binary, "" for this layout's Leases and every other Lease. A Lease
+// without the hash label is of HashFNV: so were all before the choice of hash.
 func (l *Layout) otherLayout(lease *coordinationv1.Lease) string {
-	own := strconv.Itoa(l.opts.Shard.Count)
+	own := l.opts.Shard.Layout()
 	if lease.Labels[LabelBinary] == l.opts.Binary {
-		if n := lease.Labels[LabelShards]; n != own {
-			return n
+		if other := layoutName(lease.Labels[LabelShards], Hash(lease.Labels[LabelHash])); other != own {
+			return other
 		}
 		return ""
 	}
 	// The unsharded Lease written by a process without --shards carries no label.
 	if lease.Name == l.opts.BaseLease && l.opts.Shard.Count != 1 {
-		return "1"
+		return layoutName("1", "")
 	}
 	return ""
 }
@@ -166,7 +168,7 @@ func (l *Layout) Blockers(now time.Time) ([]string, bool) {
 	var out []string
 	for name, o := range l.seen {
 		if o.holder != "" && now.Sub(o.since) < o.duration {
-			out = append(out, fmt.Sprintf("%s (%s shards, held by %s)", name, o.layout, o.holder))
+			out = append(out, fmt.Sprintf("%s (%s, held by %s)", name, o.layout, o.holder))
 		}
 	}
 	slices.Sort(out)

@@ -25,10 +25,10 @@ func lease(name, holder string, labels map[string]string) *coordinationv1.Lease 
 func TestLayoutBlocksOnOtherLayouts(t *testing.T) {
 	me := Shard{Index: 1, Count: 4}
 	client := fake.NewClientset(
-		lease("ep-shard-0-of-2", "a", Shard{0, 2}.LeaseLabels("ep")),
-		lease("ep-shard-1-of-2", "", Shard{1, 2}.LeaseLabels("ep")),  // released
-		lease("ep-shard-0-of-4", "c", Shard{0, 4}.LeaseLabels("ep")), // my layout
-		lease("quota-shard-0-of-2", "d", Shard{0, 2}.LeaseLabels("quota")),
+		lease("ep-shard-0-of-2", "a", Shard{Index: 0, Count: 2}.LeaseLabels("ep")),
+		lease("ep-shard-1-of-2", "", Shard{Index: 1, Count: 2}.LeaseLabels("ep")),  // released
+		lease("ep-shard-0-of-4", "c", Shard{Index: 0, Count: 4}.LeaseLabels("ep")), // my layout
+		lease("quota-shard-0-of-2", "d", Shard{Index: 0, Count: 2}.LeaseLabels("quota")),
 		lease("ep", "e", nil), // the unsharded Lease
 		lease("other", "f", nil),
 	)
@@ -59,7 +59,7 @@ func TestLayoutBlocksOnOtherLayouts(t *testing.T) {
 }
 
 func TestUnshardedLayoutIsBlockedBySharded(t *testing.T) {
-	client := fake.NewClientset(lease("ep", "me", Whole.LeaseLabels("ep")), lease("ep-shard-1-of-2", "x", Shard{1, 2}.LeaseLabels("ep")))
+	client := fake.NewClientset(lease("ep", "me", Whole.LeaseLabels("ep")), lease("ep-shard-1-of-2", "x", Shard{Index: 1, Count: 2}.LeaseLabels("ep")))
 	l := NewLayout(client, LayoutOptions{Binary: "ep", Namespace: "kube-system", BaseLease: "ep", Shard: Whole, LeaseDuration: time.Minute, Recheck: time.Second}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -67,5 +67,35 @@ func TestUnshardedLayoutIsBlockedBySharded(t *testing.T) {
 	cache.WaitForCacheSync(ctx.Done(), l.informer.HasSynced)
 	if b, _ := l.Blockers(time.Now()); len(b) != 1 {
 		t.Fatalf("blockers %v, want the 2-shard Lease only", b)
+	}
+}
+
+// TestLayoutBlocksOnOtherHash: at the same shard count, a shard of the mixed hash is blocked by
+// a held Lease of the KEP's hash (labelled as before the choice of hash: no hash label), and a
+// shard of the KEP's hash by a held mixed one; neither by its own layout's.
+func TestLayoutBlocksOnOtherHash(t *testing.T) {
+	fnv0, fnv1 := Shard{Index: 0, Count: 2}, Shard{Index: 1, Count: 2}
+	mixed0, mixed1 := Shard{Index: 0, Count: 2, Hash: HashMixed}, Shard{Index: 1, Count: 2, Hash: HashMixed}
+	client := fake.NewClientset(
+		lease(fnv0.LeaseName("ep"), "a", map[string]string{LabelBinary: "ep", LabelShards: "2", LabelIndex: "0"}),
+		lease(mixed1.LeaseName("ep"), "b", mixed1.LeaseLabels("ep")),
+	)
+	for _, c := range []struct {
+		me   Shard
+		want string
+	}{
+		{mixed0, "ep-shard-0-of-2 (2 shards, held by a)"},
+		{fnv1, "ep-shard-1-of-2-mixed (2 shards, hash mixed, held by b)"},
+	} {
+		l := NewLayout(client, LayoutOptions{Binary: "ep", Namespace: "kube-system", BaseLease: "ep", Shard: c.me, LeaseDuration: time.Minute, Recheck: time.Second}, nil)
+		ctx, cancel := context.WithCancel(context.Background())
+		l.Start(ctx)
+		if !cache.WaitForCacheSync(ctx.Done(), l.informer.HasSynced) {
+			t.Fatal("not synced")
+		}
+		if b, _ := l.Blockers(time.Now()); len(b) != 1 || b[0] != c.want || l.AllowWrite() {
+			t.Errorf("%s hash %s: blockers %v, want [%s]", c.me, c.me.Hash.Name(), b, c.want)
+		}
+		cancel()
 	}
 }

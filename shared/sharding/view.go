@@ -30,17 +30,18 @@ const (
 // a cache or a handler, whatever the apiserver does with the selector.
 type View struct {
 	shard    Shard
-	selector string
+	selector string // "" for a hash the apiserver cannot compute: nothing is asked of it
 	info     *prometheus.GaugeVec
 	binary   string
 	logger   klog.Logger
 
-	mu    sync.Mutex
-	modes map[string]string // by resource
+	mu     sync.Mutex
+	modes  map[string]string       // by resource
+	counts map[string]*objectCount // by resource, of the informers built by Informer
 }
 
-// NewView returns the view of shard for binary, registering kcm_split_shard_info on reg
-// (nil: none).
+// NewView returns the view of shard for binary, registering kcm_split_shard_info,
+// kcm_split_shard_objects and kcm_split_shard_largest_namespace_objects on reg (nil: none).
 func NewView(shard Shard, binary string, reg prometheus.Registerer, logger klog.Logger) *View {
 	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "kcm_split_shard_info",
@@ -49,7 +50,14 @@ func NewView(shard Shard, binary string, reg prometheus.Registerer, logger klog.
 	if reg != nil {
 		info = metrics.Register(reg, info)
 	}
-	return &View{shard: shard, selector: shard.Selector().String(), info: info, binary: binary, logger: logger, modes: map[string]string{}}
+	v := &View{shard: shard, info: info, binary: binary, logger: logger, modes: map[string]string{}, counts: map[string]*objectCount{}}
+	if reg != nil {
+		metrics.Register(reg, newObjectsCollector(v))
+	}
+	if shard.Hash.ServerSide() {
+		v.selector = shard.Selector().String()
+	}
+	return v
 }
 
 // Shard is the shard this view is of.
@@ -96,12 +104,15 @@ func (v *View) setMode(resource, mode string) {
 		v.info.DeleteLabelValues(append(labels, old)...)
 	}
 	v.info.WithLabelValues(append(labels, mode)...).Set(1)
-	switch mode {
-	case ModeClient:
+	switch {
+	case mode == ModeClient && v.selector == "":
+		v.logger.Info("The apiserver cannot compute this shard's hash; filtering on the client side (every list and watch carries all namespaces)",
+			"shard", v.shard.String(), "hash", v.shard.Hash.Name(), "resource", resource)
+	case mode == ModeClient:
 		// Once per change of mode, not per list: a relist every few minutes would flood.
 		v.logger.Info("The apiserver ignored the shard selector (no ListMeta.ShardInfo: gate ShardedListAndWatch off, an older server, or a resource it does not shard); filtering on the client side",
 			"shard", v.shard.String(), "resource", resource, "selector", v.selector)
-	case ModeServer:
+	case mode == ModeServer:
 		v.logger.V(2).Info("The apiserver filters lists and watches to this shard's namespaces", "shard", v.shard.String(), "resource", resource, "selector", v.selector)
 	}
 }
@@ -125,8 +136,15 @@ type (
 // preceded by a probe: a list of at most one object with the same selector, read for
 // ListMeta.ShardInfo. If the reflector falls back to a plain list (an apiserver without
 // streaming lists), that list says it itself.
+//
+// With a hash the apiserver cannot compute (Hash.ServerSide false) no selector is sent and
+// nothing is probed: the mode is client from the start.
 func (v *View) ListWatch(resource string, list ListFunc, watchFn WatchFunc, tweak func(*metav1.ListOptions), opts ...Option) cache.ListerWatcher {
-	v.setMode(resource, ModeUnknown)
+	if v.selector == "" {
+		v.setMode(resource, ModeClient)
+	} else {
+		v.setMode(resource, ModeUnknown)
+	}
 	l := &listWatch{v: v, resource: resource, list: list, watch: watchFn, tweak: tweak}
 	for _, o := range opts {
 		o(l)
@@ -146,12 +164,15 @@ func WithProbe(probe ListFunc) Option { return func(l *listWatch) { l.probe = pr
 
 // Informer is a shared index informer over ListWatch(resource, list, watchFn, tweak) with indexers
 // (nil: by namespace, as the informer factory's); register it with the factory's InformerFor
-// before anything asks the factory for that type.
+// before anything asks the factory for that type. Its cache is counted by namespace
+// (kcm_split_shard_objects), replacing the count of the resource's previous informer.
 func (v *View) Informer(resource string, obj runtime.Object, list ListFunc, watchFn WatchFunc, tweak func(*metav1.ListOptions), resync time.Duration, indexers cache.Indexers, opts ...Option) cache.SharedIndexInformer {
 	if indexers == nil {
 		indexers = cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
 	}
-	return cache.NewSharedIndexInformer(v.ListWatch(resource, list, watchFn, tweak, opts...), obj, resync, indexers)
+	inf := cache.NewSharedIndexInformer(v.ListWatch(resource, list, watchFn, tweak, opts...), obj, resync, indexers)
+	v.countObjects(resource, inf)
+	return inf
 }
 
 type listWatch struct {
@@ -167,7 +188,7 @@ func (l *listWatch) options(opts metav1.ListOptions) metav1.ListOptions {
 	if l.tweak != nil {
 		l.tweak(&opts)
 	}
-	opts.ShardSelector = l.v.selector
+	opts.ShardSelector = l.v.selector // "" (none) for a hash only this process computes
 	return opts
 }
 
@@ -188,7 +209,10 @@ func (l *listWatch) ListWithContext(ctx context.Context, opts metav1.ListOptions
 		return nil, err
 	}
 	mode := modeOf(obj)
-	if l.probe != nil {
+	switch {
+	case l.v.selector == "":
+		mode = ModeClient
+	case l.probe != nil:
 		// This list cannot say (metadata only): ask the probe, keep what was known if it fails.
 		mode = l.probeMode(ctx)
 	}
@@ -215,7 +239,7 @@ func (l *listWatch) ListWithContext(ctx context.Context, opts metav1.ListOptions
 // the range (bookmarks and errors pass). A watch that starts with the initial events (a
 // streaming list) is preceded by a probe for the mode.
 func (l *listWatch) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-	if opts.SendInitialEvents != nil && *opts.SendInitialEvents {
+	if l.v.selector != "" && opts.SendInitialEvents != nil && *opts.SendInitialEvents {
 		if mode := l.probeMode(ctx); mode != "" {
 			l.v.setMode(l.resource, mode)
 		}

@@ -107,17 +107,18 @@ func (env *Env) ClientAs(t testing.TB, userAgent string) kubernetes.Interface {
 }
 
 // StartShards starts count shards of b (named name-0, name-1, ...) with --shards=count, their
-// --shard-index and Leases in leaseNamespace, plus args, and waits (up to LeadTimeout each)
-// until every one holds its shard's Lease and its caches are synced.
-func (env *Env) StartShards(t testing.TB, b Binary, count int, name, leaseNamespace string, args ...string) []*Controller {
+// --shard-index, --shard-hash=hash ("" is sharding.HashFNV, the zero Shard's) and Leases in
+// leaseNamespace, plus args, and waits (up to LeadTimeout each) until every one holds its
+// shard's Lease and its caches are synced.
+func (env *Env) StartShards(t testing.TB, b Binary, count int, hash sharding.Hash, name, leaseNamespace string, args ...string) []*Controller {
 	t.Helper()
 	shards := make([]*Controller, count)
 	for i := range shards {
 		shards[i] = env.Start(t, b, fmt.Sprintf("%s-%d", name, i), append([]string{fmt.Sprintf("--shards=%d", count),
-			fmt.Sprintf("--shard-index=%d", i), "--leader-elect-resource-namespace=" + leaseNamespace}, args...)...)
+			fmt.Sprintf("--shard-index=%d", i), "--shard-hash=" + string(hash.Name()), "--leader-elect-resource-namespace=" + leaseNamespace}, args...)...)
 	}
 	for i, s := range shards {
-		s.WaitLeadingAndSynced(sharding.Shard{Index: i, Count: count}.LeaseName(b.Lease()), LeadTimeout)
+		s.WaitLeadingAndSynced(sharding.Shard{Index: i, Count: count, Hash: hash}.LeaseName(b.Lease()), LeadTimeout)
 	}
 	return shards
 }

@@ -88,18 +88,33 @@ with shardLayoutFence (the way back from N shards to one replica). */}}
 {{- or (gt (int (include "kcm-split.shards" .)) 1) (eq (toString .c.shardLayoutFence) "true") -}}
 {{- end -}}
 
+{{/* The shard hash of a sharded layout (controllers.<alias>.shardHash, default mixed), "" for
+one shard (one shard owns everything: no hash, no hash in any name). Names and labels carry it
+only when it is not fnv, the layouts before the choice of hash. */}}
+{{- define "kcm-split.shardHash" -}}
+{{- if gt (int (include "kcm-split.shards" .)) 1 -}}
+{{- .c.shardHash | default "mixed" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "kcm-split.shardHashSuffix" -}}
+{{- $h := include "kcm-split.shardHash" . -}}
+{{- if and $h (ne $h "fnv") -}}-{{ $h }}{{- end -}}
+{{- end -}}
+
 {{- define "kcm-split.shard" -}}
 {{- $s := .shard | default (dict "index" 0 "count" (int (include "kcm-split.shards" .))) -}}
 {{- toJson $s -}}
 {{- end -}}
 
 {{/* A shard's Lease: the binary's shared/sharding LeaseName, the unsharded Lease for one
-shard, <leaseName>-shard-<I>-of-<N> otherwise. The one place the chart computes it. */}}
+shard, <leaseName>-shard-<I>-of-<N>[-<hash>] otherwise (no hash for fnv). The one place the
+chart computes it. */}}
 {{- define "kcm-split.shardLeaseName" -}}
 {{- $s := include "kcm-split.shard" . | fromJson -}}
 {{- $base := include "kcm-split.leaseName" . -}}
 {{- if gt (int $s.count) 1 -}}
-{{- printf "%s-shard-%d-of-%d" $base (int $s.index) (int $s.count) -}}
+{{- printf "%s-shard-%d-of-%d%s" $base (int $s.index) (int $s.count) (include "kcm-split.shardHashSuffix" .) -}}
 {{- else -}}
 {{- $base -}}
 {{- end -}}
@@ -145,14 +160,15 @@ stays what it was, and helm needs no right to list Leases). */ -}}
 {{- end -}}
 
 {{/* Object name of a shard's Deployment and PDB: the controller's name with one shard,
-<name>-shard-<I>-of-<N> otherwise (the name carries N, so changing the count replaces the
-Deployments instead of rolling the old ones into the new layout; see the chart README). The
+<name>-shard-<I>-of-<N>[-<hash>] otherwise (the name carries the layout, so changing the count
+or the hash replaces the Deployments instead of rolling the old ones into the new layout; see
+the chart README). The
 controller's name is shortened, never the suffix, so two shards never share a name. */}}
 {{- define "kcm-split.shardName" -}}
 {{- $s := include "kcm-split.shard" . | fromJson -}}
 {{- $name := include "kcm-split.ctrlName" . -}}
 {{- if gt (int $s.count) 1 -}}
-{{- $suffix := printf "-shard-%d-of-%d" (int $s.index) (int $s.count) -}}
+{{- $suffix := printf "-shard-%d-of-%d%s" (int $s.index) (int $s.count) (include "kcm-split.shardHashSuffix" .) -}}
 {{- printf "%s%s" ($name | trunc (int (sub 63 (len $suffix))) | trimSuffix "-") $suffix -}}
 {{- else -}}
 {{- $name -}}
@@ -165,6 +181,9 @@ controller's name is shortened, never the suffix, so two shards never share a na
 {{- $s := include "kcm-split.shard" . | fromJson -}}
 kcm-split.io/shards: {{ int $s.count | quote }}
 kcm-split.io/shard-index: {{ int $s.index | quote }}
+{{- with (include "kcm-split.shardHashSuffix" .) }}
+kcm-split.io/shard-hash: {{ include "kcm-split.shardHash" $ | quote }}
+{{- end }}
 {{- end -}}
 {{- end -}}
 
@@ -184,6 +203,27 @@ Pods. With one shard the selector stays today's (a Deployment's selector cannot 
 {{- if kindIs "invalid" .c.replicas -}}{{ .root.Values.defaults.replicas }}{{- else -}}{{ .c.replicas }}{{- end -}}
 {{- end -}}
 
+{{/* This shard's entry of controllers.<alias>.shardOverrides (JSON; {} with one shard or none
+given): a larger client budget for a shard that holds more than its share. An entry for a
+shard the layout does not have fails the render rather than being ignored. */}}
+{{- define "kcm-split.shardOverride" -}}
+{{- $s := include "kcm-split.shard" . | fromJson -}}
+{{- $all := .c.shardOverrides | default dict -}}
+{{- if and $all (eq (int $s.count) 1) -}}
+{{- fail (printf "controllers.%s.shardOverrides: set with shards=1; a shard override needs shards > 1 (one replica's budget is kubeAPIQPS/kubeAPIBurst)" .alias) -}}
+{{- end -}}
+{{- range $k := keys $all | sortAlpha -}}
+{{- if ge (atoi $k) (int $s.count) -}}
+{{- fail (printf "controllers.%s.shardOverrides.%s: no such shard with shards=%d (0 to %d)" $.alias $k (int $s.count) (sub (int $s.count) 1)) -}}
+{{- end -}}
+{{- end -}}
+{{- if gt (int $s.count) 1 -}}
+{{- toJson (index $all (toString (int $s.index)) | default dict) -}}
+{{- else -}}
+{}
+{{- end -}}
+{{- end -}}
+
 {{/*
 Command line. Common flags first, then the controller's own flags (sorted, so a values change
 that does not change a flag never changes the Pod template), then extra arguments: the binary
@@ -197,12 +237,16 @@ takes the last value of a repeated flag, so extraArgs override everything.
 {{- $s := include "kcm-split.shard" . | fromJson }}
 - --shards={{ int $s.count }}
 - --shard-index={{ int $s.index }}
+{{- with (include "kcm-split.shardHash" .) }}
+- --shard-hash={{ . }}
+{{- end }}
 {{- end }}
 - --leader-elect-lease-duration={{ $d.leaderElection.leaseDuration }}
 - --leader-elect-renew-deadline={{ $d.leaderElection.renewDeadline }}
 - --leader-elect-retry-period={{ $d.leaderElection.retryPeriod }}
-{{- $qps := .c.kubeAPIQPS | default $d.kubeAPIQPS }}
-{{- $burst := .c.kubeAPIBurst | default $d.kubeAPIBurst }}
+{{- $o := include "kcm-split.shardOverride" . | fromJson }}
+{{- $qps := $o.kubeAPIQPS | default .c.kubeAPIQPS | default $d.kubeAPIQPS }}
+{{- $burst := $o.kubeAPIBurst | default .c.kubeAPIBurst | default $d.kubeAPIBurst }}
 {{- if not (kindIs "invalid" $qps) }}
 - --kube-api-qps={{ include "kcm-split.flagValue" $qps }}
 {{- end }}

@@ -136,9 +136,10 @@ type Values struct {
 
 // ControllerValues is what the tests read of a controllers.<alias> entry.
 type ControllerValues struct {
-	Enabled bool   `json:"enabled"`
-	Binary  string `json:"binary"`
-	Port    int    `json:"port"`
+	Enabled   bool   `json:"enabled"`
+	Binary    string `json:"binary"`
+	Port      int    `json:"port"`
+	ShardHash string `json:"shardHash"`
 }
 
 // LoadValues reads the chart's values.yaml.

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -35,6 +36,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/kcm-split/kcm-split/shared/sharding"
 	"github.com/kcm-split/kcm-split/shared/testenv"
 )
 
@@ -354,7 +356,7 @@ func runUnderChartRBAC(t *testing.T, c *Chart, v *Values, alias string, sc scena
 			t.Fatal(err)
 		}
 		var args []string
-		base, shard := "", ""
+		base, shard := "", sharding.Whole
 		for _, a := range dep.Spec.Template.Spec.Containers[0].Args {
 			if strings.HasPrefix(a, "--secure-port=") {
 				a = fmt.Sprintf("--secure-port=%d", port)
@@ -363,16 +365,19 @@ func runUnderChartRBAC(t *testing.T, c *Chart, v *Values, alias string, sc scena
 				base = name
 			}
 			if i, ok := strings.CutPrefix(a, "--shard-index="); ok {
-				shard = i
+				shard.Index, _ = strconv.Atoi(i)
+			}
+			if n, ok := strings.CutPrefix(a, "--shards="); ok {
+				shard.Count, _ = strconv.Atoi(n)
+			}
+			if h, ok := strings.CutPrefix(a, "--shard-hash="); ok {
+				shard.Hash = sharding.Hash(h)
 			}
 			args = append(args, a)
 		}
-		// The Lease the binary elects on (shared/sharding LeaseName): the chart's name with
-		// one shard, <name>-shard-<I>-of-<N> otherwise.
-		own := base
-		if n := dep.Spec.Template.Labels["kcm-split.io/shards"]; n != "" && n != "1" {
-			own = fmt.Sprintf("%s-shard-%s-of-%s", base, shard, n)
-		}
+		// The Lease the binary elects on, by shared/sharding's LeaseName from the rendered
+		// flags: the chart's name with one shard, <name>-shard-<I>-of-<N>[-<hash>] otherwise.
+		own := shard.LeaseName(base)
 		args = append(args, "--kubeconfig="+kubeconfig, "--log-level=2")
 		args = append(args, sc.args...)
 		ctrl := env.StartController(t, bin, cv.Binary, args...)

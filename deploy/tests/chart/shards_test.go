@@ -17,6 +17,8 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/kcm-split/kcm-split/shared/sharding"
 )
 
 // shardedAliases are the controllers whose binaries take --shards.
@@ -108,12 +110,12 @@ func TestShardsOneIsUnsharded(t *testing.T) {
 	}
 }
 
-// shardedRender renders endpoints with 3 shards and quota with 2, 3 replicas each (so every
-// shard gets a budget), every other controller on.
+// shardedRender renders endpoints with 3 shards of the default hash (mixed) and quota with 2
+// of fnv, 3 replicas each (so every shard gets a budget), every other controller on.
 func shardedRender(t *testing.T, c *Chart, v *Values) []Object {
 	t.Helper()
 	return render(t, c, "kcm-split", ns, append(allOn(v),
-		"--set", "controllers.endpoints.shards=3", "--set", "controllers.quota.shards=2",
+		"--set", "controllers.endpoints.shards=3", "--set", "controllers.quota.shards=2", "--set", "controllers.quota.shardHash=fnv",
 		"--set", "controllers.endpoints.replicas=3", "--set", "controllers.quota.replicas=3",
 		"--set", "defaults.podAntiAffinity=hard", "--set", "networkPolicy.enabled=true")...)
 }
@@ -131,16 +133,23 @@ func TestShardsRender(t *testing.T) {
 		pdbs[o.Name] = o.Typed.(*policyv1.PodDisruptionBudget)
 	}
 	var podLabels []labels.Set // every shard's Pod labels, for the overlap check
-	for alias, n := range map[string]int{"endpoints": 3, "quota": 2} {
+	for alias, layout := range map[string]struct {
+		n    int
+		hash string
+	}{"endpoints": {3, "mixed"}, "quota": {2, "fnv"}} {
+		n := layout.n
 		cv := v.Controllers[alias]
 		base := "kcm-split-" + cv.Binary
 		if _, ok := deps[base]; ok {
 			t.Errorf("%s: the unsharded Deployment %s is still rendered", alias, base)
 		}
+		// fnv layouts keep the names and labels they had before the choice of hash.
+		suffix := map[string]string{"mixed": "-mixed", "fnv": ""}[layout.hash]
+		shardName := func(i int) string { return fmt.Sprintf("%s-shard-%d-of-%d%s", base, i, n, suffix) }
 		var wantLeases []string
 		for i := 0; i < n; i++ {
-			name := fmt.Sprintf("%s-shard-%d-of-%d", base, i, n)
-			wantLeases = append(wantLeases, fmt.Sprintf("%s-shard-%d-of-%d", cv.Binary, i, n))
+			name := shardName(i)
+			wantLeases = append(wantLeases, fmt.Sprintf("%s-shard-%d-of-%d%s", cv.Binary, i, n, suffix))
 			d, ok := deps[name]
 			if !ok {
 				t.Errorf("%s: no Deployment %s (have %v)", alias, name, SortedKeys(deps))
@@ -154,14 +163,21 @@ func TestShardsRender(t *testing.T) {
 				t.Errorf("%s: %d replicas, want 3 (replicas is per shard)", name, *d.Spec.Replicas)
 			}
 			wantLabels := map[string]string{"kcm-split.io/shards": fmt.Sprint(n), "kcm-split.io/shard-index": fmt.Sprint(i), "app.kubernetes.io/component": cv.Binary}
+			if layout.hash != "fnv" {
+				wantLabels["kcm-split.io/shard-hash"] = layout.hash
+			}
 			for what, l := range map[string]map[string]string{"Pod": pod.Labels, "selector": d.Spec.Selector.MatchLabels, "Deployment": d.Labels} {
 				if !isSubset(wantLabels, l) {
 					t.Errorf("%s: %s labels %v lack %v", name, what, l, wantLabels)
 				}
+				if _, ok := l["kcm-split.io/shard-hash"]; ok && layout.hash == "fnv" {
+					t.Errorf("%s: %s labels %v name the hash of an fnv layout (its selector must stay what it was)", name, what, l)
+				}
 			}
 			podLabels = append(podLabels, pod.Labels)
 			args := pod.Spec.Containers[0].Args
-			for _, want := range []string{fmt.Sprintf("--shards=%d", n), fmt.Sprintf("--shard-index=%d", i), "--leader-elect-resource-name=" + cv.Binary} {
+			// --shard-hash always, fnv too: the binary's own default is mixed.
+			for _, want := range []string{fmt.Sprintf("--shards=%d", n), fmt.Sprintf("--shard-index=%d", i), "--shard-hash=" + layout.hash, "--leader-elect-resource-name=" + cv.Binary} {
 				if k := countOf(args, want); k != 1 {
 					t.Errorf("%s: %s %d times in %v, want once", name, want, k, args)
 				}
@@ -192,7 +208,7 @@ func TestShardsRender(t *testing.T) {
 			}
 			pol := o.Typed.(*networkingv1.NetworkPolicy)
 			for i := 0; i < n; i++ {
-				d := deps[fmt.Sprintf("%s-shard-%d-of-%d", base, i, n)]
+				d := deps[shardName(i)]
 				if d != nil && !labels.SelectorFromSet(pol.Spec.PodSelector.MatchLabels).Matches(labels.Set(d.Spec.Template.Labels)) {
 					t.Errorf("NetworkPolicy %s does not select shard %d's Pods", base, i)
 				}
@@ -200,7 +216,7 @@ func TestShardsRender(t *testing.T) {
 		}
 		svcSel := serviceSelector(t, objs, base)
 		for i := 0; i < n; i++ {
-			d := deps[fmt.Sprintf("%s-shard-%d-of-%d", base, i, n)]
+			d := deps[shardName(i)]
 			if d != nil && !labels.SelectorFromSet(svcSel).Matches(labels.Set(d.Spec.Template.Labels)) {
 				t.Errorf("Service %s (%v) does not select shard %d's Pods", base, svcSel, i)
 			}
@@ -295,6 +311,15 @@ func TestShardsRefused(t *testing.T) {
 		{[]string{"controllers.namespace.shards=2"}, "/controllers/namespace/shards"},
 		{[]string{"controllers.nodelifecycle.shards=1"}, "/controllers/nodelifecycle/shards"},
 		{[]string{"controllers.pvbinder.shardLayoutFence=true"}, "/controllers/pvbinder/shardLayoutFence"},
+		{[]string{"controllers.namespace.shardHash=fnv"}, "/controllers/namespace/shardHash"},
+		{[]string{"controllers.servicelb.shardOverrides.0.kubeAPIQPS=5"}, "/controllers/servicelb/shardOverrides"},
+		{[]string{"controllers.endpoints.shardHash=md5"}, "/controllers/endpoints/shardHash"},
+		// helm's schema library reports a bad property name at a wrong path; the pattern is right.
+		{[]string{"controllers.endpoints.shardOverrides.first.kubeAPIQPS=5"}, "'first' does not match pattern '^(0|[1-9][0-9]?)$'"},
+		{[]string{"controllers.endpoints.shardOverrides.0.qps=5"}, "/controllers/endpoints/shardOverrides"},
+		{[]string{"controllers.endpoints.shardOverrides.0.kubeAPIBurst=0"}, "/controllers/endpoints/shardOverrides"},
+		{[]string{"controllers.endpoints.enabled=true", "controllers.endpoints.shards=2", "controllers.endpoints.shardOverrides.2.kubeAPIQPS=5"}, "controllers.endpoints.shardOverrides.2: no such shard with shards=2"},
+		{[]string{"controllers.quota.enabled=true", "controllers.quota.shardOverrides.0.kubeAPIQPS=5"}, "controllers.quota.shardOverrides: set with shards=1"},
 		{[]string{"controllers.servicelb.shards=2"}, "/controllers/servicelb/shards"},
 		{[]string{"controllers.endpoints.enabled=true", "controllers.endpoints.shards=2", "takeOverFromKCM.enabled=true"}, "sharding cannot be combined with takeOverFromKCM.enabled"},
 		{[]string{"controllers.quota.enabled=true", "controllers.quota.shards=2", "leaderMigration.enabled=true"}, "sharding cannot be combined with leaderMigration.enabled"},
@@ -320,5 +345,45 @@ func TestShardsRefused(t *testing.T) {
 	}
 	if len(seen) != 64 {
 		t.Errorf("%d Deployments for 64 shards", len(seen))
+	}
+}
+
+// controllers.<alias>.shardOverrides gives one shard its own client budget: that shard's Pods
+// get the override (qps and burst each on their own), the others the controller's budget.
+func TestShardOverrides(t *testing.T) {
+	c, v := chart(t)
+	objs := render(t, c, "kcm-split", ns, append(v.Only("endpoints"),
+		"--set", "controllers.endpoints.shards=3", "--set", "controllers.endpoints.kubeAPIQPS=10", "--set", "controllers.endpoints.kubeAPIBurst=15",
+		"--set", "controllers.endpoints.shardOverrides.0.kubeAPIQPS=40", "--set", "controllers.endpoints.shardOverrides.0.kubeAPIBurst=60",
+		"--set", "controllers.endpoints.shardOverrides.2.kubeAPIBurst=30")...)
+	for i, want := range [][]string{{"--kube-api-qps=40", "--kube-api-burst=60"}, {"--kube-api-qps=10", "--kube-api-burst=15"}, {"--kube-api-qps=10", "--kube-api-burst=30"}} {
+		d := deploymentOf(t, objs, fmt.Sprintf("kcm-split-endpoints-controller-shard-%d-of-3-mixed", i))
+		args := d.Spec.Template.Spec.Containers[0].Args
+		for _, w := range want {
+			if countOf(args, w) != 1 {
+				t.Errorf("shard %d: %s not once in %v", i, w, args)
+			}
+		}
+		n := 0
+		for _, a := range args {
+			if strings.HasPrefix(a, "--kube-api-qps=") || strings.HasPrefix(a, "--kube-api-burst=") {
+				n++
+			}
+		}
+		if n != 2 {
+			t.Errorf("shard %d: %d budget flags in %v, want one qps and one burst", i, n, args)
+		}
+	}
+}
+
+// The chart's default hash is mixed, as the binaries' --shard-hash (shared/app's
+// TestShardHashFlag) and as the chart e2e assumes (chartHash): the chart passes --shard-hash
+// always, so a mismatch would not change a render, but the READMEs say they are one default.
+func TestShardHashDefault(t *testing.T) {
+	_, v := chart(t)
+	for _, alias := range shardedAliases {
+		if got := v.Controllers[alias].ShardHash; got != string(sharding.HashMixed) {
+			t.Errorf("controllers.%s.shardHash defaults to %q, want %q", alias, got, sharding.HashMixed)
+		}
 	}
 }

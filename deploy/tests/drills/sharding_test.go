@@ -196,7 +196,7 @@ func (d *shardDrill) mark(name string) {
 func (d *shardDrill) start(b testenv.Binary, s sharding.Shard, tag string) *shardProc {
 	d.t.Helper()
 	name := fmt.Sprintf("%s-%s-%s", strings.TrimSuffix(b.ID, "-controller"), s, tag)
-	args := append(append([]string{}, fastLease...), fmt.Sprintf("--shards=%d", s.Count), fmt.Sprintf("--shard-index=%d", s.Index))
+	args := append(append([]string{}, fastLease...), fmt.Sprintf("--shards=%d", s.Count), fmt.Sprintf("--shard-index=%d", s.Index), "--shard-hash="+string(s.Hash.Name()))
 	p := &shardProc{bin: b, shard: s, started: time.Now()}
 	p.Controller = d.e.Start(d.t, b, name, args...)
 	p.id = p.Identity()

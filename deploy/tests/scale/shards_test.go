@@ -342,7 +342,9 @@ func (c *cluster) startShards(t *testing.T, bin string, ctl controller, n int, q
 		if only >= 0 && i != only {
 			continue
 		}
-		args, url, err := benchkit.OursArgs(c.env.Kubeconfig, "--leader-elect=true", fmt.Sprintf("--shards=%d", n), fmt.Sprintf("--shard-index=%d", i),
+		// --shard-hash=fnv: the layouts this harness computes (sharding.Shard's zero Hash) and
+		// the gate-on runs' server-side filtering are of the KEP's hash.
+		args, url, err := benchkit.OursArgs(c.env.Kubeconfig, "--leader-elect=true", fmt.Sprintf("--shards=%d", n), fmt.Sprintf("--shard-index=%d", i), "--shard-hash=fnv",
 			fmt.Sprintf("--kube-api-qps=%g", qps), fmt.Sprintf("--kube-api-burst=%d", burst))
 		if err != nil {
 			t.Fatal(err)

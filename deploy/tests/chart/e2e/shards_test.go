@@ -31,9 +31,14 @@ import (
 
 const epBinary = "endpoints-controller"
 
+// chartHash is the chart's default controllers.endpoints.shardHash, which this suite leaves as
+// it is (chart_test checks the default's render; a change of hash is fenced as a change of
+// shards, TestLayoutChangeHash in services/endpoints).
+const chartHash = sharding.HashMixed
+
 // shardLease is the Lease shard i of n elects on (the binary's naming, shared/sharding).
 func shardLease(i, n int) string {
-	return sharding.Shard{Index: i, Count: n}.LeaseName(epBinary)
+	return sharding.Shard{Index: i, Count: n, Hash: chartHash}.LeaseName(epBinary)
 }
 
 // leaseLog follows every Lease of the namespace from one watch and checks the layout rule
@@ -180,7 +185,7 @@ func shardNamespaces() []string {
 
 func shardOf(namespace string, n int) int {
 	for i := 0; i < n; i++ {
-		if (sharding.Shard{Index: i, Count: n}).Owns(namespace) {
+		if (sharding.Shard{Index: i, Count: n, Hash: chartHash}).Owns(namespace) {
 			return i
 		}
 	}
