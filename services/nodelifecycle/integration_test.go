@@ -202,7 +202,7 @@ func (k *kubelets) resume(name string) {
 				c.Status, c.LastTransitionTime, c.Reason, c.Message = want, now, "KubeletReady", ""
 			}
 		}
-		_, err = k.client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		_, err = k.client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{FieldManager: nodelifecycle.KubeletManager})
 		return err
 	})
 	if err != nil {

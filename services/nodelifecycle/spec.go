@@ -10,10 +10,13 @@ import (
 	"k8s.io/component-base/featuregate"
 	"k8s.io/klog/v2"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/kcm-split/kcm-split/services/nodelifecycle/ipam"
 	"github.com/kcm-split/kcm-split/services/nodelifecycle/tainteviction"
 	"github.com/kcm-split/kcm-split/shared/app"
 	"github.com/kcm-split/kcm-split/shared/features"
+	"github.com/kcm-split/kcm-split/shared/foreign"
 	"github.com/kcm-split/kcm-split/shared/informer"
 )
 
@@ -28,6 +31,8 @@ func Spec() app.Spec {
 		// Three upstream controllers' budgets in one: see DefaultQPS.
 		DefaultQPS:   DefaultQPS,
 		DefaultBurst: DefaultBurst,
+		// The foreign-writer counter, at 0 before any term.
+		ProcessMetrics: func(reg prometheus.Registerer) { foreign.Register(reg, Name) },
 	}, DefaultOptions(), run)
 }
 
@@ -42,7 +47,15 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 	client := rt.Client
 	resync := rt.ResyncPeriod()
 	transform := informers.WithTransform(cacheTransform)
-	factory := informers.NewSharedInformerFactoryWithOptions(client, resync, transform)
+	// The Node informer's transform shows Nodes to the foreign-writer detector first, when
+	// the controller that writes their taints and conditions runs.
+	nodeTransform := transform
+	var fw *foreignWriters
+	if enabled[Name] {
+		fw = newForeignWriters(ctx, rt)
+		nodeTransform = informers.WithTransform(fw.transform)
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(client, resync, nodeTransform)
 	// Only Node Leases matter, and only Pods bound to a Node: pending Pods are never
 	// marked or evicted, and can be many.
 	leaseFactory := informers.NewSharedInformerFactoryWithOptions(client, resync, transform, informers.WithNamespace(v1.NamespaceNodeLease))
@@ -62,6 +75,8 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 			opts,
 			rt.Registry,
 		)
+		// Read by the transform, which runs once the informers start.
+		fw.nodes = factory.Core().V1().Nodes().Informer().GetStore()
 		controllers = append(controllers, app.Controller{Name: Name, HasSynced: c.HasSynced, Run: c.Run})
 	}
 	if enabled[tainteviction.Name] {

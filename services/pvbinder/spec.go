@@ -3,12 +3,14 @@ package pvbinder
 import (
 	"context"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/informers"
 
 	"k8s.io/component-base/featuregate"
 
 	"github.com/kcm-split/kcm-split/shared/app"
 	"github.com/kcm-split/kcm-split/shared/features"
+	"github.com/kcm-split/kcm-split/shared/foreign"
 )
 
 // Spec describes the pv-binder-controller binary to app.Main.
@@ -22,12 +24,19 @@ func Spec() app.Spec {
 		// A static bind costs five writes: see DefaultQPS.
 		DefaultQPS:   DefaultQPS,
 		DefaultBurst: DefaultBurst,
+		// The foreign-writer counter, at 0 before any term.
+		ProcessMetrics: func(reg prometheus.Registerer) { foreign.Register(reg, Name) },
 	}, DefaultOptions(), run)
 }
 
 // run is called only while this process holds the Lease.
 func run(ctx context.Context, rt *app.Runtime, opts Options) error {
-	factory := informers.NewSharedInformerFactoryWithOptions(rt.Client, rt.ResyncPeriod(), informers.WithTransform(cacheTransform))
+	// Volumes and claims are shown to the foreign-writer detector before they are trimmed.
+	fw := newForeignWriters(ctx, rt)
+	factory := informers.NewSharedInformerFactoryWithOptions(rt.Client, rt.ResyncPeriod(), informers.WithTransform(fw.transform))
+	// Read by the transform, which runs once the informers start.
+	fw.volumes = factory.Core().V1().PersistentVolumes().Informer().GetStore()
+	fw.claims = factory.Core().V1().PersistentVolumeClaims().Informer().GetStore()
 	c := New(
 		factory.Core().V1().PersistentVolumes(),
 		factory.Core().V1().PersistentVolumeClaims(),

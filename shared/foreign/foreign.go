@@ -18,6 +18,7 @@ package foreign
 import (
 	"encoding/json"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -239,6 +240,39 @@ func (d *Detector) Observe(t *Target, obj any) []Write {
 	return found
 }
 
+// ObserveChange is Observe for fields whose managedFields entries say too little by
+// themselves: a manager's entry keeps every field it ever set and its time moves on any of
+// its writes, so an entry that owns a field the controller writes does not say that its
+// last write changed it (an object's creator owns the fields it created it with; a Node's
+// taints are one atomic list, owned whole by whoever last wrote any taint). The caller saw
+// the values at changed paths differ from the object's previous version (the informer's
+// cache, in the transform); with updates the writer of a field becomes its owner, so the
+// managers owning a changed field now made the change. Each foreign one, seen writing since
+// the Detector started, is reported (episodes as Observe). Paths name fields as
+// Target.Fields does; an element starting with "k:" is a list item's key as managedFields
+// spell it, e.g. {"status", "conditions", `k:{"type":"Ready"}`, "status"}.
+func (d *Detector) ObserveChange(t *Target, obj any, changed [][]string) []Write {
+	d.startOnce.Do(func() { d.start = d.now().Truncate(time.Second) })
+	m, err := meta.Accessor(obj)
+	if err != nil || len(changed) == 0 || (t.Owns != nil && !t.Owns(m)) {
+		return nil
+	}
+	ro, _ := obj.(runtime.Object)
+	var found []Write
+	for _, e := range m.GetManagedFields() {
+		if d.ours[e.Manager] || d.ignored[e.Manager] || e.Time == nil || e.Time.Time.Before(d.start) {
+			continue
+		}
+		if touches(e.FieldsV1, changed) {
+			found = append(found, Write{Manager: e.Manager, Operation: e.Operation, Subresource: e.Subresource, At: e.Time.Time})
+		}
+	}
+	for _, w := range found {
+		d.report(t, m, ro, w)
+	}
+	return found
+}
+
 // Report reports a foreign write found by other means than managedFields, with the same
 // episodes as Observe: a write that leaves no trace there, such as a namespace's finalize by
 // another writer, which deletes the namespace in the same request. obj is the object as last
@@ -348,7 +382,8 @@ func (d *Detector) evictEpisodeLocked(now time.Time) {
 }
 
 // touches reports whether a FieldsV1 set includes one of paths: the path itself, a field
-// inside it, or an ancestor owned whole (an atomic list or map is a leaf: {}).
+// inside it, or an ancestor owned whole (an atomic list or map is a leaf: {}). A path element
+// starting with "k:" is a list item's key, taken as it is.
 func touches(f *metav1.FieldsV1, paths [][]string) bool {
 	if f == nil || len(f.GetRawBytes()) == 0 {
 		return false
@@ -362,7 +397,11 @@ func touches(f *metav1.FieldsV1, paths [][]string) bool {
 
 func under(node map[string]json.RawMessage, path []string) bool {
 	for i, name := range path {
-		raw, ok := node["f:"+name]
+		key := "f:" + name
+		if strings.HasPrefix(name, "k:") {
+			key = name
+		}
+		raw, ok := node[key]
 		if !ok {
 			return false
 		}

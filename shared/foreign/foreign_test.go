@@ -283,3 +283,39 @@ func TestReportSharesEpisodes(t *testing.T) {
 		t.Fatalf("counter %v after a report on no object, want 2", f.count())
 	}
 }
+
+// TestObserveChangeNamesTheOwnersOfChangedFields: only the managers that own a changed field
+// now are reported, list items addressed by key; owners of unchanged fields, this
+// controller, ignored managers and writes from before the start are not.
+func TestObserveChangeNamesTheOwnersOfChangedFields(t *testing.T) {
+	f := newFixture(t, Options{})
+	ready := `{"f:status":{"f:conditions":{"k:{\"type\":\"Ready\"}":{"f:status":{},"f:reason":{}}}}}`
+	pressure := `{"f:status":{"f:conditions":{"k:{\"type\":\"MemoryPressure\"}":{"f:status":{}}}}}`
+	readyStatus := [][]string{{"status", "conditions", `k:{"type":"Ready"}`, "status"}}
+	at := t0.Add(time.Second)
+	obj := endpoints("u1",
+		entry("endpoints-controller", metav1.ManagedFieldsOperationUpdate, "status", at, ready),
+		entry("kube-apiserver", metav1.ManagedFieldsOperationUpdate, "status", at, ready),
+		entry("node-problem-detector", metav1.ManagedFieldsOperationUpdate, "status", at, pressure),
+		entry("old-kcm", metav1.ManagedFieldsOperationUpdate, "status", t0.Add(-time.Hour), ready))
+	if w := f.d.ObserveChange(f.target, obj, readyStatus); len(w) != 0 {
+		t.Fatalf("reported %+v: nobody foreign owns the changed field", w)
+	}
+	obj.ManagedFields = append(obj.ManagedFields, entry("kube-controller-manager", metav1.ManagedFieldsOperationUpdate, "status", at, ready))
+	if w := f.d.ObserveChange(f.target, obj, nil); len(w) != 0 {
+		t.Fatalf("reported %+v with nothing changed", w)
+	}
+	w := f.d.ObserveChange(f.target, obj, readyStatus)
+	if len(w) != 1 || w[0].Manager != "kube-controller-manager" {
+		t.Fatalf("reported %+v, want kube-controller-manager", w)
+	}
+	if f.count() != 1 || len(f.events()) != 1 {
+		t.Fatalf("counter %v, want 1 with one Event", f.count())
+	}
+	// The same episode: written again, reported no more.
+	f.clock.step(time.Minute)
+	f.d.ObserveChange(f.target, obj, readyStatus)
+	if f.count() != 1 || len(f.events()) != 0 {
+		t.Fatalf("counter %v after a second write of the episode, want 1 and no Event", f.count())
+	}
+}
