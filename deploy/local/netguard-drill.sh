@@ -63,6 +63,11 @@ kept=no; inhost netguard_active && kept=yes
 inhost "$ng; netguard_release_down $holders/b quiet" >/dev/null
 freed=yes; inhost netguard_active && freed=no
 rm -rf "$holders"
+# A range holding a package registry's address is refused (localhost stands for one: it
+# resolves from /etc/hosts, no DNS needed); one that does not hold it is not.
+reg_in=$(NG_REGISTRY_HOSTS=localhost bash -c "source '$HERE/lib.sh'; NG_RANGES_V4=(127.0.0.0/8); NG_RANGES_V6=(); netguard_overlaps" | grep -c 'localhost (a package registry) resolves to 127.0.0.1' || true)
+reg_out=$(NG_REGISTRY_HOSTS=localhost bash -c "source '$HERE/lib.sh'; NG_RANGES_V4=(198.18.0.0/15); NG_RANGES_V6=(); netguard_overlaps" | grep -c 'package registry' || true)
+echo "netguard-drill: 0. a range holding a registry's address: named $reg_in time(s); a range without: $reg_out"
 inhost netguard_up >/dev/null
 echo "netguard-drill: 0. two holders: kept after the first let go: $kept; removed after the second: $freed"
 got1=$(probe) n1=$(inhost netguard_count) s1=$(seen)
@@ -75,6 +80,7 @@ got3=$(probe) s3=$(seen)
 echo "netguard-drill: 3. guard removed (control): $got3; gateway saw $((s3 - s2))"
 ok=1
 [ "$kept" = yes ] && [ "$freed" = yes ] || { warn "step 0: want the guard kept while a holder remains, removed by the last"; ok=0; }
+[ "$reg_in" = 1 ] && [ "$reg_out" = 0 ] || { warn "step 0: want a range holding a registry's address named once, none otherwise"; ok=0; }
 [ "$got1" = refused ] && [ "$n1" = 0 ] && [ "$s1" = 0 ] || { warn "step 1: want refused on the host, 0, 0"; ok=0; }
 [ "$got2" != connected ] && [ "$n2" -ge 1 ] && [ "$s2" = 0 ] || { warn "step 2: want the guard to count and reject, the gateway to see nothing"; ok=0; }
 [ "$((s3 - s2))" -ge 1 ] || { warn "step 3: the gateway saw nothing without the guard: the drill cannot tell"; ok=0; }

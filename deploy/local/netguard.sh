@@ -22,11 +22,14 @@ NODE_FALLBACK_CIDR=10.88.0.0/24 # the node's Pods when no node IPAM gave it a ra
 POD_CIDR=198.51.100.0/24
 POD_CIDR_IPV6=2001:db8:100::/56
 KWOK_NODE_CIDR=10.240.0.0/24  # the kwok nodes' InternalIPs (nodes.yaml)
-LB_E2E_NET=203.0.113.0/24     # lb-e2e's client link (RFC 5737 TEST-NET-3)
+# lb-e2e's client link, inside 198.18.0.0/15. Not 203.0.113.0/24 (RFC 5737 TEST-NET-3), its
+# first choice: on machines of this kind the Go module proxy and Debian's mirror resolve to
+# 203.0.113.80, which the guard's route made unreachable while a cluster was up.
+LB_E2E_NET=198.18.100.0/24
 # Guarded besides: 198.18.0.0/15 (RFC 2544), the demo address pool of service-lb
 # (manifests/servicelb-demo-pool.yaml: no machine of this kind holds it, while 192.0.2.0/24 can
 # be the uplink), and all of 2001:db8::/32 (the IPv6 Pod range and the demo pool's).
-NG_RANGES_V4=("$SERVICE_CIDR" "$NODE_IP/32" "$NODE_FALLBACK_CIDR" "$POD_CIDR" "$KWOK_NODE_CIDR" 198.18.0.0/15 "$LB_E2E_NET")
+NG_RANGES_V4=("$SERVICE_CIDR" "$NODE_IP/32" "$NODE_FALLBACK_CIDR" "$POD_CIDR" "$KWOK_NODE_CIDR" 198.18.0.0/15) # LB_E2E_NET inside the last
 NG_RANGES_V6=(2001:db8::/32)
 
 NG_TABLE=kcm_split_netguard
@@ -41,10 +44,40 @@ netguard_uplinks() {
     sed -n 's/.* dev \([^ ]*\).*/\1/p' | sort -u
 }
 
+# netguard_registry_hosts: the hosts of the package registries this machine fetches from: the
+# Go module proxy (GOPROXY), apt's sources, npm's registry; NG_REGISTRY_HOSTS replaces them.
+netguard_registry_hosts() {
+  if [ -n "${NG_REGISTRY_HOSTS:-}" ]; then
+    tr ' ' '\n' <<<"$NG_REGISTRY_HOSTS"
+    return
+  fi
+  {
+    echo proxy.golang.org
+    echo deb.debian.org
+    echo registry.npmjs.org
+    { command -v go >/dev/null && go env GOPROXY; } 2>/dev/null | tr ',|' '\n\n' | sed -n 's|^https\{0,1\}://\([^/:]*\).*|\1|p'
+    cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
+      sed -n 's|^deb[^ ]* \(\[[^]]*\] \)\{0,1\}https\{0,1\}://\([^/:]*\).*|\2|p'
+    cat /etc/apt/sources.list.d/*.sources 2>/dev/null | sed -n 's|^URIs: *https\{0,1\}://\([^/:]*\).*|\1|p'
+  } | sort -u
+}
+
+# netguard_ip4_in ADDR CIDR: whether the IPv4 address lies in the range.
+netguard_ip4_in() {
+  local a1 a2 a3 a4 n1 n2 n3 n4 bits=${2#*/} mask
+  [[ $2 == */* ]] || bits=32
+  IFS=. read -r a1 a2 a3 a4 <<<"$1"
+  IFS=. read -r n1 n2 n3 n4 <<<"${2%/*}"
+  mask=$(((0xFFFFFFFF << (32 - bits)) & 0xFFFFFFFF))
+  (((((a1 << 24) | (a2 << 16) | (a3 << 8) | a4) & mask) == (((n1 << 24) | (n2 << 16) | (n3 << 8) | n4) & mask)))
+}
+
 # netguard_overlaps prints each route of the machine (not ours, not a default) that lies inside
-# one of the ranges or holds one of them: a range the machine already uses.
+# one of the ranges or holds one of them: a range the machine already uses; and each package
+# registry whose address (as this machine resolves it now) lies inside one: the guard's route
+# would cut the machine off from it while a cluster is up.
 netguard_overlaps() {
-  local r fam
+  local r fam host addr
   for r in "${NG_RANGES_V4[@]}" "${NG_RANGES_V6[@]}"; do
     fam=-4
     [[ $r == *:* ]] && fam=-6
@@ -52,6 +85,15 @@ netguard_overlaps() {
       grep -v " proto $NG_PROTO" | grep -vE '^(default|unreachable default|::/0|0\.0\.0\.0/0)( |$)' |
       grep -vE '^(broadcast|multicast|anycast) ' | sed "s|^|$r: |" || true
   done | sort -u
+  for host in $(netguard_registry_hosts); do
+    for addr in $(getent ahostsv4 "$host" 2>/dev/null | awk '{print $1}' | sort -u); do
+      for r in "${NG_RANGES_V4[@]}"; do
+        if netguard_ip4_in "$addr" "$r"; then
+          echo "$r: $host (a package registry) resolves to $addr"
+        fi
+      done
+    done
+  done
 }
 
 netguard_active() { nft list table inet "$NG_TABLE" >/dev/null 2>&1; }

@@ -9,7 +9,7 @@
 #      metallb-system),
 #   4. runs deploy/tests/lb (go test, KCM_SPLIT_LB_E2E=1) once per controller in
 #      LB_E2E_CONTROLLERS (default "metallb service-lb"): MetalLB's speaker in L2 mode, a client
-#      in its own network namespace on a veth in 203.0.113.0/24; a Service answers, the controller
+#      in its own network namespace on a veth in 198.18.100.0/24; a Service answers, the controller
 #      Pod deleted under traffic, a Service deleted and its address reused, 20 Services timed,
 #   5. always: MetalLB's objects deleted, make down, and a check that nothing is left behind.
 # FIGURE lines are printed and kept in .test-logs/lb-e2e.log. Needs root.
@@ -26,7 +26,7 @@ as_root "lb-e2e runs a real kubelet, containerd and network namespaces" "$@"
 [ -z "$(recorded)" ] || die "lb-e2e starts its own cluster: 'make down' first"
 node_recorded && die "a real node is recorded in $NODE_DIR: 'make down' first"
 ip netns list | grep -qw kcm-lbe2e && die "network namespace kcm-lbe2e exists (a previous run?): ip netns del kcm-lbe2e"
-[ -z "$(ip -4 -o addr show to 203.0.113.0/24)" ] || die "203.0.113.0/24, the test's link, is in use on this machine"
+[ -z "$(ip -4 -o addr show to 198.18.100.0/24)" ] || die "198.18.100.0/24, the test's link, is in use on this machine"
 export KCM_SPLIT_BIN_DIR=$BIN
 controllers=${LB_E2E_CONTROLLERS:-metallb service-lb}
 logs=$root/.test-logs
@@ -61,7 +61,7 @@ finish() {
   netguard_leftovers || left=1
   if ip netns list | grep -qw kcm-lbe2e; then echo "leftover network namespace kcm-lbe2e"; left=1; fi
   if ip -o link show kcmlb0 >/dev/null 2>&1; then echo "leftover link kcmlb0"; left=1; fi
-  if [ -n "$(ip -4 -o addr show to 203.0.113.0/24)" ]; then echo "leftover 203.0.113.x address: $(ip -4 -o addr show to 203.0.113.0/24)"; left=1; fi
+  if [ -n "$(ip -4 -o addr show to 198.18.100.0/24)" ]; then echo "leftover 198.18.100.x address: $(ip -4 -o addr show to 198.18.100.0/24)"; left=1; fi
   if [ "$left" = 1 ]; then
     warn "lb-e2e: the above was left behind"
     rc=1

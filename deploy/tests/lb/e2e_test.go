@@ -40,17 +40,19 @@ const (
 	release   = "kcm-split"
 	releaseNS = "kube-system"
 
-	// The client's side of the world: a network namespace and a veth in the documentation
-	// range 203.0.113.0/24 (192.0.2.0/24 can be the machine's own uplink, as on the VMs here,
-	// and the real node's Pods take 198.51.100.0/24); the pool is the top of the same subnet, so
-	// the client reaches it by ARP on the link and nothing else routes it.
+	// The client's side of the world: a network namespace and a veth in 198.18.100.0/24, inside
+	// the benchmarking range 198.18.0.0/15 the network guard covers (192.0.2.0/24 can be the
+	// machine's own uplink, as on the VMs here, the real node's Pods take 198.51.100.0/24, and
+	// 203.0.113.0/24 holds the Go module proxy's and Debian's addresses there); the pool is the
+	// top of the same subnet, so the client reaches it by ARP on the link and nothing else
+	// routes it.
 	netnsName = "kcm-lbe2e"
 	hostLink  = "kcmlb0"
 	peerLink  = "kcmlb1"
-	hostAddr  = "203.0.113.1/24"
-	peerAddr  = "203.0.113.2/24"
-	poolRange = "203.0.113.200-203.0.113.250"
-	linkNet   = "203.0.113.0/24"
+	hostAddr  = "198.18.100.1/24"
+	peerAddr  = "198.18.100.2/24"
+	poolRange = "198.18.100.200-198.18.100.250"
+	linkNet   = "198.18.100.0/24"
 	poolName  = "lb-e2e"
 
 	// Services measured for created -> first answer.
@@ -661,7 +663,7 @@ func (s *suite) createService(name, ip string) string {
 	if err != nil {
 		t.Fatalf("Service %s got no address in 90s", name)
 	}
-	if !strings.HasPrefix(got, "203.0.113.") {
+	if !strings.HasPrefix(got, "198.18.100.") {
 		t.Fatalf("Service %s got %s, outside the pool %s", name, got, poolRange)
 	}
 	return got
