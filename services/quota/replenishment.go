@@ -12,10 +12,17 @@ import (
 	resourcehelper "k8s.io/component-helpers/resource"
 )
 
-// replenishmentHandler returns the handler of one counted type. Creations need no sync
-// (admission charged them); deletions and usage-changing updates give usage back at once.
+// replenishmentHandler returns the handler of one counted type. Deletions and usage-changing
+// updates give usage back at once. Creations were charged by admission, yet each is followed by
+// one sync, chargeRecheck later (see recountAfterCreate); objects of the informer's first list
+// are not (the type's sync, enqueueTracking, covers them).
 func (c *Controller) replenishmentHandler(gr schema.GroupResource) cache.ResourceEventHandler {
-	return cache.ResourceEventHandlerFuncs{
+	return cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj any, isInInitialList bool) {
+			if !isInInitialList {
+				c.recountAfterCreate(gr, namespaceOf(obj))
+			}
+		},
 		UpdateFunc: func(old, cur any) {
 			if usageChanged(gr, old, cur, c.now(), c.opts.PodResources) {
 				c.replenish(gr, namespaceOf(cur))
@@ -75,6 +82,32 @@ func (c *Controller) replenish(gr schema.GroupResource, namespace string) {
 	for _, rq := range rqs {
 		if tracksResource(rq.Spec.Hard, gr, c.opts.Claims) || tracksResource(rq.Status.Hard, gr, c.opts.Claims) {
 			c.priority.Add(key(rq))
+		}
+	}
+}
+
+// recountAfterCreate queues the quotas of namespace that track gr for one sync chargeRecheck
+// from now, in the primary queue (nothing waits on it: admission charged the create). Upstream
+// does nothing on a create, and so undoes admission's charge whenever a sync reads the quota
+// after the charge but the object's cache before the object (two watches, in no order between
+// them; a busy apiserver or a cold start, whose first sync counts the objects of a list
+// older than the quota it writes): the sync writes the lower count, and nothing but the
+// 5-minute recalculation raises it again, while admission lets the namespace over its quota
+// meanwhile. An object's creation event comes after it is in the cache, so this sync counts
+// it; however late its cache, no under-count it caused outlives it. One sync per quota per
+// chargeRecheck however many creations: it merges with the charge's own recheck (onQuotaUpdate),
+// and finding nothing to change it writes nothing.
+func (c *Controller) recountAfterCreate(gr schema.GroupResource, namespace string) {
+	if namespace == "" {
+		return
+	}
+	rqs, err := c.quotas.ResourceQuotas(namespace).List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, rq := range rqs {
+		if tracksResource(rq.Spec.Hard, gr, c.opts.Claims) || tracksResource(rq.Status.Hard, gr, c.opts.Claims) {
+			c.primary.AddAfter(key(rq), c.chargeRecheck)
 		}
 	}
 }
