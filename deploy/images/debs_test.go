@@ -77,6 +77,9 @@ func testDebs(t *testing.T, what, list, cache string) []string {
 // the layer's modes.
 func extractLayer(t *testing.T, img v1.Image, dir string) {
 	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	rc := onlyLayer(t, img)
 	defer rc.Close()
 	eachEntry(t, rc, func(h *tar.Header, r io.Reader) {
