@@ -321,13 +321,14 @@ func projectTargets(root string, o options, platforms, node []v1.Platform) ([]ta
 			return nil, err
 		}
 		// As upstream's image: root, entrypoint /agnhost, "pause" by default, /uploads for
-		// netexec's upload handler, /tmp, porter's TLS pair in the working directory, and a
+		// netexec's upload handler, /tmp, porter's TLS pair in the working directory, /agnhost-2
+		// (a link to the binary: the Containers specs' other entrypoint), and a
 		// userland (a shell, curl, nc, dig) for the specs that exec into the Pod: Debian's
 		// packages where upstream's has Alpine's.
 		ts = append(ts, target{
 			name: "agnhost", prebuilt: abs, path: "/agnhost", refs: []string{AgnhostRef}, platforms: node,
 			user: "0:0", args: []string{"pause"}, dirs: []string{"tmp", "uploads"}, userland: userlandAgnhost,
-			extra: localhostTLS,
+			extra: agnhostExtras,
 		})
 		// A stand-in for upstream's nginx image, which the EndpointSlice specs run only to
 		// have Ready Pods: agnhost serving HTTP on port 80, as nginx would.

@@ -72,6 +72,18 @@ func localhostTLS(created time.Time) ([]File, error) {
 	}, nil
 }
 
+// agnhostExtras are the agnhost image's files besides its binary and userland, as upstream's
+// image has them: porter's TLS pair (localhostTLS) and /agnhost-2, a symbolic link to the
+// binary, which the Containers specs name as the command to check that it overrides the
+// entrypoint (agnhost's entrypoint-tester then prints "[/agnhost-2 entrypoint-tester ...]").
+func agnhostExtras(created time.Time) ([]File, error) {
+	files, err := localhostTLS(created)
+	if err != nil {
+		return nil, err
+	}
+	return append(files, File{Name: "agnhost-2", Type: tar.TypeSymlink, Mode: 0o777, Linkname: "agnhost"}), nil
+}
+
 // derivedKey is a P-256 key whose scalar is SHA-256 of a fixed label, created and a counter,
 // the first such hash that is a valid scalar (all but about one in 2^32 are).
 func derivedKey(created time.Time) (*ecdsa.PrivateKey, error) {

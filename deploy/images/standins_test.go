@@ -90,13 +90,11 @@ func get(t *testing.T, c *http.Client, url string) []byte {
 	return nil
 }
 
-// The agnhost image carries /localhost.crt and /localhost.key: a valid pair, for the name
-// localhost, reproducible from the epoch; upstream's porter, run in the unpacked layer's root
-// as its working directory, serves TLS with them to a client that trusts only that
-// certificate and checks the name localhost.
-func TestAgnhostLocalhostTLS(t *testing.T) {
-	dir := t.TempDir()
-	agnhost := filepath.Join(dir, "agnhost-stub")
+// agnhostExtraFiles is what the agnhost target adds besides its binary and userland, built
+// for created.
+func agnhostExtraFiles(t *testing.T, created time.Time) []File {
+	t.Helper()
+	agnhost := filepath.Join(t.TempDir(), "agnhost-stub")
 	if err := os.WriteFile(agnhost, nil, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -105,35 +103,48 @@ func TestAgnhostLocalhostTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var extra func(time.Time) ([]File, error)
 	for _, tg := range ts {
-		if tg.name == "agnhost" {
-			extra = tg.extra
+		if tg.name == "agnhost" && tg.extra != nil {
+			files, err := tg.extra(created)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return files
 		}
 	}
-	if extra == nil {
-		t.Fatal("the agnhost image gets no files besides its userland")
-	}
+	t.Fatal("the agnhost image gets no files besides its userland")
+	return nil
+}
+
+// The agnhost image carries /localhost.crt and /localhost.key: a valid pair, for the name
+// localhost, reproducible from the epoch; upstream's porter, run in the unpacked layer's root
+// as its working directory, serves TLS with them to a client that trusts only that
+// certificate and checks the name localhost.
+func TestAgnhostLocalhostTLS(t *testing.T) {
 	created := time.Unix(testEpoch, 0)
-	files, err := extra(created)
-	if err != nil {
-		t.Fatal(err)
-	}
-	again, _ := extra(created)
-	later, _ := extra(created.Add(time.Second))
-	if len(files) != 2 || len(again) != 2 || len(later) != 2 {
-		t.Fatalf("files %d, %d, %d; want the certificate and the key", len(files), len(again), len(later))
-	}
-	for i := range files {
-		if string(files[i].Data) != string(again[i].Data) {
-			t.Errorf("%s differs between two builds of one epoch", files[i].Name)
+	files := agnhostExtraFiles(t, created)
+	again := agnhostExtraFiles(t, created)
+	later := agnhostExtraFiles(t, created.Add(time.Second))
+	byName := func(fs []File, name string) []byte {
+		for _, f := range fs {
+			if f.Name == name {
+				return f.Data
+			}
 		}
-		if string(files[i].Data) == string(later[i].Data) {
-			t.Errorf("%s is the same for another epoch", files[i].Name)
+		t.Fatalf("no %s among the agnhost image's files", name)
+		return nil
+	}
+	for _, name := range []string{LocalhostCert, LocalhostKey} {
+		if string(byName(files, name)) != string(byName(again, name)) {
+			t.Errorf("%s differs between two builds of one epoch", name)
+		}
+		if string(byName(files, name)) == string(byName(later, name)) {
+			t.Errorf("%s is the same for another epoch", name)
 		}
 	}
 
 	// In the layer, at / (porter's working directory).
+	dir := t.TempDir()
 	img, err := Image(Spec{
 		Binary: buildPause(t, dir, runtime.GOARCH), Path: "/agnhost", Platform: v1.Platform{OS: "linux", Architecture: runtime.GOARCH},
 		Created: created, User: "0:0", Files: withFiles(nil, files...),
@@ -186,6 +197,38 @@ func TestAgnhostLocalhostTLS(t *testing.T) {
 	}}
 	if got := get(t, client, fmt.Sprintf("https://127.0.0.1:%d/", port)); string(got) != body {
 		t.Errorf("porter answered %q, want %q", got, body)
+	}
+}
+
+// /agnhost-2 in the agnhost image is the binary by another name, as the Containers specs run
+// it: in the unpacked layer (chroot, root), `/agnhost-2 entrypoint-tester override arguments`
+// prints its arguments as those specs expect them.
+func TestAgnhostSecondEntrypoint(t *testing.T) {
+	bin := realAgnhost(t)
+	dir := t.TempDir()
+	img, err := Image(Spec{
+		Binary: bin, Path: "/agnhost", Platform: v1.Platform{OS: "linux", Architecture: runtime.GOARCH},
+		Created: time.Unix(testEpoch, 0), User: "0:0", Files: withFiles(nil, agnhostExtraFiles(t, time.Unix(testEpoch, 0))...),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(dir, "root")
+	extractLayer(t, img, root)
+	if l, err := os.Readlink(filepath.Join(root, "agnhost-2")); err != nil || l != "agnhost" {
+		t.Fatalf("/agnhost-2 links to %q (%v), want agnhost", l, err)
+	}
+	if os.Getuid() != 0 {
+		t.Skip("running in the unpacked layer needs chroot (root)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "chroot", root, "/agnhost-2", "entrypoint-tester", "override", "arguments").CombinedOutput()
+	if err != nil {
+		t.Fatalf("chroot /agnhost-2: %v\n%s", err, out)
+	}
+	if want := "[/agnhost-2 entrypoint-tester override arguments]"; !strings.Contains(string(out), want) {
+		t.Errorf("/agnhost-2 printed %q, want %s", out, want)
 	}
 }
 
