@@ -125,7 +125,9 @@ done
 # Stand-ins: e2e.test v1.36.3 asks for upstream's test images, which cannot be pulled here.
 # busybox: the agnhost image, whose userland is Debian's busybox with dash as /bin/sh (the specs
 # give the command to run); nginx 1.27-0: the nginx 1.15-4 stand-in (agnhost serving HTTP on
-# port 80, as nginx does); agnhost 2.55 (the previous version some specs name): agnhost 2.63.0.
+# port 80, as nginx does); agnhost 2.55 (the previous version some specs name): agnhost 2.63.0;
+# glibc-dns-testing 2.0.0 (the DNS specs' second prober, upstream's a Debian with dnsutils, given
+# a `sh -c` of dig and getent probes): agnhost, whose userland is Debian's, dig and getent too.
 # Tagged on the node only, where the kubelet finds them (IfNotPresent). The Update Demo specs'
 # nautilus and kitten stand-ins are built under their own names (checked here).
 if [ "${STANDINS:-}" != 0 ]; then
@@ -137,6 +139,7 @@ if [ "${STANDINS:-}" != 0 ]; then
   }
   standin registry.k8s.io/e2e-test-images/agnhost:2.63.0 registry.k8s.io/e2e-test-images/busybox:1.37.0-1
   standin registry.k8s.io/e2e-test-images/agnhost:2.63.0 registry.k8s.io/e2e-test-images/agnhost:2.55
+  standin registry.k8s.io/e2e-test-images/agnhost:2.63.0 registry.k8s.io/e2e-test-images/glibc-dns-testing:2.0.0
   standin registry.k8s.io/e2e-test-images/nginx:1.15-4 registry.k8s.io/e2e-test-images/nginx:1.27-0
   for ref in registry.k8s.io/e2e-test-images/nautilus:1.8 registry.k8s.io/e2e-test-images/kitten:1.8; do
     grep -qxF "$ref" <<<"$have" || cdie "no $ref on the node (make images)"
