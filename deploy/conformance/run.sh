@@ -114,10 +114,10 @@ else
 fi
 export KUBECONFIG=$KA_ADMIN PATH=$BIN:$PATH
 # The images just built: the controllers' and the e2e images and stand-ins of make images
-# (agnhost, nginx, nautilus, kitten). make kubeadm-up imported them when it started the cluster;
+# (agnhost, nginx, nonewprivs, nautilus, kitten). make kubeadm-up imported them when it started the cluster;
 # a reused cluster has older ones (the chart and the kubelet pull nothing), and a rig fix in
 # them must reach the next part.
-for img in "$BIN"/images/*-controller.tar "$BIN"/images/{agnhost,nginx,nautilus,kitten}.tar; do
+for img in "$BIN"/images/*-controller.tar "$BIN"/images/{agnhost,nginx,nonewprivs,nautilus,kitten}.tar; do
   [ -f "$img" ] || cdie "no $img (make images)"
   nctr images import --no-unpack=false "$img" >/dev/null || cdie "importing $img failed"
 done
@@ -129,7 +129,8 @@ done
 # glibc-dns-testing 2.0.0 (the DNS specs' second prober, upstream's a Debian with dnsutils, given
 # a `sh -c` of dig and getent probes): agnhost, whose userland is Debian's, dig and getent too.
 # Tagged on the node only, where the kubelet finds them (IfNotPresent). The Update Demo specs'
-# nautilus and kitten stand-ins are built under their own names (checked here).
+# nautilus and kitten stand-ins and the nonewprivs one are built under their own names
+# (checked here).
 if [ "${STANDINS:-}" != 0 ]; then
   have=$(nctr images ls -q)
   standin() { # image-on-the-node name-e2e.test-asks-for
@@ -141,7 +142,7 @@ if [ "${STANDINS:-}" != 0 ]; then
   standin registry.k8s.io/e2e-test-images/agnhost:2.63.0 registry.k8s.io/e2e-test-images/agnhost:2.55
   standin registry.k8s.io/e2e-test-images/agnhost:2.63.0 registry.k8s.io/e2e-test-images/glibc-dns-testing:2.0.0
   standin registry.k8s.io/e2e-test-images/nginx:1.15-4 registry.k8s.io/e2e-test-images/nginx:1.27-0
-  for ref in registry.k8s.io/e2e-test-images/nautilus:1.8 registry.k8s.io/e2e-test-images/kitten:1.8; do
+  for ref in registry.k8s.io/e2e-test-images/{nautilus:1.8,kitten:1.8,nonewprivs:1.4}; do
     grep -qxF "$ref" <<<"$have" || cdie "no $ref on the node (make images)"
   done
 fi

@@ -1,10 +1,10 @@
 // Command images builds kcm-split's container images without Docker: one OCI image per
 // controller (linux/amd64 and linux/arm64 in one index), the pause image a node needs and,
-// given a built agnhost, the agnhost image upstream's e2e specs run (and stand-ins for their
-// nginx, nautilus and kitten images). Each image holds one static binary and nothing else,
-// except agnhost's, which also holds a shell, curl, nc and dig from Debian's packages
-// (agnhost-debs.txt) as upstream's does, and porter's TLS pair, and the Update Demo stand-ins'
-// /data.json;
+// given a built agnhost, the agnhost image upstream's e2e specs run and stand-ins for their
+// nginx, nonewprivs, nautilus and kitten images. Each image holds one static binary and
+// nothing else, except agnhost's, which also holds a shell, curl, nc and dig from Debian's
+// packages (agnhost-debs.txt) as upstream's does and porter's TLS pair, and the Update Demo
+// stand-ins' /data.json;
 // the same sources (and packages), version and SOURCE_DATE_EPOCH give the same digests. Images
 // are written as OCI-layout tarballs (`ctr images import` reads them) and, with -push, pushed
 // to the registry. With -kubeadm, it builds instead the images kubeadm v1.36.3 runs (control
@@ -43,6 +43,7 @@ const (
 	AgnhostRef    = "registry.k8s.io/e2e-test-images/agnhost:2.63.0"
 	NginxRef      = "registry.k8s.io/e2e-test-images/nginx:1.15-4"
 	PauseRef      = "registry.k8s.io/pause:3.10.2"
+	NonewprivsRef = "registry.k8s.io/e2e-test-images/nonewprivs:1.4"
 	LocalPauseRef = "docker.io/local/pause:3.10"
 )
 
@@ -68,7 +69,7 @@ func main() {
 	flag.StringVar(&o.registry, "registry", "ghcr.io/kcm-split", "registry prefix of the controllers' images: <registry>/<binary>:<version>")
 	flag.StringVar(&o.platforms, "platforms", "linux/amd64,linux/arm64", "platforms of the controllers' images")
 	flag.StringVar(&o.nodePlatform, "node-platform", "linux/"+runtime.GOARCH, "platform of the pause and agnhost images")
-	flag.StringVar(&o.only, "only", "", "comma-separated images to build (binary names, pause, agnhost, nginx, nautilus, kitten); empty: every controller and pause, plus agnhost and its stand-ins (nginx, nautilus, kitten) if -agnhost is set")
+	flag.StringVar(&o.only, "only", "", "comma-separated images to build (binary names, pause, agnhost, nginx, nonewprivs, nautilus, kitten); empty: every controller and pause, plus agnhost and its stand-ins (nginx, nonewprivs, nautilus, kitten) if -agnhost is set")
 	flag.StringVar(&o.agnhost, "agnhost", "", "a built agnhost binary (node platform) to make "+AgnhostRef+" of")
 	flag.StringVar(&o.debList, "agnhost-debs", "", "the list of Debian packages that make the agnhost image's userland (default <root>/deploy/images/agnhost-debs.txt)")
 	flag.StringVar(&o.debsDir, "agnhost-debs-dir", "", "where those packages are kept, fetched by apt-get download when missing (default agnhost-debs/ beside -agnhost)")
@@ -112,6 +113,7 @@ type target struct {
 	// extra are further files (the TLS pair of agnhost's porter, the stand-ins' data), made
 	// from the creation time.
 	extra func(created time.Time) ([]File, error)
+	mode  int64 // the binary's mode in the layer; 0: 0755
 	// versionArgs make the prebuilt binary print its version, which holds the line versionOut.
 	versionArgs []string
 	versionOut  string
@@ -160,7 +162,7 @@ func run(ctx context.Context, o options) error {
 			}
 			img, err := Image(Spec{
 				Binary: bin, Path: t.path, Platform: p, Created: created, User: t.user, Args: t.args, Dirs: t.dirs,
-				Files: files, Env: env, Labels: lbls,
+				Files: files, Env: env, Labels: lbls, Mode: t.mode,
 			})
 			if err != nil {
 				return fmt.Errorf("%s %s: %w", t.name, p, err)
@@ -339,6 +341,13 @@ func projectTargets(root string, o options, platforms, node []v1.Platform) ([]ta
 		// Upstream's nautilus and kitten images (the kubectl Update Demo specs) are agnhost
 		// running test-webserver (HTTP on port 80, files from /) with a /data.json naming their
 		// picture; these are the same, without the picture, which no spec reads.
+		// Upstream's nonewprivs image runs a setuid-root program printing its effective uid
+		// (the Security Context specs on allowPrivilegeEscalation read it); agnhost's
+		// nonewprivs subcommand prints the same, from a setuid-root binary here too.
+		ts = append(ts, target{
+			name: "nonewprivs", prebuilt: abs, path: "/agnhost", refs: []string{NonewprivsRef}, platforms: node,
+			user: "0:0", args: []string{"nonewprivs"}, mode: 0o4755,
+		})
 		for _, ud := range []struct{ name, ref string }{{"nautilus", NautilusRef}, {"kitten", KittenRef}} {
 			picture := ud.name + ".jpg"
 			ts = append(ts, target{

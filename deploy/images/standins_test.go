@@ -1,6 +1,7 @@
 package main
 
 import (
+	"archive/tar"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -297,5 +298,82 @@ func TestUpdateDemoStandins(t *testing.T) {
 				t.Errorf("/data.json served %q (%v), want an image naming %s", got, err, ud.picture)
 			}
 		})
+	}
+}
+
+// make images' nonewprivs stand-in: the real agnhost, setuid root (mode 04755 in the layer),
+// running its nonewprivs subcommand. Unpacked and run in a chroot as uid 1000 (root only), it
+// reports effective uid 0 (the escalation the setuid bit gives), and 1000 under no_new_privs,
+// what allowPrivilegeEscalation: false sets and the Conformance spec expects.
+func TestNonewprivsStandin(t *testing.T) {
+	bin := realAgnhost(t)
+	out := t.TempDir()
+	err := run(context.Background(), options{
+		root: filepath.Join("..", ".."), out: out, version: "v0.0.0-test", registry: "ghcr.io/x", source: "https://example.com/src",
+		platforms: "linux/" + runtime.GOARCH, nodePlatform: "linux/" + runtime.GOARCH, only: "nonewprivs",
+		agnhost: bin, epoch: testEpoch,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	top, m := readArchive(t, filepath.Join(out, "nonewprivs.tar"), filepath.Join(out, "layout"))
+	if len(m.Manifests) != 1 || m.Manifests[0].Annotations[annotationContainerdName] != NonewprivsRef {
+		t.Fatalf("index.json: %+v, want one image named %s", m.Manifests, NonewprivsRef)
+	}
+	idx, err := top.ImageIndex(m.Manifests[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil || len(im.Manifests) != 1 {
+		t.Fatalf("index: %v %+v", err, im)
+	}
+	img, err := idx.Image(im.Manifests[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(cf.Config.Entrypoint, " ") != "/agnhost" || strings.Join(cf.Config.Cmd, " ") != "nonewprivs" {
+		t.Errorf("entrypoint %q cmd %q", cf.Config.Entrypoint, cf.Config.Cmd)
+	}
+	rc := onlyLayer(t, img)
+	defer rc.Close()
+	var mode int64 = -1
+	eachEntry(t, rc, func(h *tar.Header, _ io.Reader) {
+		if h.Name == "agnhost" {
+			mode = h.Mode
+		}
+	})
+	if mode != 0o4755 {
+		t.Fatalf("/agnhost mode %o, want 4755 (setuid root)", mode)
+	}
+	if os.Getuid() != 0 {
+		t.Skip("running in the unpacked layer needs chroot (root)")
+	}
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		t.Skip("no setpriv (util-linux) to set no_new_privs")
+	}
+	root := filepath.Join(out, "root")
+	extractLayer(t, img, root)
+	// extractLayer keeps the permission bits only.
+	if err := os.Chmod(filepath.Join(root, "agnhost"), 0o755|os.ModeSetuid); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"chroot", "--userspec=1000:1000", root, "/agnhost", "nonewprivs"}, "Effective uid: 0"},
+		{[]string{"setpriv", "--no-new-privs", "chroot", "--userspec=1000:1000", root, "/agnhost", "nonewprivs"}, "Effective uid: 1000"},
+	} {
+		got, err := exec.CommandContext(ctx, c.args[0], c.args[1:]...).CombinedOutput()
+		if err != nil || strings.TrimSpace(string(got)) != c.want {
+			t.Errorf("%s: %q (%v), want %q", strings.Join(c.args, " "), got, err, c.want)
+		}
 	}
 }
