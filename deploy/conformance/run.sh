@@ -114,9 +114,9 @@ else
 fi
 export KUBECONFIG=$KA_ADMIN PATH=$BIN:$PATH
 # The images just built: the controllers' and the e2e images and stand-ins of make images
-# (agnhost, nginx, nonewprivs, nautilus, kitten). make kubeadm-up imported them when it started the cluster;
-# a reused cluster has older ones (the chart and the kubelet pull nothing), and a rig fix in
-# them must reach the next part.
+# (agnhost, nginx, nonewprivs, nautilus, kitten). make kubeadm-up imported them when it
+# started the cluster; a reused cluster has older ones (the chart and the kubelet pull
+# nothing), and a rig fix in them must reach the next part.
 for img in "$BIN"/images/*-controller.tar "$BIN"/images/{agnhost,nginx,nonewprivs,nautilus,kitten}.tar; do
   [ -f "$img" ] || cdie "no $img (make images)"
   nctr images import --no-unpack=false "$img" >/dev/null || cdie "importing $img failed"

@@ -305,10 +305,11 @@ func unpackDebs(ctx context.Context, debs []string) (map[string]*File, error) {
 
 // Userland is the agnhost image's userland from debs: every package's files (less the
 // dropped ones), /bin/nc for netcat-openbsd's nc.openbsd (Debian links it by alternatives,
-// at install time), /etc/nsswitch.conf from libc-bin's default, and a /bin/busybox symlink for each busybox applet no package provides
-// (dash's /bin/sh and nc stay theirs), as Alpine's image has them. It fails if an ELF program or library needs an interpreter or
-// a shared library that no package holds. The files come sorted by path, each parent
-// directory before its entries.
+// at install time), /etc/nsswitch.conf from libc-bin's default (its postinst installs it),
+// and a /bin/busybox symlink for each busybox applet no package provides (dash's /bin/sh and
+// nc stay theirs), as Alpine's image has them. It fails if sh, curl, nc, dig or getent is
+// missing, or if an ELF program or library needs an interpreter or a shared library that no
+// package holds. The files come sorted by path, each parent directory before its entries.
 func Userland(ctx context.Context, debs []string, p v1.Platform) ([]File, error) {
 	files, err := unpackDebs(ctx, debs)
 	if err != nil {
