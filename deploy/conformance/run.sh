@@ -7,8 +7,9 @@
 #      kubeadm's images, the controllers' images from the current code, kcm-split-plan;
 #   2. make kubeadm-up, unless a kubeadm cluster runs already (then it is reused: parts run
 #      one after the other on one cluster with KEEP_UP=1);
-#   3. tags stand-ins for images e2e.test asks for and nothing here builds (nothing can be
-#      pulled; STANDINS=0 leaves them out);
+#   3. imports the images just built (a reused cluster has older ones) and tags stand-ins for
+#      images e2e.test asks for and nothing here builds (nothing can be pulled; STANDINS=0
+#      leaves the tags out);
 #   4. puts the cluster on the side asked for, by the chart README's kubeadm runbook, its command
 #      blocks run as written (deploy/tests/kubeadm/cmd/runbook prints them): kcm-split's side is
 #      its steps 0 to 3 (kcm-split-plan, the chart with the take-over, the ClusterConfiguration
@@ -112,16 +113,24 @@ else
   csay "make kubeadm-up took $((SECONDS - t))s"
 fi
 export KUBECONFIG=$KA_ADMIN PATH=$BIN:$PATH
-# The controllers' images just built (a reused cluster has older ones; the chart pulls nothing).
-for img in "$BIN"/images/*-controller.tar; do
+# The images just built: the controllers' and the e2e images and stand-ins of make images
+# (agnhost, nginx, nonewprivs, nautilus, kitten). make kubeadm-up imported them when it
+# started the cluster; a reused cluster has older ones (the chart and the kubelet pull
+# nothing), and a rig fix in them must reach the next part.
+for img in "$BIN"/images/*-controller.tar "$BIN"/images/{agnhost,nginx,nonewprivs,nautilus,kitten}.tar; do
+  [ -f "$img" ] || cdie "no $img (make images)"
   nctr images import --no-unpack=false "$img" >/dev/null || cdie "importing $img failed"
 done
 
 # Stand-ins: e2e.test v1.36.3 asks for upstream's test images, which cannot be pulled here.
 # busybox: the agnhost image, whose userland is Debian's busybox with dash as /bin/sh (the specs
 # give the command to run); nginx 1.27-0: the nginx 1.15-4 stand-in (agnhost serving HTTP on
-# port 80, as nginx does); agnhost 2.55 (the previous version some specs name): agnhost 2.63.0.
-# Tagged on the node only, where the kubelet finds them (IfNotPresent).
+# port 80, as nginx does); agnhost 2.55 (the previous version some specs name): agnhost 2.63.0;
+# glibc-dns-testing 2.0.0 (the DNS specs' second prober, upstream's a Debian with dnsutils, given
+# a `sh -c` of dig and getent probes): agnhost, whose userland is Debian's, dig and getent too.
+# Tagged on the node only, where the kubelet finds them (IfNotPresent). The Update Demo specs'
+# nautilus and kitten stand-ins and the nonewprivs one are built under their own names
+# (checked here).
 if [ "${STANDINS:-}" != 0 ]; then
   have=$(nctr images ls -q)
   standin() { # image-on-the-node name-e2e.test-asks-for
@@ -131,7 +140,11 @@ if [ "${STANDINS:-}" != 0 ]; then
   }
   standin registry.k8s.io/e2e-test-images/agnhost:2.63.0 registry.k8s.io/e2e-test-images/busybox:1.37.0-1
   standin registry.k8s.io/e2e-test-images/agnhost:2.63.0 registry.k8s.io/e2e-test-images/agnhost:2.55
+  standin registry.k8s.io/e2e-test-images/agnhost:2.63.0 registry.k8s.io/e2e-test-images/glibc-dns-testing:2.0.0
   standin registry.k8s.io/e2e-test-images/nginx:1.15-4 registry.k8s.io/e2e-test-images/nginx:1.27-0
+  for ref in registry.k8s.io/e2e-test-images/{nautilus:1.8,kitten:1.8,nonewprivs:1.4}; do
+    grep -qxF "$ref" <<<"$have" || cdie "no $ref on the node (make images)"
+  done
 fi
 
 # The runbook's settings, as make kubeadm-e2e gives them; its files in the cluster's directory

@@ -305,10 +305,11 @@ func unpackDebs(ctx context.Context, debs []string) (map[string]*File, error) {
 
 // Userland is the agnhost image's userland from debs: every package's files (less the
 // dropped ones), /bin/nc for netcat-openbsd's nc.openbsd (Debian links it by alternatives,
-// at install time), and a /bin/busybox symlink for each busybox applet no package provides
-// (dash's /bin/sh and nc stay theirs), as Alpine's image has them. It fails if an ELF program or library needs an interpreter or
-// a shared library that no package holds. The files come sorted by path, each parent
-// directory before its entries.
+// at install time), /etc/nsswitch.conf from libc-bin's default (its postinst installs it),
+// and a /bin/busybox symlink for each busybox applet no package provides (dash's /bin/sh and
+// nc stay theirs), as Alpine's image has them. It fails if sh, curl, nc, dig or getent is
+// missing, or if an ELF program or library needs an interpreter or a shared library that no
+// package holds. The files come sorted by path, each parent directory before its entries.
 func Userland(ctx context.Context, debs []string, p v1.Platform) ([]File, error) {
 	files, err := unpackDebs(ctx, debs)
 	if err != nil {
@@ -316,6 +317,13 @@ func Userland(ctx context.Context, debs []string, p v1.Platform) ([]File, error)
 	}
 	if _, ok := files["bin/nc.openbsd"]; ok && !onPath(files, "nc") {
 		files["bin/nc"] = &File{Name: "bin/nc", Type: tar.TypeSymlink, Mode: 0o777, Linkname: "nc.openbsd"}
+	}
+	// libc-bin's postinst installs its default nsswitch.conf when there is none: without it,
+	// glibc asks DNS before /etc/hosts and stops at DNS's "no such name" (getent hosts).
+	if def, ok := files["usr/share/libc-bin/nsswitch.conf"]; ok && def.Type == tar.TypeReg {
+		if _, ok := files["etc/nsswitch.conf"]; !ok {
+			files["etc/nsswitch.conf"] = &File{Name: "etc/nsswitch.conf", Type: tar.TypeReg, Mode: 0o644, Data: def.Data}
+		}
 	}
 	if bb, ok := files["bin/busybox"]; ok && bb.Type == tar.TypeReg {
 		applets, err := busyboxApplets(ctx, bb.Data, p)
@@ -330,7 +338,7 @@ func Userland(ctx context.Context, debs []string, p v1.Platform) ([]File, error)
 			files[a] = &File{Name: a, Type: tar.TypeSymlink, Mode: 0o777, Linkname: "/bin/busybox"}
 		}
 	}
-	return finishUserland(files, "sh", "curl")
+	return finishUserland(files, "sh", "curl", "nc", "dig", "getent")
 }
 
 // finishUserland checks that each of cmds is on DefaultPath and that every ELF file finds its

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -77,6 +78,9 @@ func testDebs(t *testing.T, what, list, cache string) []string {
 // the layer's modes.
 func extractLayer(t *testing.T, img v1.Image, dir string) {
 	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	rc := onlyLayer(t, img)
 	defer rc.Close()
 	eachEntry(t, rc, func(h *tar.Header, r io.Reader) {
@@ -180,6 +184,53 @@ func TestAgnhostUserland(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Error("nc delivered nothing")
+	}
+	t.Run("dig and getent", func(t *testing.T) { digAndGetent(t, root) })
+}
+
+// digAndGetent runs, in the unpacked userland (chroot), the DNS specs' probes: dig by UDP and
+// TCP with the resolv.conf's search path, dig +short, and getent hosts on /etc/hosts, against
+// a DNS server on loopback (resolv.conf names 127.0.0.1; dig -p gives the server's port).
+func digAndGetent(t *testing.T, root string) {
+	port := serveDNS(t, "probe.example.test.", net.IPv4(192, 0, 2, 10))
+	for file, content := range map[string]string{
+		"etc/resolv.conf": "nameserver 127.0.0.1\nsearch example.test\noptions ndots:1\n",
+		"etc/hosts":       "127.0.0.1 localhost\n192.0.2.20 querier-1.example.test querier-1\n",
+	} {
+		if err := os.WriteFile(filepath.Join(root, file), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ns, err := os.ReadFile(filepath.Join(root, "etc", "nsswitch.conf"))
+	if err != nil || !regexp.MustCompile(`(?m)^hosts:\s+files dns$`).Match(ns) {
+		t.Errorf("/etc/nsswitch.conf (%v):\n%s", err, ns)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// As dns_common.go's probers write them, with the server's port; "absent" has no record.
+	script := fmt.Sprintf(`dig -v 2>&1
+check="$(dig -p %[1]d +notcp +noall +answer +search probe A)" && test -n "$check" && echo "udp: $check"
+check="$(dig -p %[1]d +tcp +noall +answer +search probe A)" && test -n "$check" && echo "tcp: $check"
+check="$(dig -p %[1]d +notcp +noall +answer +search absent A)" && test -z "$check" && echo "absent: none"
+echo "short: $(dig -p %[1]d +short probe.example.test A)"
+test -n "$(getent hosts querier-1)" && echo "getent: $(getent hosts querier-1)"`, port)
+	cmd := exec.CommandContext(ctx, "chroot", root, "/bin/sh", "-e", "-c", script)
+	cmd.Env = []string{DefaultPath}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("chroot /bin/sh -c %q: %v\n%s", script, err, out)
+	}
+	for _, re := range []string{
+		`(?m)^DiG 9\.`,
+		`(?m)^udp: probe\.example\.test\.\s+30\s+IN\s+A\s+192\.0\.2\.10$`,
+		`(?m)^tcp: probe\.example\.test\.\s+30\s+IN\s+A\s+192\.0\.2\.10$`,
+		`(?m)^absent: none$`,
+		`(?m)^short: 192\.0\.2\.10$`,
+		`(?m)^getent: 192\.0\.2\.20\s+querier-1\.example\.test querier-1$`,
+	} {
+		if !regexp.MustCompile(re).Match(out) {
+			t.Errorf("no line matching %s in:\n%s", re, out)
+		}
 	}
 }
 

@@ -57,6 +57,8 @@ type Spec struct {
 	Files []File
 	// Env is the config's environment (PATH=...); empty for a lone binary.
 	Env []string
+	// Mode is the binary's mode (permissions and the setuid bit); 0 means 0755.
+	Mode int64
 }
 
 // Image builds a one-layer OCI image holding spec.Binary and, if given, spec.Dirs and
@@ -164,8 +166,12 @@ func layerTar(spec Spec) ([]byte, error) {
 			return nil, err
 		}
 	}
+	mode := spec.Mode
+	if mode == 0 {
+		mode = 0o755
+	}
 	if err := tw.WriteHeader(&tar.Header{
-		Typeflag: tar.TypeReg, Name: strings.TrimLeft(spec.Path, "/"), Size: int64(len(b)), Mode: 0o755,
+		Typeflag: tar.TypeReg, Name: strings.TrimLeft(spec.Path, "/"), Size: int64(len(b)), Mode: mode,
 		ModTime: mtime, Format: tar.FormatPAX,
 	}); err != nil {
 		return nil, err

@@ -1,8 +1,10 @@
 // Command images builds kcm-split's container images without Docker: one OCI image per
 // controller (linux/amd64 and linux/arm64 in one index), the pause image a node needs and,
-// given a built agnhost, the agnhost image upstream's e2e specs run (and a stand-in for their
-// nginx image). Each image holds one static binary and nothing else, except agnhost's, which
-// also holds a shell, curl and nc from Debian's packages (agnhost-debs.txt) as upstream's does;
+// given a built agnhost, the agnhost image upstream's e2e specs run and stand-ins for their
+// nginx, nonewprivs, nautilus and kitten images. Each image holds one static binary and
+// nothing else, except agnhost's, which also holds a shell, curl, nc and dig from Debian's
+// packages (agnhost-debs.txt) as upstream's does and porter's TLS pair, and the Update Demo
+// stand-ins' /data.json;
 // the same sources (and packages), version and SOURCE_DATE_EPOCH give the same digests. Images
 // are written as OCI-layout tarballs (`ctr images import` reads them) and, with -push, pushed
 // to the registry. With -kubeadm, it builds instead the images kubeadm v1.36.3 runs (control
@@ -41,6 +43,7 @@ const (
 	AgnhostRef    = "registry.k8s.io/e2e-test-images/agnhost:2.63.0"
 	NginxRef      = "registry.k8s.io/e2e-test-images/nginx:1.15-4"
 	PauseRef      = "registry.k8s.io/pause:3.10.2"
+	NonewprivsRef = "registry.k8s.io/e2e-test-images/nonewprivs:1.4"
 	LocalPauseRef = "docker.io/local/pause:3.10"
 )
 
@@ -66,7 +69,7 @@ func main() {
 	flag.StringVar(&o.registry, "registry", "ghcr.io/kcm-split", "registry prefix of the controllers' images: <registry>/<binary>:<version>")
 	flag.StringVar(&o.platforms, "platforms", "linux/amd64,linux/arm64", "platforms of the controllers' images")
 	flag.StringVar(&o.nodePlatform, "node-platform", "linux/"+runtime.GOARCH, "platform of the pause and agnhost images")
-	flag.StringVar(&o.only, "only", "", "comma-separated images to build (binary names, pause, agnhost, nginx); empty: every controller and pause, plus agnhost and nginx if -agnhost is set")
+	flag.StringVar(&o.only, "only", "", "comma-separated images to build (binary names, pause, agnhost, nginx, nonewprivs, nautilus, kitten); empty: every controller and pause, plus agnhost and its stand-ins (nginx, nonewprivs, nautilus, kitten) if -agnhost is set")
 	flag.StringVar(&o.agnhost, "agnhost", "", "a built agnhost binary (node platform) to make "+AgnhostRef+" of")
 	flag.StringVar(&o.debList, "agnhost-debs", "", "the list of Debian packages that make the agnhost image's userland (default <root>/deploy/images/agnhost-debs.txt)")
 	flag.StringVar(&o.debsDir, "agnhost-debs-dir", "", "where those packages are kept, fetched by apt-get download when missing (default agnhost-debs/ beside -agnhost)")
@@ -107,6 +110,10 @@ type target struct {
 	env       []string // the config's environment; with a userland, DefaultPath by default
 	version   string   // the version label; empty: -version
 	userland  string   // a Debian userland: "agnhost" (Userland) or "iptables" (KubeProxyUserland)
+	// extra are further files (the TLS pair of agnhost's porter, the stand-ins' data), made
+	// from the creation time.
+	extra func(created time.Time) ([]File, error)
+	mode  int64 // the binary's mode in the layer; 0: 0755
 	// versionArgs make the prebuilt binary print its version, which holds the line versionOut.
 	versionArgs []string
 	versionOut  string
@@ -155,7 +162,7 @@ func run(ctx context.Context, o options) error {
 			}
 			img, err := Image(Spec{
 				Binary: bin, Path: t.path, Platform: p, Created: created, User: t.user, Args: t.args, Dirs: t.dirs,
-				Files: files, Env: env, Labels: lbls,
+				Files: files, Env: env, Labels: lbls, Mode: t.mode,
 			})
 			if err != nil {
 				return fmt.Errorf("%s %s: %w", t.name, p, err)
@@ -201,6 +208,13 @@ func contents(ctx context.Context, root string, o options, t target, created tim
 	files, pkgs, err := userland(ctx, root, o, t)
 	if err != nil {
 		return nil, nil, nil, err
+	}
+	if t.extra != nil {
+		more, err := t.extra(created)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("%s: %w", t.name, err)
+		}
+		files = withFiles(files, more...)
 	}
 	env := t.env
 	if pkgs != "" {
@@ -309,11 +323,14 @@ func projectTargets(root string, o options, platforms, node []v1.Platform) ([]ta
 			return nil, err
 		}
 		// As upstream's image: root, entrypoint /agnhost, "pause" by default, /uploads for
-		// netexec's upload handler, /tmp, and a userland (a shell, curl, nc) for the specs
-		// that exec into the Pod: Debian's packages where upstream's has Alpine's.
+		// netexec's upload handler, /tmp, porter's TLS pair in the working directory, /agnhost-2
+		// (a link to the binary: the Containers specs' other entrypoint), and a
+		// userland (a shell, curl, nc, dig) for the specs that exec into the Pod: Debian's
+		// packages where upstream's has Alpine's.
 		ts = append(ts, target{
 			name: "agnhost", prebuilt: abs, path: "/agnhost", refs: []string{AgnhostRef}, platforms: node,
 			user: "0:0", args: []string{"pause"}, dirs: []string{"tmp", "uploads"}, userland: userlandAgnhost,
+			extra: agnhostExtras,
 		})
 		// A stand-in for upstream's nginx image, which the EndpointSlice specs run only to
 		// have Ready Pods: agnhost serving HTTP on port 80, as nginx would.
@@ -321,6 +338,27 @@ func projectTargets(root string, o options, platforms, node []v1.Platform) ([]ta
 			name: "nginx", prebuilt: abs, path: "/agnhost", refs: []string{NginxRef}, platforms: node,
 			user: "0:0", args: []string{"netexec", "--http-port=80", "--udp-port=-1"},
 		})
+		// Upstream's nautilus and kitten images (the kubectl Update Demo specs) are agnhost
+		// running test-webserver (HTTP on port 80, files from /) with a /data.json naming their
+		// picture; these are the same, without the picture, which no spec reads.
+		// Upstream's nonewprivs image runs a setuid-root program printing its effective uid
+		// (the Security Context specs on allowPrivilegeEscalation read it); agnhost's
+		// nonewprivs subcommand prints the same, from a setuid-root binary here too.
+		ts = append(ts, target{
+			name: "nonewprivs", prebuilt: abs, path: "/agnhost", refs: []string{NonewprivsRef}, platforms: node,
+			user: "0:0", args: []string{"nonewprivs"}, mode: 0o4755,
+		})
+		for _, ud := range []struct{ name, ref string }{{"nautilus", NautilusRef}, {"kitten", KittenRef}} {
+			picture := ud.name + ".jpg"
+			ts = append(ts, target{
+				name: ud.name, prebuilt: abs, path: "/agnhost", refs: []string{ud.ref}, platforms: node,
+				user: "0:0", args: []string{"test-webserver"},
+				extra: func(time.Time) ([]File, error) {
+					f, err := updateDemoData(picture)
+					return []File{f}, err
+				},
+			})
+		}
 	}
 	if o.metallb != "" {
 		ml, err := metallbTargets(o.metallb, node)
