@@ -233,6 +233,33 @@ func TestAgnhostSecondEntrypoint(t *testing.T) {
 	}
 }
 
+// standinImage unpacks a stand-in's archive into dir and returns its one image, which must
+// be the archive's one entry, named ref, an index of one platform's image, and its config.
+func standinImage(t *testing.T, archive, dir, ref string) (v1.Image, *v1.ConfigFile) {
+	t.Helper()
+	top, m := readArchive(t, archive, dir)
+	if len(m.Manifests) != 1 || m.Manifests[0].Annotations[annotationContainerdName] != ref {
+		t.Fatalf("index.json: %+v, want one image named %s", m.Manifests, ref)
+	}
+	idx, err := top.ImageIndex(m.Manifests[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil || len(im.Manifests) != 1 {
+		t.Fatalf("index: %v %+v", err, im)
+	}
+	img, err := idx.Image(im.Manifests[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img, cf
+}
+
 // make images' nautilus and kitten stand-ins, built from the real agnhost: each tarball names
 // the image e2e.test asks for, runs agnhost test-webserver, and, unpacked and run in a chroot
 // (root) on a loopback port, answers /data.json as the Update Demo spec reads it: "image" holds
@@ -252,26 +279,7 @@ func TestUpdateDemoStandins(t *testing.T) {
 		{"nautilus", NautilusRef, "nautilus.jpg"}, {"kitten", KittenRef, "kitten.jpg"},
 	} {
 		t.Run(ud.name, func(t *testing.T) {
-			top, m := readArchive(t, filepath.Join(out, ud.name+".tar"), filepath.Join(out, ud.name+"-layout"))
-			if len(m.Manifests) != 1 || m.Manifests[0].Annotations[annotationContainerdName] != ud.ref {
-				t.Fatalf("index.json: %+v, want one image named %s", m.Manifests, ud.ref)
-			}
-			idx, err := top.ImageIndex(m.Manifests[0].Digest)
-			if err != nil {
-				t.Fatal(err)
-			}
-			im, err := idx.IndexManifest()
-			if err != nil || len(im.Manifests) != 1 {
-				t.Fatalf("index: %v %+v", err, im)
-			}
-			img, err := idx.Image(im.Manifests[0].Digest)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cf, err := img.ConfigFile()
-			if err != nil {
-				t.Fatal(err)
-			}
+			img, cf := standinImage(t, filepath.Join(out, ud.name+".tar"), filepath.Join(out, ud.name+"-layout"), ud.ref)
 			if strings.Join(cf.Config.Entrypoint, " ") != "/agnhost" || strings.Join(cf.Config.Cmd, " ") != "test-webserver" || cf.Config.WorkingDir != "/" {
 				t.Errorf("entrypoint %q cmd %q workdir %q", cf.Config.Entrypoint, cf.Config.Cmd, cf.Config.WorkingDir)
 			}
@@ -316,26 +324,7 @@ func TestNonewprivsStandin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	top, m := readArchive(t, filepath.Join(out, "nonewprivs.tar"), filepath.Join(out, "layout"))
-	if len(m.Manifests) != 1 || m.Manifests[0].Annotations[annotationContainerdName] != NonewprivsRef {
-		t.Fatalf("index.json: %+v, want one image named %s", m.Manifests, NonewprivsRef)
-	}
-	idx, err := top.ImageIndex(m.Manifests[0].Digest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	im, err := idx.IndexManifest()
-	if err != nil || len(im.Manifests) != 1 {
-		t.Fatalf("index: %v %+v", err, im)
-	}
-	img, err := idx.Image(im.Manifests[0].Digest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
+	img, cf := standinImage(t, filepath.Join(out, "nonewprivs.tar"), filepath.Join(out, "layout"), NonewprivsRef)
 	if strings.Join(cf.Config.Entrypoint, " ") != "/agnhost" || strings.Join(cf.Config.Cmd, " ") != "nonewprivs" {
 		t.Errorf("entrypoint %q cmd %q", cf.Config.Entrypoint, cf.Config.Cmd)
 	}
