@@ -233,6 +233,23 @@ func TestAgnhostSecondEntrypoint(t *testing.T) {
 	}
 }
 
+// buildStandins runs make images for the stand-ins only names (-only), with the real agnhost,
+// for this machine's platform, and returns the folder their archives are in.
+func buildStandins(t *testing.T, only string) string {
+	t.Helper()
+	bin := realAgnhost(t)
+	out := t.TempDir()
+	err := run(context.Background(), options{
+		root: filepath.Join("..", ".."), out: out, version: "v0.0.0-test", registry: "ghcr.io/x", source: "https://example.com/src",
+		platforms: "linux/" + runtime.GOARCH, nodePlatform: "linux/" + runtime.GOARCH, only: only,
+		agnhost: bin, epoch: testEpoch,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 // standinImage unpacks a stand-in's archive into dir and returns its one image, which must
 // be the archive's one entry, named ref, an index of one platform's image, and its config.
 func standinImage(t *testing.T, archive, dir, ref string) (v1.Image, *v1.ConfigFile) {
@@ -265,16 +282,7 @@ func standinImage(t *testing.T, archive, dir, ref string) (v1.Image, *v1.ConfigF
 // (root) on a loopback port, answers /data.json as the Update Demo spec reads it: "image" holds
 // the picture's name.
 func TestUpdateDemoStandins(t *testing.T) {
-	bin := realAgnhost(t)
-	out := t.TempDir()
-	err := run(context.Background(), options{
-		root: filepath.Join("..", ".."), out: out, version: "v0.0.0-test", registry: "ghcr.io/x", source: "https://example.com/src",
-		platforms: "linux/" + runtime.GOARCH, nodePlatform: "linux/" + runtime.GOARCH, only: "nautilus,kitten",
-		agnhost: bin, epoch: testEpoch,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := buildStandins(t, "nautilus,kitten")
 	for _, ud := range []struct{ name, ref, picture string }{
 		{"nautilus", NautilusRef, "nautilus.jpg"}, {"kitten", KittenRef, "kitten.jpg"},
 	} {
@@ -314,16 +322,7 @@ func TestUpdateDemoStandins(t *testing.T) {
 // reports effective uid 0 (the escalation the setuid bit gives), and 1000 under no_new_privs,
 // what allowPrivilegeEscalation: false sets and the Conformance spec expects.
 func TestNonewprivsStandin(t *testing.T) {
-	bin := realAgnhost(t)
-	out := t.TempDir()
-	err := run(context.Background(), options{
-		root: filepath.Join("..", ".."), out: out, version: "v0.0.0-test", registry: "ghcr.io/x", source: "https://example.com/src",
-		platforms: "linux/" + runtime.GOARCH, nodePlatform: "linux/" + runtime.GOARCH, only: "nonewprivs",
-		agnhost: bin, epoch: testEpoch,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := buildStandins(t, "nonewprivs")
 	img, cf := standinImage(t, filepath.Join(out, "nonewprivs.tar"), filepath.Join(out, "layout"), NonewprivsRef)
 	if strings.Join(cf.Config.Entrypoint, " ") != "/agnhost" || strings.Join(cf.Config.Cmd, " ") != "nonewprivs" {
 		t.Errorf("entrypoint %q cmd %q", cf.Config.Entrypoint, cf.Config.Cmd)
