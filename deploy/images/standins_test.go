@@ -233,45 +233,61 @@ func TestAgnhostSecondEntrypoint(t *testing.T) {
 	}
 }
 
-// make images' nautilus and kitten stand-ins, built from the real agnhost: each tarball names
-// the image e2e.test asks for, runs agnhost test-webserver, and, unpacked and run in a chroot
-// (root) on a loopback port, answers /data.json as the Update Demo spec reads it: "image" holds
-// the picture's name.
-func TestUpdateDemoStandins(t *testing.T) {
+// buildStandins runs make images for the stand-ins only names (-only), with the real agnhost,
+// for this machine's platform, and returns the folder their archives are in.
+func buildStandins(t *testing.T, only string) string {
+	t.Helper()
 	bin := realAgnhost(t)
 	out := t.TempDir()
 	err := run(context.Background(), options{
 		root: filepath.Join("..", ".."), out: out, version: "v0.0.0-test", registry: "ghcr.io/x", source: "https://example.com/src",
-		platforms: "linux/" + runtime.GOARCH, nodePlatform: "linux/" + runtime.GOARCH, only: "nautilus,kitten",
+		platforms: "linux/" + runtime.GOARCH, nodePlatform: "linux/" + runtime.GOARCH, only: only,
 		agnhost: bin, epoch: testEpoch,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return out
+}
+
+// standinImage unpacks a stand-in's archive into dir and returns its one image, which must
+// be the archive's one entry, named ref, an index of one platform's image, and its config.
+func standinImage(t *testing.T, archive, dir, ref string) (v1.Image, *v1.ConfigFile) {
+	t.Helper()
+	top, m := readArchive(t, archive, dir)
+	if len(m.Manifests) != 1 || m.Manifests[0].Annotations[annotationContainerdName] != ref {
+		t.Fatalf("index.json: %+v, want one image named %s", m.Manifests, ref)
+	}
+	idx, err := top.ImageIndex(m.Manifests[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil || len(im.Manifests) != 1 {
+		t.Fatalf("index: %v %+v", err, im)
+	}
+	img, err := idx.Image(im.Manifests[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img, cf
+}
+
+// make images' nautilus and kitten stand-ins, built from the real agnhost: each tarball names
+// the image e2e.test asks for, runs agnhost test-webserver, and, unpacked and run in a chroot
+// (root) on a loopback port, answers /data.json as the Update Demo spec reads it: "image" holds
+// the picture's name.
+func TestUpdateDemoStandins(t *testing.T) {
+	out := buildStandins(t, "nautilus,kitten")
 	for _, ud := range []struct{ name, ref, picture string }{
 		{"nautilus", NautilusRef, "nautilus.jpg"}, {"kitten", KittenRef, "kitten.jpg"},
 	} {
 		t.Run(ud.name, func(t *testing.T) {
-			top, m := readArchive(t, filepath.Join(out, ud.name+".tar"), filepath.Join(out, ud.name+"-layout"))
-			if len(m.Manifests) != 1 || m.Manifests[0].Annotations[annotationContainerdName] != ud.ref {
-				t.Fatalf("index.json: %+v, want one image named %s", m.Manifests, ud.ref)
-			}
-			idx, err := top.ImageIndex(m.Manifests[0].Digest)
-			if err != nil {
-				t.Fatal(err)
-			}
-			im, err := idx.IndexManifest()
-			if err != nil || len(im.Manifests) != 1 {
-				t.Fatalf("index: %v %+v", err, im)
-			}
-			img, err := idx.Image(im.Manifests[0].Digest)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cf, err := img.ConfigFile()
-			if err != nil {
-				t.Fatal(err)
-			}
+			img, cf := standinImage(t, filepath.Join(out, ud.name+".tar"), filepath.Join(out, ud.name+"-layout"), ud.ref)
 			if strings.Join(cf.Config.Entrypoint, " ") != "/agnhost" || strings.Join(cf.Config.Cmd, " ") != "test-webserver" || cf.Config.WorkingDir != "/" {
 				t.Errorf("entrypoint %q cmd %q workdir %q", cf.Config.Entrypoint, cf.Config.Cmd, cf.Config.WorkingDir)
 			}
@@ -306,36 +322,8 @@ func TestUpdateDemoStandins(t *testing.T) {
 // reports effective uid 0 (the escalation the setuid bit gives), and 1000 under no_new_privs,
 // what allowPrivilegeEscalation: false sets and the Conformance spec expects.
 func TestNonewprivsStandin(t *testing.T) {
-	bin := realAgnhost(t)
-	out := t.TempDir()
-	err := run(context.Background(), options{
-		root: filepath.Join("..", ".."), out: out, version: "v0.0.0-test", registry: "ghcr.io/x", source: "https://example.com/src",
-		platforms: "linux/" + runtime.GOARCH, nodePlatform: "linux/" + runtime.GOARCH, only: "nonewprivs",
-		agnhost: bin, epoch: testEpoch,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	top, m := readArchive(t, filepath.Join(out, "nonewprivs.tar"), filepath.Join(out, "layout"))
-	if len(m.Manifests) != 1 || m.Manifests[0].Annotations[annotationContainerdName] != NonewprivsRef {
-		t.Fatalf("index.json: %+v, want one image named %s", m.Manifests, NonewprivsRef)
-	}
-	idx, err := top.ImageIndex(m.Manifests[0].Digest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	im, err := idx.IndexManifest()
-	if err != nil || len(im.Manifests) != 1 {
-		t.Fatalf("index: %v %+v", err, im)
-	}
-	img, err := idx.Image(im.Manifests[0].Digest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := buildStandins(t, "nonewprivs")
+	img, cf := standinImage(t, filepath.Join(out, "nonewprivs.tar"), filepath.Join(out, "layout"), NonewprivsRef)
 	if strings.Join(cf.Config.Entrypoint, " ") != "/agnhost" || strings.Join(cf.Config.Cmd, " ") != "nonewprivs" {
 		t.Errorf("entrypoint %q cmd %q", cf.Config.Entrypoint, cf.Config.Cmd)
 	}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -15,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/kcm-split/kcm-split/shared/foreign"
+	"github.com/kcm-split/kcm-split/shared/testenv/fixtures"
 )
 
 func testForeignWriters(t *testing.T) (*foreignWriters, *record.FakeRecorder, func() float64) {
@@ -29,24 +29,7 @@ func testForeignWriters(t *testing.T) (*foreignWriters, *record.FakeRecorder, fu
 		Recorder:   recorder,
 	})}
 	return fw, recorder, func() float64 {
-		n, err := testutil.GatherAndCount(reg, "kcm_split_foreign_writer_detected_total")
-		if err != nil || n != 1 {
-			t.Fatalf("series: %d, %v", n, err)
-		}
-		mfs, _ := reg.Gather()
-		return mfs[0].GetMetric()[0].GetCounter().GetValue()
-	}
-}
-
-func drain(r *record.FakeRecorder) []string {
-	var out []string
-	for {
-		select {
-		case e := <-r.Events:
-			out = append(out, e)
-		default:
-			return out
-		}
+		return fixtures.Counter(t, reg, "kcm_split_foreign_writer_detected_total")
 	}
 }
 
@@ -70,7 +53,7 @@ func TestFinalizeByAnotherWriterIsReported(t *testing.T) {
 	done.Spec.Finalizers = nil
 	f.c.onDelete(done)
 	if n := count(); n != 0 {
-		t.Fatalf("counter %v, want 0: %q", n, drain(recorder))
+		t.Fatalf("counter %v, want 0: %q", n, fixtures.Events(recorder))
 	}
 
 	// Someone else's finalize.
@@ -78,7 +61,7 @@ func TestFinalizeByAnotherWriterIsReported(t *testing.T) {
 	if n := count(); n != 1 {
 		t.Fatalf("counter %v, want 1", n)
 	}
-	ev := drain(recorder)
+	ev := fixtures.Events(recorder)
 	if len(ev) != 1 || !strings.Contains(ev[0], foreign.Reason) || !strings.Contains(ev[0], "of finalize") {
 		t.Fatalf("events %q, want one %s of finalize", ev, foreign.Reason)
 	}
@@ -112,7 +95,7 @@ func TestConditionsByAnotherManagerAreReported(t *testing.T) {
 		}
 	}
 	if n := count(); n != 0 {
-		t.Fatalf("counter %v, want 0: %q", n, drain(recorder))
+		t.Fatalf("counter %v, want 0: %q", n, fixtures.Events(recorder))
 	}
 	if _, err := fw.transform(ns("kube-controller-manager", true)); err != nil {
 		t.Fatal(err)
@@ -120,7 +103,7 @@ func TestConditionsByAnotherManagerAreReported(t *testing.T) {
 	if n := count(); n != 1 {
 		t.Fatalf("counter %v, want 1", n)
 	}
-	if ev := drain(recorder); len(ev) != 1 || !strings.Contains(ev[0], "kube-controller-manager") {
+	if ev := fixtures.Events(recorder); len(ev) != 1 || !strings.Contains(ev[0], "kube-controller-manager") {
 		t.Fatalf("events %q, want one naming kube-controller-manager", ev)
 	}
 }

@@ -7,13 +7,13 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/kcm-split/kcm-split/shared/foreign"
+	"github.com/kcm-split/kcm-split/shared/testenv/fixtures"
 )
 
 const (
@@ -59,25 +59,10 @@ func (f *foreignFixture) write(t *testing.T, node *v1.Node, manager, fields stri
 
 func (f *foreignFixture) count(t *testing.T) float64 {
 	t.Helper()
-	v, err := testutil.GatherAndCount(f.reg, "kcm_split_foreign_writer_detected_total")
-	if err != nil || v != 1 {
-		t.Fatalf("series: %d, %v", v, err)
-	}
-	mfs, _ := f.reg.Gather()
-	return mfs[0].GetMetric()[0].GetCounter().GetValue()
+	return fixtures.Counter(t, f.reg, "kcm_split_foreign_writer_detected_total")
 }
 
-func (f *foreignFixture) events() []string {
-	var out []string
-	for {
-		select {
-		case e := <-f.recorder.Events:
-			out = append(out, e)
-		default:
-			return out
-		}
-	}
-}
+func (f *foreignFixture) events() []string { return fixtures.Events(f.recorder) }
 
 func foreignNode(taints []v1.Taint, ready v1.ConditionStatus, reason string) *v1.Node {
 	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "uid-n1"},

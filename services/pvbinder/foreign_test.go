@@ -7,7 +7,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,6 +15,7 @@ import (
 	storagehelpers "k8s.io/component-helpers/storage/volume"
 
 	"github.com/kcm-split/kcm-split/shared/foreign"
+	"github.com/kcm-split/kcm-split/shared/testenv/fixtures"
 )
 
 type foreignFixture struct {
@@ -62,25 +62,10 @@ func (f *foreignFixture) write(t *testing.T, obj metav1.Object, entries ...metav
 
 func (f *foreignFixture) count(t *testing.T) float64 {
 	t.Helper()
-	n, err := testutil.GatherAndCount(f.reg, "kcm_split_foreign_writer_detected_total")
-	if err != nil || n != 1 {
-		t.Fatalf("series: %d, %v", n, err)
-	}
-	mfs, _ := f.reg.Gather()
-	return mfs[0].GetMetric()[0].GetCounter().GetValue()
+	return fixtures.Counter(t, f.reg, "kcm_split_foreign_writer_detected_total")
 }
 
-func (f *foreignFixture) events() []string {
-	var out []string
-	for {
-		select {
-		case e := <-f.recorder.Events:
-			out = append(out, e)
-		default:
-			return out
-		}
-	}
-}
+func (f *foreignFixture) events() []string { return fixtures.Events(f.recorder) }
 
 const (
 	claimCreated  = `{"f:spec":{"f:volumeName":{},"f:resources":{"f:requests":{"f:storage":{}}}}}`

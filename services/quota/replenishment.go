@@ -68,21 +68,31 @@ func usageChanged(gr schema.GroupResource, old, cur any, now time.Time, charge r
 	return false
 }
 
+// quotasTracking lists the cached quotas of namespace whose spec or status limits gr; none
+// for a cluster-scoped object (namespace "").
+func (c *Controller) quotasTracking(gr schema.GroupResource, namespace string) []*v1.ResourceQuota {
+	if namespace == "" {
+		return nil
+	}
+	rqs, err := c.quotas.ResourceQuotas(namespace).List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	var out []*v1.ResourceQuota
+	for _, rq := range rqs {
+		if tracksResource(rq.Spec.Hard, gr, c.opts.Claims) || tracksResource(rq.Status.Hard, gr, c.opts.Claims) {
+			out = append(out, rq)
+		}
+	}
+	return out
+}
+
 // replenish queues the quotas of namespace that track gr, and only those. They go to the
 // priority queue: usage given back unblocks creates admission is refusing right now, which
 // must not wait behind a full recalculation of every quota.
 func (c *Controller) replenish(gr schema.GroupResource, namespace string) {
-	if namespace == "" {
-		return
-	}
-	rqs, err := c.quotas.ResourceQuotas(namespace).List(labels.Everything())
-	if err != nil {
-		return
-	}
-	for _, rq := range rqs {
-		if tracksResource(rq.Spec.Hard, gr, c.opts.Claims) || tracksResource(rq.Status.Hard, gr, c.opts.Claims) {
-			c.priority.Add(key(rq))
-		}
+	for _, rq := range c.quotasTracking(gr, namespace) {
+		c.priority.Add(key(rq))
 	}
 }
 
@@ -98,16 +108,7 @@ func (c *Controller) replenish(gr schema.GroupResource, namespace string) {
 // chargeRecheck however many creations: it merges with the charge's own recheck (onQuotaUpdate),
 // and finding nothing to change it writes nothing.
 func (c *Controller) recountAfterCreate(gr schema.GroupResource, namespace string) {
-	if namespace == "" {
-		return
-	}
-	rqs, err := c.quotas.ResourceQuotas(namespace).List(labels.Everything())
-	if err != nil {
-		return
-	}
-	for _, rq := range rqs {
-		if tracksResource(rq.Spec.Hard, gr, c.opts.Claims) || tracksResource(rq.Status.Hard, gr, c.opts.Claims) {
-			c.primary.AddAfter(key(rq), c.chargeRecheck)
-		}
+	for _, rq := range c.quotasTracking(gr, namespace) {
+		c.primary.AddAfter(key(rq), c.chargeRecheck)
 	}
 }

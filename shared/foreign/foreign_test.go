@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/kcm-split/kcm-split/shared/metrics/metricstest"
+	"github.com/kcm-split/kcm-split/shared/testenv/fixtures"
 )
 
 // fakeClock is a clock the test moves.
@@ -67,17 +68,7 @@ func (f *fixture) count() float64 {
 	return testutil.ToFloat64(f.d.detected.WithLabelValues(f.target.Controller))
 }
 
-func (f *fixture) events() []string {
-	var out []string
-	for {
-		select {
-		case e := <-f.recorder.Events:
-			out = append(out, e)
-		default:
-			return out
-		}
-	}
-}
+func (f *fixture) events() []string { return fixtures.Events(f.recorder) }
 
 func TestOwnAndIgnoredManagersDoNotCount(t *testing.T) {
 	at := t0.Add(time.Second)

@@ -103,10 +103,10 @@ case "$a" in
 esac
 `
 
-// The helpers count a binary by its Deployment: one whose Pod is Pending, not Ready or missing
-// is neither active nor waiting, so kcm_split_wait cannot succeed while its controllers run
-// nowhere; nor waiting while any Pod is active.
-func TestHelpersNeedAReadyPodOfEveryDeployment(t *testing.T) {
+// runbookWithFakeKubectl reads the chart's runbook and returns it with the PATH entry of an
+// environment whose kubectl is fakeKubectl.
+func runbookWithFakeKubectl(t *testing.T) (*Runbook, string) {
+	t.Helper()
 	rb, err := ReadRunbook(filepath.Join("..", "..", "..", "charts", "kcm-split", "README.md"))
 	if err != nil {
 		t.Fatal(err)
@@ -115,6 +115,14 @@ func TestHelpersNeedAReadyPodOfEveryDeployment(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(bin, "kubectl"), []byte(fakeKubectl), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	return rb, "PATH=" + bin + ":" + os.Getenv("PATH")
+}
+
+// The helpers count a binary by its Deployment: one whose Pod is Pending, not Ready or missing
+// is neither active nor waiting, so kcm_split_wait cannot succeed while its controllers run
+// nowhere; nor waiting while any Pod is active.
+func TestHelpersNeedAReadyPodOfEveryDeployment(t *testing.T) {
+	rb, path := runbookWithFakeKubectl(t)
 	rb.Blocks["probe"] = "kcm_split_wait \"$WANT\" 0\n"
 	const (
 		active  = "kcmTakeOver-active"
@@ -143,7 +151,7 @@ func TestHelpersNeedAReadyPodOfEveryDeployment(t *testing.T) {
 		{"a running Pod unreadable", "waiting", map[string]string{"ep": "ep-1 Running 10257 True;ep-2 Running 10257 True", "ns": "ns-1 Running 10258 True"},
 			map[string]string{"ep-1": waiting, "ns-1": waiting}, false},
 	} {
-		env := []string{"PATH=" + bin + ":" + os.Getenv("PATH"), "NS=kube-system", "RELEASE=r", "WANT=" + tc.want, "DEPLOYMENTS=ep ns"}
+		env := []string{path, "NS=kube-system", "RELEASE=r", "WANT=" + tc.want, "DEPLOYMENTS=ep ns"}
 		for c, pods := range tc.pods {
 			env = append(env, fmt.Sprintf("PODS_%s=%s", c, pods))
 		}
@@ -162,14 +170,7 @@ func TestHelpersNeedAReadyPodOfEveryDeployment(t *testing.T) {
 // start yet) keep it waiting (step 3's check would otherwise pass in the moment between the
 // old KCM's Lease expiring and the new KCM taking it).
 func TestKCMLeaseNewWaitsForTheNewKCM(t *testing.T) {
-	rb, err := ReadRunbook(filepath.Join("..", "..", "..", "charts", "kcm-split", "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := t.TempDir()
-	if err := os.WriteFile(filepath.Join(bin, "kubectl"), []byte(fakeKubectl), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	rb, path := runbookWithFakeKubectl(t)
 	rb.Blocks["probe"] = "kcm_lease_new 0\n"
 	for _, tc := range []struct {
 		name, acquired, started string
@@ -183,7 +184,7 @@ func TestKCMLeaseNewWaitsForTheNewKCM(t *testing.T) {
 		{"a KCM Pod not running", "2026-11-28T14:25:12.519816Z", "kcm-a 2026-11-28T14:24:54Z;kcm-b", false},
 		{"no KCM Pod", "2026-11-28T14:25:12.519816Z", "", false},
 	} {
-		env := []string{"PATH=" + bin + ":" + os.Getenv("PATH"), "KCM_HOLDER=vm_1", "KCM_ACQUIRED=" + tc.acquired, "KCM_STARTED=" + tc.started}
+		env := []string{path, "KCM_HOLDER=vm_1", "KCM_ACQUIRED=" + tc.acquired, "KCM_STARTED=" + tc.started}
 		out, err := rb.Run(t.Context(), t.TempDir(), env, "probe", "helpers")
 		if (err == nil) != tc.ok {
 			t.Errorf("%s: kcm_lease_new: %v, want ok=%t:\n%s", tc.name, err, tc.ok, out)
