@@ -43,7 +43,7 @@ SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
 
 .PHONY: images
-images: ## OCI images without Docker into bin/images/: each controller (linux/amd64+arm64); pause, agnhost and the nginx, nonewprivs, nautilus, kitten stand-ins (node arch)
+images: ## OCI images without Docker into bin/images/: each controller (linux/amd64+arm64); pause, agnhost, busybox and the nginx, nonewprivs, nautilus, kitten stand-ins (node arch)
 	@TOOLS_ONLY=agnhost bash deploy/tools/build.sh $(BIN)
 	@cd deploy/images && GOWORK=off go run . -root $(ROOT) -out $(BIN)/images -version $(VERSION) \
 		-revision "$(REVISION)" -epoch $(SOURCE_DATE_EPOCH) -agnhost $(BIN)/agnhost $(IMAGES_FLAGS)

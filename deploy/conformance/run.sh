@@ -114,23 +114,22 @@ else
 fi
 export KUBECONFIG=$KA_ADMIN PATH=$BIN:$PATH
 # The images just built: the controllers' and the e2e images and stand-ins of make images
-# (agnhost, nginx, nonewprivs, nautilus, kitten). make kubeadm-up imported them when it
+# (agnhost, busybox, nginx, nonewprivs, nautilus, kitten). make kubeadm-up imported them when it
 # started the cluster; a reused cluster has older ones (the chart and the kubelet pull
 # nothing), and a rig fix in them must reach the next part.
-for img in "$BIN"/images/*-controller.tar "$BIN"/images/{agnhost,nginx,nonewprivs,nautilus,kitten}.tar; do
+for img in "$BIN"/images/*-controller.tar "$BIN"/images/{agnhost,busybox,nginx,nonewprivs,nautilus,kitten}.tar; do
   [ -f "$img" ] || cdie "no $img (make images)"
   nctr images import --no-unpack=false "$img" >/dev/null || cdie "importing $img failed"
 done
 
 # Stand-ins: e2e.test v1.36.3 asks for upstream's test images, which cannot be pulled here.
-# busybox: the agnhost image, whose userland is Debian's busybox with dash as /bin/sh (the specs
-# give the command to run); nginx 1.27-0: the nginx 1.15-4 stand-in (agnhost serving HTTP on
-# port 80, as nginx does); agnhost 2.55 (the previous version some specs name): agnhost 2.63.0;
+# nginx 1.27-0: the nginx 1.15-4 stand-in (agnhost serving HTTP on port 80, as nginx does);
+# agnhost 2.55 (the previous version some specs name): agnhost 2.63.0;
 # glibc-dns-testing 2.0.0 (the DNS specs' second prober, upstream's a Debian with dnsutils, given
 # a `sh -c` of dig and getent probes): agnhost, whose userland is Debian's, dig and getent too.
-# Tagged on the node only, where the kubelet finds them (IfNotPresent). The Update Demo specs'
-# nautilus and kitten stand-ins and the nonewprivs one are built under their own names
-# (checked here).
+# Tagged on the node only, where the kubelet finds them (IfNotPresent). The busybox image (Debian's
+# busybox-static, every applet in /bin, `sh` by default), the Update Demo specs' nautilus and
+# kitten stand-ins and the nonewprivs one are built under their own names (checked here).
 if [ "${STANDINS:-}" != 0 ]; then
   have=$(nctr images ls -q)
   standin() { # image-on-the-node name-e2e.test-asks-for
@@ -138,11 +137,10 @@ if [ "${STANDINS:-}" != 0 ]; then
     nctr images tag --force "$1" "$2" >/dev/null
     csay "stand-in: $2 is $1"
   }
-  standin registry.k8s.io/e2e-test-images/agnhost:2.63.0 registry.k8s.io/e2e-test-images/busybox:1.37.0-1
   standin registry.k8s.io/e2e-test-images/agnhost:2.63.0 registry.k8s.io/e2e-test-images/agnhost:2.55
   standin registry.k8s.io/e2e-test-images/agnhost:2.63.0 registry.k8s.io/e2e-test-images/glibc-dns-testing:2.0.0
   standin registry.k8s.io/e2e-test-images/nginx:1.15-4 registry.k8s.io/e2e-test-images/nginx:1.27-0
-  for ref in registry.k8s.io/e2e-test-images/{nautilus:1.8,kitten:1.8,nonewprivs:1.4}; do
+  for ref in registry.k8s.io/e2e-test-images/{busybox:1.37.0-1,nautilus:1.8,kitten:1.8,nonewprivs:1.4}; do
     grep -qxF "$ref" <<<"$have" || cdie "no $ref on the node (make images)"
   done
 fi

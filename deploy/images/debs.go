@@ -269,10 +269,11 @@ func onPathResolved(files map[string]*File, cmd string) bool {
 	return false
 }
 
-// busyboxApplets lists busybox's applets as paths (bin/sh, usr/bin/wget, ...), asking the
-// binary itself (`--list-full`), so it runs only on the build machine's architecture;
-// elsewhere none is linked (busybox stays callable as `busybox <applet>`).
-func busyboxApplets(ctx context.Context, busybox []byte, p v1.Platform) ([]string, error) {
+// busyboxApplets lists busybox's applets, asking the binary itself: with list "--list-full"
+// as paths (bin/sh, usr/bin/wget, ...), with "--list" as names. It runs only on the build
+// machine's architecture; elsewhere it lists none (busybox stays callable as
+// `busybox <applet>`).
+func busyboxApplets(ctx context.Context, busybox []byte, p v1.Platform, list string) ([]string, error) {
 	if p.Architecture != runtime.GOARCH {
 		return nil, nil
 	}
@@ -285,9 +286,9 @@ func busyboxApplets(ctx context.Context, busybox []byte, p v1.Platform) ([]strin
 	if err := os.WriteFile(bin, busybox, 0o755); err != nil {
 		return nil, err
 	}
-	out, err := exec.CommandContext(ctx, bin, "--list-full").Output()
+	out, err := exec.CommandContext(ctx, bin, list).Output()
 	if err != nil {
-		return nil, fmt.Errorf("busybox --list-full: %w", err)
+		return nil, fmt.Errorf("busybox %s: %w", list, err)
 	}
 	return strings.Fields(string(out)), nil
 }
@@ -326,7 +327,7 @@ func Userland(ctx context.Context, debs []string, p v1.Platform) ([]File, error)
 		}
 	}
 	if bb, ok := files["bin/busybox"]; ok && bb.Type == tar.TypeReg {
-		applets, err := busyboxApplets(ctx, bb.Data, p)
+		applets, err := busyboxApplets(ctx, bb.Data, p, "--list-full")
 		if err != nil {
 			return nil, err
 		}

@@ -34,11 +34,15 @@ const (
 
 // Spec describes one single-binary image for one platform.
 type Spec struct {
-	// Binary is the file on disk put into the image at Path.
+	// Binary is the file on disk put into the image at Path; empty when the program is one of
+	// Files (busybox, from its package).
 	Binary string
 	// Path is where the binary lands in the image, and the entrypoint ("/controller",
 	// "/usr/local/bin/kube-apiserver": parent directories are made, mode 0755).
 	Path string
+	// NoEntrypoint leaves the config without an entrypoint: Args are the whole default
+	// command, which a Pod's command replaces (busybox's ["sh"], as upstream's image has it).
+	NoEntrypoint bool
 	// Platform the binary was built for.
 	Platform v1.Platform
 	// Created is the image's creation time and every file's mtime (SOURCE_DATE_EPOCH): the
@@ -106,16 +110,23 @@ func Image(spec Spec) (v1.Image, error) {
 		WorkingDir: "/",
 		Labels:     spec.Labels,
 	}
+	if spec.NoEntrypoint {
+		cf.Config.Entrypoint = nil
+	}
 	return mutate.ConfigFile(img, cf)
 }
 
 // layerTar is the layer: the binary, owned by root (the non-root user cannot rewrite its own
 // binary), mode 0755, plus spec.Dirs, spec.Files and the binary's parent directories; every
-// entry owned by root with a fixed mtime, nothing else.
+// entry owned by root with a fixed mtime, nothing else. Without spec.Binary, Dirs and Files
+// alone.
 func layerTar(spec Spec) ([]byte, error) {
-	b, err := os.ReadFile(spec.Binary)
-	if err != nil {
-		return nil, err
+	var b []byte
+	if spec.Binary != "" {
+		var err error
+		if b, err = os.ReadFile(spec.Binary); err != nil {
+			return nil, err
+		}
 	}
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -145,6 +156,12 @@ func layerTar(spec Spec) ([]byte, error) {
 		if _, err := tw.Write(f.Data); err != nil {
 			return nil, err
 		}
+	}
+	if spec.Binary == "" {
+		if err := tw.Close(); err != nil {
+			return nil, err
+		}
+		return buf.Bytes(), nil
 	}
 	// The binary's parent directories (usr/local/bin/) that no entry above made, mode 0755.
 	have := map[string]bool{}

@@ -52,7 +52,7 @@ const versionVar = "github.com/kcm-split/kcm-split/shared/app.Version"
 type options struct {
 	root, out, version, revision, source, registry string
 	platforms, nodePlatform, only, agnhost, tags   string
-	debList, debsDir                               string
+	debList, debsDir, busyboxDebList               string
 	metallb                                        string
 	kubeadm, proxyDebList, proxyDebsDir, iptables  string
 	epoch                                          int64
@@ -69,10 +69,11 @@ func main() {
 	flag.StringVar(&o.registry, "registry", "ghcr.io/kcm-split", "registry prefix of the controllers' images: <registry>/<binary>:<version>")
 	flag.StringVar(&o.platforms, "platforms", "linux/amd64,linux/arm64", "platforms of the controllers' images")
 	flag.StringVar(&o.nodePlatform, "node-platform", "linux/"+runtime.GOARCH, "platform of the pause and agnhost images")
-	flag.StringVar(&o.only, "only", "", "comma-separated images to build (binary names, pause, agnhost, nginx, nonewprivs, nautilus, kitten); empty: every controller and pause, plus agnhost and its stand-ins (nginx, nonewprivs, nautilus, kitten) if -agnhost is set")
+	flag.StringVar(&o.only, "only", "", "comma-separated images to build (binary names, pause, agnhost, nginx, nonewprivs, nautilus, kitten, busybox); empty: every controller and pause, plus agnhost, its stand-ins (nginx, nonewprivs, nautilus, kitten) and busybox if -agnhost is set")
 	flag.StringVar(&o.agnhost, "agnhost", "", "a built agnhost binary (node platform) to make "+AgnhostRef+" of")
 	flag.StringVar(&o.debList, "agnhost-debs", "", "the list of Debian packages that make the agnhost image's userland (default <root>/deploy/images/agnhost-debs.txt)")
 	flag.StringVar(&o.debsDir, "agnhost-debs-dir", "", "where those packages are kept, fetched by apt-get download when missing (default agnhost-debs/ beside -agnhost)")
+	flag.StringVar(&o.busyboxDebList, "busybox-debs", "", "the list of Debian packages the busybox image ("+BusyboxRef+") is made of, kept with the agnhost image's (default <root>/deploy/images/busybox-debs.txt)")
 	flag.StringVar(&o.metallb, "metallb", "", "a directory holding MetalLB's metallb-controller and metallb-speaker (node platform) to make "+MetalLBControllerRef+" and "+MetalLBSpeakerRef+" of")
 	flag.StringVar(&o.kubeadm, "kubeadm", "", "a directory holding kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy and etcd of Kubernetes "+KubeadmVersion+" and CoreDNS (node platform): build only the images kubeadm "+KubeadmVersion+" runs, under its names, and pause")
 	flag.StringVar(&o.proxyDebList, "kube-proxy-debs", "", "the list of Debian packages that make the kube-proxy image's userland (default <root>/deploy/images/kube-proxy-debs.txt)")
@@ -114,6 +115,11 @@ type target struct {
 	// from the creation time.
 	extra func(created time.Time) ([]File, error)
 	mode  int64 // the binary's mode in the layer; 0: 0755
+	// inUserland: the program at path is the userland's own (busybox): no binary is built or
+	// added.
+	inUserland bool
+	// noEntrypoint: the config has args as its command and no entrypoint.
+	noEntrypoint bool
 	// versionArgs make the prebuilt binary print its version, which holds the line versionOut.
 	versionArgs []string
 	versionOut  string
@@ -123,6 +129,7 @@ type target struct {
 const (
 	userlandAgnhost  = "agnhost"
 	userlandIptables = "iptables"
+	userlandBusybox  = "busybox"
 )
 
 func run(ctx context.Context, o options) error {
@@ -154,7 +161,7 @@ func run(ctx context.Context, o options) error {
 		var imgs []v1.Image
 		for _, p := range t.platforms {
 			bin := t.prebuilt
-			if bin == "" {
+			if bin == "" && !t.inUserland {
 				bin = filepath.Join(build, t.name+"-"+p.OS+"-"+p.Architecture)
 				if err := goBuild(ctx, t, p, bin); err != nil {
 					return err
@@ -162,7 +169,7 @@ func run(ctx context.Context, o options) error {
 			}
 			img, err := Image(Spec{
 				Binary: bin, Path: t.path, Platform: p, Created: created, User: t.user, Args: t.args, Dirs: t.dirs,
-				Files: files, Env: env, Labels: lbls, Mode: t.mode,
+				Files: files, Env: env, Labels: lbls, Mode: t.mode, NoEntrypoint: t.noEntrypoint,
 			})
 			if err != nil {
 				return fmt.Errorf("%s %s: %w", t.name, p, err)
@@ -360,6 +367,16 @@ func projectTargets(root string, o options, platforms, node []v1.Platform) ([]ta
 			})
 		}
 	}
+	if o.agnhost != "" {
+		// Upstream's e2e busybox image: busybox, every applet a link in /bin, root, `sh` by
+		// default and no entrypoint (a Pod's command is the whole command), /tmp, and the
+		// /etc/passwd and /etc/group of root and nobody.
+		ts = append(ts, target{
+			name: "busybox", path: "/bin/busybox", refs: []string{BusyboxRef}, platforms: node,
+			user: "0:0", args: []string{"sh"}, dirs: []string{"tmp"}, userland: userlandBusybox,
+			inUserland: true, noEntrypoint: true,
+		})
+	}
 	if o.metallb != "" {
 		ml, err := metallbTargets(o.metallb, node)
 		if err != nil {
@@ -393,6 +410,17 @@ func userland(ctx context.Context, root string, o options, t target) ([]File, st
 		}
 		return debUserland(ctx, list, dir, t.platforms[0], func(debs []string) ([]File, error) {
 			return Userland(ctx, debs, t.platforms[0])
+		})
+	case userlandBusybox:
+		list, dir := o.busyboxDebList, o.debsDir
+		if list == "" {
+			list = filepath.Join(root, "deploy", "images", "busybox-debs.txt")
+		}
+		if dir == "" {
+			dir = filepath.Join(filepath.Dir(o.agnhost), "agnhost-debs")
+		}
+		return debUserland(ctx, list, dir, t.platforms[0], func(debs []string) ([]File, error) {
+			return BusyboxUserland(ctx, debs, t.platforms[0])
 		})
 	case userlandIptables:
 		list, dir := o.proxyDebList, o.proxyDebsDir
