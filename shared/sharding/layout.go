@@ -35,9 +35,9 @@ type LayoutOptions struct {
 	// not of events).
 	Recheck time.Duration
 	// ClockSkew is how far this process's clock may be ahead of a Lease holder's. A Lease of
-	// the first list whose renewTime plus its duration plus ClockSkew is already past on this
-	// clock is not waited for (see Layout); 0 never trusts a renewTime: every Lease then counts
-	// as held for its duration after first sight.
+	// the first list blocks until its renewTime plus its duration plus ClockSkew at most, by
+	// this clock (see Layout); 0 never trusts a renewTime: every Lease then counts as held for
+	// its duration after first sight.
 	ClockSkew time.Duration
 }
 
@@ -50,9 +50,9 @@ type LayoutOptions struct {
 // between hosts cannot shorten it and a Lease not seen since start is assumed held.
 //
 // One exception, for the Leases an uninstall or a killed layout leaves behind (expired, still
-// naming their holder): a version in the first list of the Leases, found with renewTime +
-// duration + ClockSkew already past, counts from renewTime + ClockSkew instead of from first
-// sight, so it blocks no longer than that. Its holder's own fence (leader.Elector.AllowWrite)
+// naming their holder): a version in the first list of the Leases counts from renewTime +
+// ClockSkew when that is earlier than first sight, so it blocks until renewTime + duration +
+// ClockSkew at most, and not at all once that is past. Its holder's own fence (leader.Elector.AllowWrite)
 // stopped its writes a renew deadline (shorter than the duration) after the renewal it
 // stamped with renewTime, so with clocks apart by less than ClockSkew it writes nothing any
 // more; a later version (the holder alive after all, a standby acquiring) is a change seen
