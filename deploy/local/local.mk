@@ -4,11 +4,13 @@
 
 .PHONY: up down status clean-local node-up node-down
 
-# ENDPOINTS_SHARDS=N runs endpoints-controller as N static shards (deploy/local/up.sh).
+# ENDPOINTS_SHARDS=N runs endpoints-controller as N static shards of ENDPOINTS_SHARD_HASH
+# (mixed or fnv; deploy/local/up.sh).
 ENDPOINTS_SHARDS ?= 1
+ENDPOINTS_SHARD_HASH ?= mixed
 
-up: ## Start the local control plane with every kcm-split controller (builds what is missing); ENDPOINTS_SHARDS=2 shards endpoints-controller
-	@ENDPOINTS_SHARDS=$(ENDPOINTS_SHARDS) bash deploy/local/up.sh
+up: ## Start the local control plane with every kcm-split controller (builds what is missing); ENDPOINTS_SHARDS=2 shards endpoints-controller (ENDPOINTS_SHARD_HASH=mixed|fnv)
+	@ENDPOINTS_SHARDS=$(ENDPOINTS_SHARDS) ENDPOINTS_SHARD_HASH=$(ENDPOINTS_SHARD_HASH) bash deploy/local/up.sh
 
 down: ## Stop everything 'make up' started (logs stay in .local/logs)
 	@bash deploy/local/down.sh

@@ -12,8 +12,11 @@
 # ENDPOINTS_SHARDS=N (default 1; `make up ENDPOINTS_SHARDS=2`) runs endpoints-controller as N
 # static shards (--shards=N --shard-index=I), each a process endpoints-controller-shard-I
 # (bin/ symlinks to the one binary) with its own port, log and Lease
-# endpoints-controller-shard-I-of-N. The apiserver always runs with ShardedListAndWatch on, so
-# the shards' caches hold their own namespaces only (kcm_split_shard_info{mode="server"}).
+# endpoints-controller-shard-I-of-N-mixed with ENDPOINTS_SHARD_HASH=mixed (the default, the
+# binary's): the shards filter their namespaces themselves (kcm_split_shard_info{mode="client"}).
+# ENDPOINTS_SHARD_HASH=fnv: Lease endpoints-controller-shard-I-of-N, and since the apiserver
+# always runs with ShardedListAndWatch on, it filters for the shards (mode="server").
+# `make dashboards-e2e` runs with ENDPOINTS_SHARDS=2.
 # Usage: deploy/local/up.sh
 set -Eeuo pipefail # -E: the ERR trap around the PKI also covers functions
 # shellcheck source-path=SCRIPTDIR
@@ -38,6 +41,8 @@ if [ "${UPSTREAM:-}" = 1 ]; then KCM_DISABLED=(); fi
 
 ENDPOINTS_SHARDS=${ENDPOINTS_SHARDS:-1}
 [[ $ENDPOINTS_SHARDS =~ ^[1-9][0-9]?$ ]] || die "ENDPOINTS_SHARDS=$ENDPOINTS_SHARDS: a number of shards, 1 to 99"
+ENDPOINTS_SHARD_HASH=${ENDPOINTS_SHARD_HASH:-mixed}
+[[ $ENDPOINTS_SHARD_HASH =~ ^(mixed|fnv)$ ]] || die "ENDPOINTS_SHARD_HASH=$ENDPOINTS_SHARD_HASH: mixed or fnv"
 
 # Readiness budgets, seconds.
 T_ETCD=30 T_APISERVER=90 T_COMPONENT=60 T_NODES=60
@@ -281,10 +286,12 @@ api_ok() {
 lease_held() { [ -n "$(kubectl -n kube-system get lease "$1" -o 'jsonpath={.spec.holderIdentity}')" ]; }
 # shard_of NAME: the shard index of a process endpoints-controller-shard-I, nothing for others.
 shard_of() { [[ $1 == *-shard-* ]] && echo "${1##*-shard-}"; }
-# lease_of NAME: the Lease a controller process holds: its shard's, or its own name.
+# lease_of NAME: the Lease a controller process holds: its shard's (shared/sharding's LeaseName:
+# -mixed after it for the mixed hash), or its own name.
 lease_of() {
-  local i
-  if i=$(shard_of "$1"); then echo "${1%-shard-*}-shard-$i-of-$ENDPOINTS_SHARDS"; else echo "$1"; fi
+  local i suffix=""
+  [ "$ENDPOINTS_SHARD_HASH" = mixed ] && suffix=-mixed
+  if i=$(shard_of "$1"); then echo "${1%-shard-*}-shard-$i-of-$ENDPOINTS_SHARDS$suffix"; else echo "$1"; fi
 }
 sa_exists() { kubectl -n default get serviceaccount default; }
 
@@ -391,7 +398,7 @@ for entry in $CONTROLLER_PORTS; do
   # Optional local-only flags, one per line: deploy/local/flags/<controller-id>.
   # ${SERVICE_CIDR}, ${POD_CIDR} and ${POD_CIDR_IPV6} in them stand for this script's values.
   if [ -f "$HERE/flags/$base" ]; then mapfile -t extra < <(grep -v '^[[:space:]]*\(#\|$\)' "$HERE/flags/$base"); fi
-  if i=$(shard_of "$name"); then extra+=(--shards="$ENDPOINTS_SHARDS" --shard-index="$i"); fi
+  if i=$(shard_of "$name"); then extra+=(--shards="$ENDPOINTS_SHARDS" --shard-index="$i" --shard-hash="$ENDPOINTS_SHARD_HASH"); fi
   for i in "${!extra[@]}"; do
     extra[i]=${extra[i]//'${SERVICE_CIDR}'/$SERVICE_CIDR}
     extra[i]=${extra[i]//'${POD_CIDR}'/$POD_CIDR}

@@ -97,6 +97,10 @@ func (p *process) startShard(ctx context.Context, spec Spec, o *options) {
 	p.rt.layout = sharding.NewLayout(leaderClient(p.cfg), sharding.LayoutOptions{
 		Binary: spec.ID, Namespace: o.leader.Namespace, BaseLease: o.sharding.baseLease, Shard: o.sharding.shard,
 		LeaseDuration: o.leader.LeaseDuration, Recheck: o.leader.RetryPeriod,
+		// A Lease left expired by a layout gone before this process started blocks until its
+		// renewTime + duration + this: a lease duration (15 s by default) of clock skew
+		// allowed between hosts, far beyond what NTP leaves.
+		ClockSkew: o.leader.LeaseDuration,
 	}, p.reg)
 	p.rt.layout.Start(ctx)
 	p.elector.FenceAlso(leader.ReasonOtherLayout, p.rt.layout.AllowWrite)

@@ -213,6 +213,13 @@ func (l *interruptibleLock) write(rec resourcelock.LeaderElectionRecord, fn func
 		return errReleaseNotOurs
 	}
 	sent := time.Now()
+	// The term this write extends counts from the renewTime it stamps, if that is earlier (a
+	// process frozen between stamping and sending): an observer that judges a Lease by its
+	// renewTime (sharding.Layout) relies on no write after renewTime + renew deadline. A
+	// wall-clock step can only make this earlier.
+	if gap := sent.Sub(rec.RenewTime.Time); !rec.RenewTime.IsZero() && gap > 0 {
+		sent = sent.Add(-gap)
+	}
 	err := fn()
 	if rec.HolderIdentity == "" {
 		l.released, l.releaseErr = err == nil, err

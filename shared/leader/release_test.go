@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -64,3 +65,40 @@ func TestReleaseOutcome(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestRenewalCountsFromItsStamp: a renewal whose renewTime was stamped before the write left
+// (the process froze in between) extends the term from the stamp, not from the send: the
+// fence then refuses writes a renew deadline after the renewTime others read.
+func TestRenewalCountsFromItsStamp(t *testing.T) {
+	client := fake.NewClientset(&coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "l"},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr("me")},
+	})
+	e := &Elector{}
+	lock := &interruptibleLock{elector: e, Interface: &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: "ns", Name: "l"},
+		Client:     client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: "me"},
+	}}
+	ctx := context.Background()
+	if _, _, err := lock.Get(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		stamp time.Duration // renewTime relative to the send
+		want  time.Duration // renewedAt relative to the send, within a second
+	}{{"stamped 20s before the send", -20 * time.Second, -20 * time.Second}, {"stamped at the send", 0, 0}} {
+		before := time.Now()
+		if err := lock.Update(ctx, resourcelock.LeaderElectionRecord{HolderIdentity: "me", RenewTime: metav1.NewTime(before.Add(tc.stamp))}); err != nil {
+			t.Fatal(err)
+		}
+		e.mu.Lock()
+		got := e.renewedAt.Sub(before)
+		e.renewedAt = time.Time{}
+		e.mu.Unlock()
+		if d := got - tc.want; d < -time.Second || d > time.Second {
+			t.Errorf("%s: renewedAt %s from the send, want %s", tc.name, got, tc.want)
+		}
+	}
+}

@@ -34,6 +34,11 @@ type LayoutOptions struct {
 	// Recheck bounds how long Wait sleeps between looks (expiry is a matter of time passing,
 	// not of events).
 	Recheck time.Duration
+	// ClockSkew is how far this process's clock may be ahead of a Lease holder's. A Lease of
+	// the first list blocks until its renewTime plus its duration plus ClockSkew at most, by
+	// this clock (see Layout); 0 never trusts a renewTime: every Lease then counts as held for
+	// its duration after first sight.
+	ClockSkew time.Duration
 }
 
 // Layout keeps two layouts of one binary from writing at the same time: a shard of a layout
@@ -43,10 +48,20 @@ type LayoutOptions struct {
 // process's own clock: a Lease counts as held for its lease duration after the last change
 // this process saw of it (first sight included), as a standby judges expiry, so clock skew
 // between hosts cannot shorten it and a Lease not seen since start is assumed held.
+//
+// One exception, for the Leases an uninstall or a killed layout leaves behind (expired, still
+// naming their holder): a version in the first list of the Leases counts from renewTime +
+// ClockSkew when that is earlier than first sight, so it blocks until renewTime + duration +
+// ClockSkew at most, and not at all once that is past. Its holder's own fence (leader.Elector.AllowWrite)
+// stopped its writes a renew deadline (shorter than the duration) after the renewal it
+// stamped with renewTime, so with clocks apart by less than ClockSkew it writes nothing any
+// more; a later version (the holder alive after all, a standby acquiring) is a change seen
+// here and counts from its sight as always.
 type Layout struct {
 	opts     LayoutOptions
 	informer cache.SharedIndexInformer
 	changed  chan struct{}
+	log      klog.Logger // Start's context's
 
 	mu   sync.Mutex
 	seen map[string]observed // by Lease name, other layouts only
@@ -69,9 +84,9 @@ func NewLayout(client kubernetes.Interface, opts LayoutOptions, reg prometheus.R
 		changed:  make(chan struct{}, 1),
 		seen:     map[string]observed{},
 	}
-	_, _ = l.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    l.observe,
-		UpdateFunc: func(_, cur any) { l.observe(cur) },
+	_, _ = l.informer.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc:    func(obj any, initial bool) { l.observe(obj, initial) },
+		UpdateFunc: func(_, cur any) { l.observe(cur, false) },
 		DeleteFunc: l.forget,
 	})
 	gauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -92,7 +107,10 @@ func NewLayout(client kubernetes.Interface, opts LayoutOptions, reg prometheus.R
 }
 
 // Start runs the Lease informer until ctx ends.
-func (l *Layout) Start(ctx context.Context) { go l.informer.RunWithContext(ctx) }
+func (l *Layout) Start(ctx context.Context) {
+	l.log = klog.FromContext(ctx)
+	go l.informer.RunWithContext(ctx)
+}
 
 // otherLayout returns the layout (Shard.Layout: "N shards", or "N shards, hash H") of a Lease
 // of another layout of this binary, "" for this layout's Leases and every other Lease. A Lease
@@ -112,7 +130,9 @@ func (l *Layout) otherLayout(lease *coordinationv1.Lease) string {
 	return ""
 }
 
-func (l *Layout) observe(obj any) {
+// observe records a Lease of another layout as seen now; initial says it came with the first
+// list, where an expired version counts from its renewTime (see Layout).
+func (l *Layout) observe(obj any, initial bool) {
 	lease, ok := obj.(*coordinationv1.Lease)
 	if !ok {
 		return
@@ -121,12 +141,23 @@ func (l *Layout) observe(obj any) {
 	if layout == "" {
 		return
 	}
-	o := observed{rv: lease.ResourceVersion, since: time.Now(), duration: l.opts.LeaseDuration, layout: layout}
+	now := time.Now()
+	o := observed{rv: lease.ResourceVersion, since: now, duration: l.opts.LeaseDuration, layout: layout}
 	if h := lease.Spec.HolderIdentity; h != nil {
 		o.holder = *h
 	}
 	if d := lease.Spec.LeaseDurationSeconds; d != nil && *d > 0 {
 		o.duration = time.Duration(*d) * time.Second
+	}
+	if r := lease.Spec.RenewTime; initial && o.holder != "" && r != nil && l.opts.ClockSkew > 0 {
+		if from := r.Add(l.opts.ClockSkew); from.Before(now) {
+			o.since = from
+			if !now.Before(from.Add(o.duration)) {
+				l.log.Info("A Lease of another shard layout names a holder but expired before this process started; not waiting for it",
+					"lease", lease.Name, "layout", layout, "holder", o.holder, "renewTime", r.UTC().Format(time.RFC3339),
+					"expiredFor", now.Sub(r.Add(o.duration)).Round(time.Second).String(), "clockSkew", l.opts.ClockSkew.String())
+			}
+		}
 	}
 	l.mu.Lock()
 	if prev, ok := l.seen[lease.Name]; ok && prev.rv == o.rv {

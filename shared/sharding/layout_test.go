@@ -99,3 +99,78 @@ func TestLayoutBlocksOnOtherHash(t *testing.T) {
 		cancel()
 	}
 }
+
+// TestLayoutExpiredAtFirstSight: a Lease of another layout listed at start, still naming its
+// holder, blocks until renewTime + duration + ClockSkew, not for a whole duration after first
+// sight: not at all when that is past (left by an uninstall), the rest of it when it is not;
+// with ClockSkew 0 the renewTime is never trusted. A later version of it (the holder renewing
+// after all) is a change seen now and blocks a whole duration whatever its renewTime.
+func TestLayoutExpiredAtFirstSight(t *testing.T) {
+	at := func(name string, renewed time.Duration) *coordinationv1.Lease {
+		l := lease(name, "gone", Shard{Index: 0, Count: 2}.LeaseLabels("ep"))
+		d := int32(10)
+		l.Spec.LeaseDurationSeconds = &d
+		r := metav1.NewMicroTime(time.Now().Add(renewed))
+		l.Spec.RenewTime = &r
+		return l
+	}
+	for _, tc := range []struct {
+		name    string
+		renewed time.Duration // renewTime from now
+		skew    time.Duration
+		blocked bool          // now
+		until   time.Duration // from now: blocked before, free after (when blocked)
+	}{
+		{"expired a minute ago", -70 * time.Second, 10 * time.Second, false, 0},
+		{"expired, within the skew", -15 * time.Second, 10 * time.Second, true, 5 * time.Second},
+		{"fresh", -time.Second, 10 * time.Second, true, 10 * time.Second},
+		{"expired, renewTime not trusted", -70 * time.Second, 0, true, 10 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := fake.NewClientset(at("ep-shard-0-of-2", tc.renewed))
+			l := NewLayout(client, LayoutOptions{Binary: "ep", Namespace: "kube-system", BaseLease: "ep", Shard: Shard{Index: 0, Count: 4},
+				LeaseDuration: time.Minute, Recheck: time.Second, ClockSkew: tc.skew}, nil)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			l.Start(ctx)
+			if !cache.WaitForCacheSync(ctx.Done(), l.informer.HasSynced) {
+				t.Fatal("not synced")
+			}
+			// The handler runs after the sync is reported: poll for the first sight.
+			var b []string
+			for range 100 {
+				if l.mu.Lock(); len(l.seen) == 1 {
+					l.mu.Unlock()
+					break
+				}
+				l.mu.Unlock()
+				time.Sleep(10 * time.Millisecond)
+			}
+			now := time.Now()
+			if b, _ = l.Blockers(now); (len(b) > 0) != tc.blocked {
+				t.Fatalf("blockers %v, want blocked %v", b, tc.blocked)
+			}
+			if !tc.blocked {
+				// The holder turns out alive and renews: a change seen now, a whole duration.
+				renewed := at("ep-shard-0-of-2", -70*time.Second)
+				renewed.ResourceVersion = "2"
+				if _, err := client.CoordinationV1().Leases("kube-system").Update(ctx, renewed, metav1.UpdateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				for range 100 {
+					if b, _ = l.Blockers(time.Now()); len(b) == 1 {
+						return
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+				t.Fatalf("a renewal seen after start does not block: %v", b)
+			}
+			if b, _ := l.Blockers(now.Add(tc.until - time.Second)); len(b) != 1 {
+				t.Errorf("free %s before renewTime + duration + skew (or first sight + duration): %v", time.Second, b)
+			}
+			if b, _ := l.Blockers(now.Add(tc.until + time.Second)); len(b) != 0 {
+				t.Errorf("still blocked %s after: %v", time.Second, b)
+			}
+		})
+	}
+}

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The dashboards against live data: `make up`, TestDashboardsLive (a real Prometheus scrapes
+# The dashboards against live data: `make up ENDPOINTS_SHARDS=2` (endpoints-controller as 2
+# leading shards, the sources of the sharding panels), TestDashboardsLive (a real Prometheus scrapes
 # every binary through the chart's authorization, a workload exercises each controller, every
 # panel's every query must return data), then `make down`, whatever the test did. Holds the
 # machine-wide lock of the real node and `make up` for the whole run. Part of `make test`.
@@ -13,11 +14,11 @@ exec 9>"$lock"
 flock -w 3600 9 || { echo "dashboards-e2e: $lock held for an hour" >&2; exit 1; }
 echo "dashboards-e2e: lock taken after $((SECONDS - start))s"
 # A control plane already up (a developer's) is used and left running; one started here is
-# stopped again.
+# stopped again. The test refuses one whose endpoints-controller is not 2 shards.
 started=1
 if compgen -G "$root/.local/run/*.pid" >/dev/null; then started=0; fi
 rc=0
-make -s -C "$root" up || rc=$?
+make -s -C "$root" up ENDPOINTS_SHARDS=2 || rc=$?
 if [ "$rc" = 0 ]; then
   (cd "$root/deploy/tests/chart" && KCM_SPLIT_DASHBOARDS_E2E=1 go test -short -count=1 -v -timeout 10m \
     -run '^TestDashboardsLive$' .) || rc=$?

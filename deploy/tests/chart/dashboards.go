@@ -204,13 +204,17 @@ var Synthetic = map[string]bool{"up": true, "scrape_duration_seconds": true, "sc
 
 // OptIn are metrics a binary exports only when a flag asks for them: a dashboard or an alert may
 // query them though a binary run with its defaults lacks them. The live test
-// (dashboards_live_test.go) runs a replica with the flags, so their panels are still proven to
-// show data.
+// (dashboards_live_test.go) runs a replica with the flags, or `make up ENDPOINTS_SHARDS=2`'s
+// leading shards, so their panels are still proven to show data.
 var OptIn = map[string]string{
 	"kcm_split_takeover_proven":               "--take-over-from-kcm",
 	"kcm_split_takeover_kcm_runs_controllers": "--take-over-from-kcm",
 	"kcm_split_takeover_lapses_total":         "--take-over-from-kcm",
 	"kcm_split_shard_layout_blocking_leases":  "--shards",
+	// A shard's View exists with --shards above 1, its series once the shard leads.
+	"kcm_split_shard_info":                      "--shards",
+	"kcm_split_shard_objects":                   "--shards",
+	"kcm_split_shard_largest_namespace_objects": "--shards",
 }
 
 // Exported reports whether a query's metric name is one of families: the family itself, or

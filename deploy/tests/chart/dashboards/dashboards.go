@@ -93,6 +93,32 @@ func foreignAndLayout() section {
 	}}
 }
 
+// shardSpread is max over mean of kcm_split_shard_objects grouped by the labels of by (a
+// binary's shards of one layout and resource): 1 is even.
+func shardSpread(by string) string {
+	return fmt.Sprintf(`max by (%[1]s) (kcm_split_shard_objects{$SEL}) / (sum by (%[1]s) (kcm_split_shard_objects{$SEL}) / count by (%[1]s) (kcm_split_shard_objects{$SEL}))`, by)
+}
+
+// shardSection is the section of a binary that runs as shards (endpoints, quota): what each
+// shard caches, how even that is, the largest namespace of each, and who filters.
+func shardSection() section {
+	return section{title: "Sharding (a shards value set)", panels: []panel{
+		ts("Objects per shard", "short", 12,
+			"Objects each shard's leader caches, by resource (its namespaces only; a standby caches nothing). Their sum is the cluster's.",
+			q(`max by (shard, shards, resource) (kcm_split_shard_objects{$SEL})`, "{{resource}} shard {{shard}} of {{shards}}")),
+		ts("Shard spread: max over mean objects", "short", 12,
+			"The fullest shard's objects over the mean of the shards that lead, by resource: 1 is even; above 1.5 for an hour (at 100 objects or more per shard on average) KcmSplitShardImbalanced fires.",
+			q(shardSpread("shards, resource"), "{{resource}} ({{shards}} shards)")),
+		ts("Largest namespace of each shard, and the mean of a shard", "short", 12,
+			"The largest namespace of each shard with its objects, and the mean objects of a shard (1/N of the total): a namespace above the mean is one no layout splits (KcmSplitShardNamespaceOversized). The namespace is exported_namespace when Prometheus keeps its own namespace target label (a ServiceMonitor without honorLabels), namespace with honorLabels.",
+			q(`max by (shard, resource, exported_namespace, namespace) (kcm_split_shard_largest_namespace_objects{$SEL})`, "{{resource}} shard {{shard}}: {{exported_namespace}}"),
+			q(`sum by (resource) (kcm_split_shard_objects{$SEL}) / count by (resource) (kcm_split_shard_objects{$SEL})`, "mean of a shard, {{resource}}")),
+		{title: "Filtering mode by shard and resource", kind: "table", width: 12,
+			desc:    "Who applies each shard's namespace range, per resource: server (the apiserver, gate ShardedListAndWatch on and --shard-hash=fnv: caches and wire carry the shard's objects only), client (the shard itself: the wire carries every object; always so with the default mixed hash), unknown (no list answered yet).",
+			queries: []query{q(`max by (instance, shard, shards, resource, mode) (kcm_split_shard_info{$SEL}) == 1`, "")}},
+	}}
+}
+
 // rateBy is the per-second rate of counter c summed by the labels of by (all when empty).
 func rateBy(c, by, extra string) string {
 	s := sel
@@ -128,7 +154,7 @@ var binaries = []binary{
 				q(`max(endpoint_slice_mirroring_controller_num_endpoint_slices{$SEL})`, "slices"),
 				q(`max(endpoint_slice_mirroring_controller_endpoints_desired{$SEL})`, "endpoints"),
 				q(p99("endpoint_slice_mirroring_controller_addresses_skipped_per_sync", ""), "skipped p99")),
-		}}, foreignAndLayout()},
+		}}, foreignAndLayout(), shardSection()},
 	},
 	{
 		alias: "namespace", title: "Namespace controller",
@@ -213,7 +239,7 @@ var binaries = []binary{
 			ts("Usage staleness, 10 stalest quotas", "s", 24,
 				"Seconds since a quota's usage was last counted in full. The quota's namespace is exported_namespace when Prometheus keeps its own namespace target label (a ServiceMonitor without honorLabels).",
 				q(`topk(10, max by (exported_namespace, namespace, name) (kcm_split_quota_usage_staleness_seconds{$SEL}))`, "{{exported_namespace}}/{{name}}")),
-		}}, foreignAndLayout()},
+		}}, foreignAndLayout(), shardSection()},
 	},
 	{
 		alias: "servicelb", title: "LoadBalancer Service controller",
@@ -322,11 +348,19 @@ func overviewSections() []section {
 			{title: "Leader Migration phase by replica", kind: "table", width: 8, desc: "One row per replica and the phase it reports: off (Leader Migration not enabled), standby, waiting, active, handing-back.",
 				queries: []query{q(`max by (job, instance, phase) (kcm_split_leader_migration_phase{$SEL}) == 1`, "")}},
 			ts("Foreign writer episodes", "short", 12,
-				"Episodes in which another field manager (kube-controller-manager still running a controller, a hand edit) wrote fields a controller owns (endpoints and quota controllers); ForeignWriterDetected Events name it.",
+				"Episodes in which another field manager (kube-controller-manager still running a controller, a hand edit) wrote fields a controller owns (endpoints, quota, namespace, nodelifecycle and pvbinder controllers); ForeignWriterDetected Events name it.",
 				q(`sum by (job, controller) (increase(kcm_split_foreign_writer_detected_total{$SEL}[$__rate_interval]))`, "{{job}} {{controller}}")),
-			ts("Shard layouts: Leases of another layout blocking", "short", 12,
-				"Sharded replicas only (a shards value set), by binary, shard and shard count: Leases of another shard count held and fresh; above 0 the replica starts nothing until that layout is gone (a shard count change in progress).",
+		}},
+		{title: "Sharding (endpoints and quota with a shards value)", panels: []panel{
+			ts("Shard spread by binary: max over mean objects", "short", 8,
+				"For each sharded binary and resource, the fullest shard's objects over the mean of its shards that lead: 1 is even; above 1.5 for an hour KcmSplitShardImbalanced fires. The binary's dashboard has each shard and its largest namespace.",
+				q(shardSpread("binary, shards, resource"), "{{binary}} {{resource}} ({{shards}} shards)")),
+			ts("Shard layouts: Leases of another layout blocking", "short", 8,
+				"Sharded replicas only (a shards value set), by binary, shard and shard count: Leases of another layout (shard count or hash) held and fresh; above 0 the replica starts nothing until that layout is gone (a layout change in progress; KcmSplitShardLayoutBlocked after 15 minutes). -1 before the Leases are listed.",
 				q(`max by (binary, shard, shards) (kcm_split_shard_layout_blocking_leases{$SEL})`, "{{binary}} shard {{shard}} of {{shards}}")),
+			{title: "Shard filtering mode by binary and resource", kind: "table", width: 8,
+				desc:    "Who applies each shard's namespace range: server (the apiserver), client (the shard itself; always so with the default mixed hash), unknown (no list answered yet).",
+				queries: []query{q(`max by (binary, shard, shards, resource, mode) (kcm_split_shard_info{$SEL}) == 1`, "")}},
 		}},
 		{title: "Reconciles", panels: []panel{
 			ts("Reconcile rate", "ops", 8, "", q(rateBy("kcm_split_reconcile_total", "controller", ""), "{{controller}}")),
