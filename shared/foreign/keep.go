@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+
+	"github.com/kcm-split/kcm-split/shared/leasestate"
 )
 
 // Episodes outlive the process (issue 49): the Lease holder keeps those in progress, per
@@ -249,4 +252,19 @@ func (k *keeper) run(ctx context.Context) {
 		case <-retry:
 		}
 	}
+}
+
+// EpisodesMaxBytes bounds the ConfigMap: DefaultMaxEpisodes episodes take about 10 KiB.
+const EpisodesMaxBytes = 64 << 10
+
+// KeepBesideLease is Keep with the ConfigMap <leaseName>-foreign-writers of cms (the Lease's
+// namespace, through the fenced client), labelled managed by managedBy. Call it after Track,
+// before the informers start.
+func (d *Detector) KeepBesideLease(ctx context.Context, cms corev1client.ConfigMapInterface, leaseName, managedBy string) error {
+	s, err := leasestate.New(cms, leasestate.Name(leaseName, EpisodesSuffix), leasestate.Options{Key: EpisodesKey, MaxBytes: EpisodesMaxBytes, ManagedBy: managedBy})
+	if err != nil {
+		return err
+	}
+	d.Keep(ctx, s)
+	return nil
 }
