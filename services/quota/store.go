@@ -159,6 +159,7 @@ func (k *clockKeeper) load(ctx context.Context) bool {
 	}
 	k.stored, k.written = false, nil
 	if !found {
+		k.log.V(2).Info("No staleness clocks kept by a previous holder")
 		return true
 	}
 	k.stored = true // overwritten by the next write, whatever it holds
@@ -193,6 +194,7 @@ func (k *clockKeeper) save(ctx context.Context) bool {
 		return false
 	}
 	k.stored, k.written, k.writtenAt = len(snap.Quotas) > 0, snap.Quotas, now
+	k.log.V(2).Info("Staleness clocks written", "quotas", len(snap.Quotas))
 	return true
 }
 

@@ -213,6 +213,7 @@ func (k *keeper) save(ctx context.Context) bool {
 		return false
 	}
 	k.stored, k.keys, k.written = len(snap.Episodes) > 0, keys, now
+	k.log.V(2).Info("Foreign-writer episodes written", "episodes", len(snap.Episodes))
 	return true
 }
 
