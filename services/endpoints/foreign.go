@@ -54,6 +54,10 @@ func watchForeignWriters(ctx context.Context, rt *app.Runtime, factory informers
 	if slices != nil || mirrored != nil {
 		_, _ = managedSlices(factory, managedBy).Informer().AddEventHandler(d.DeleteHandler())
 	}
+	// Episodes in progress outlive the term: the next Lease holder continues them.
+	if err := d.KeepBesideLease(ctx, rt.Client.CoreV1().ConfigMaps(rt.LeaseNamespace), rt.LeaseName, ControllerID); err != nil {
+		klog.FromContext(ctx).Error(err, "Foreign-writer episodes are not kept for the next Lease holder")
+	}
 	proj.Observe(func(obj any) {
 		switch o := obj.(type) {
 		case *v1.Endpoints:

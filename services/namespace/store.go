@@ -3,15 +3,15 @@ package namespace
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/klog/v2"
+
+	"github.com/kcm-split/kcm-split/shared/leasestate"
 )
 
 // The memory of last good discoveries outlives the process: with
@@ -173,13 +173,9 @@ func (s storedMemory) encode() ([]byte, int, error) {
 
 // discoveryStore reads and writes the stored memory. Only the store loop uses it.
 type discoveryStore struct {
-	client corev1client.ConfigMapInterface
-	name   string
-	// loaded: the store was read (or found absent) this term; nothing is written before,
-	// so a holder that could not read it never overwrites what its predecessor kept.
-	loaded bool
-	// cm is the ConfigMap as last read or written (nil: none yet).
-	cm *v1.ConfigMap
+	// kept is the ConfigMap (shared/leasestate): nothing is written before it is loaded this
+	// term, so a holder that could not read it never overwrites what its predecessor kept.
+	kept *leasestate.Store
 	// written is the content of the last write, and when (its Observed).
 	written  map[string]storedGV
 	observed time.Time
@@ -188,7 +184,11 @@ type discoveryStore struct {
 // keepDiscoveryIn makes the controller keep its memory of last good discoveries in the
 // ConfigMap name of cms, and start from what it holds. Call before Run.
 func (c *Controller) keepDiscoveryIn(cms corev1client.ConfigMapInterface, name string) {
-	c.store = &discoveryStore{client: cms, name: name}
+	kept, err := leasestate.New(cms, name, leasestate.Options{Key: DiscoveryStoreKey, MaxBytes: storeMaxBytes, ManagedBy: ControllerID})
+	if err != nil {
+		panic(err) // a constant key and a Lease name: a programming error
+	}
+	c.store = &discoveryStore{kept: kept}
 }
 
 // loadStore reads the store and seeds the memory from it when it is fresh. A read that
@@ -197,30 +197,29 @@ func (c *Controller) keepDiscoveryIn(cms corev1client.ConfigMapInterface, name s
 func (c *Controller) loadStore(ctx context.Context) bool {
 	logger := klog.FromContext(ctx)
 	st := c.store
-	cm, err := st.client.Get(ctx, st.name, metav1.GetOptions{})
+	name := st.kept.Name()
+	data, found, err := st.kept.Load(ctx)
 	switch {
-	case apierrors.IsNotFound(err):
-		st.cm, st.loaded = nil, true
-		logger.Info("No discovery memory kept by a previous holder", "configMap", st.name)
-		return true
 	case err != nil:
-		logger.Error(err, "Cannot read the discovery memory kept by a previous holder; unavailable APIs block until this process has seen them answer", "configMap", st.name)
+		logger.Error(err, "Cannot read the discovery memory kept by a previous holder; unavailable APIs block until this process has seen them answer", "configMap", name)
 		c.metrics.storeOps.WithLabelValues("read", "error").Inc()
 		return false
+	case !found:
+		logger.Info("No discovery memory kept by a previous holder", "configMap", name)
+		return true
 	}
-	st.cm, st.loaded = cm, true
 	c.metrics.storeOps.WithLabelValues("read", "ok").Inc()
 	var stored storedMemory
-	if err := json.Unmarshal([]byte(cm.Data[DiscoveryStoreKey]), &stored); err != nil {
-		logger.Error(err, "Discovery memory kept by a previous holder does not parse; not used", "configMap", st.name)
+	if err := json.Unmarshal(data, &stored); err != nil {
+		logger.Error(err, "Discovery memory kept by a previous holder does not parse; not used", "configMap", name)
 		return true
 	}
 	if now := c.now(); !stored.fresh(now) {
-		logger.Info("Discovery memory kept by a previous holder is stale; not used", "configMap", st.name, "observed", stored.Observed, "staleAfter", storeStaleAfter)
+		logger.Info("Discovery memory kept by a previous holder is stale; not used", "configMap", name, "observed", stored.Observed, "staleAfter", storeStaleAfter)
 		return true
 	}
 	n := c.memory.seed(stored)
-	logger.Info("Discovery memory taken over from a previous holder", "configMap", st.name, "observed", stored.Observed, "groupVersions", n)
+	logger.Info("Discovery memory taken over from a previous holder", "configMap", name, "observed", stored.Observed, "groupVersions", n)
 	if n > 0 {
 		c.enqueueBlocked()
 	}
@@ -233,6 +232,7 @@ func (c *Controller) loadStore(ctx context.Context) bool {
 func (c *Controller) saveStore(ctx context.Context) bool {
 	logger := klog.FromContext(ctx)
 	st := c.store
+	name := st.kept.Name()
 	snap := c.memory.snapshot()
 	if snap.Observed.IsZero() {
 		return true // nothing discovered yet
@@ -248,31 +248,20 @@ func (c *Controller) saveStore(ctx context.Context) bool {
 	if dropped > 0 {
 		logger.Info("Discovery memory over its bounds; entries dropped (they block until seen answering again)", "dropped", dropped)
 	}
-	var out *v1.ConfigMap
-	if st.cm == nil {
-		out, err = st.client.Create(ctx, &v1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Name: st.name, Labels: map[string]string{"app.kubernetes.io/managed-by": ControllerID}},
-			Data:       map[string]string{DiscoveryStoreKey: string(data)},
-		}, metav1.CreateOptions{})
-	} else {
-		cm := st.cm.DeepCopy()
-		cm.Data = map[string]string{DiscoveryStoreKey: string(data)}
-		out, err = st.client.Update(ctx, cm, metav1.UpdateOptions{})
-	}
+	err = st.kept.Save(ctx, data)
 	switch {
-	case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err):
-		logger.Info("Discovery memory changed by another writer; reading it again", "configMap", st.name, "err", err.Error())
+	case errors.Is(err, leasestate.ErrChanged):
+		logger.Info("Discovery memory changed by another writer; reading it again", "configMap", name, "err", err.Error())
 		c.metrics.storeOps.WithLabelValues("write", "conflict").Inc()
-		st.loaded = false
 		return false
 	case err != nil:
-		logger.Error(err, "Cannot write the discovery memory; retrying", "configMap", st.name)
+		logger.Error(err, "Cannot write the discovery memory; retrying", "configMap", name)
 		c.metrics.storeOps.WithLabelValues("write", "error").Inc()
 		return false
 	}
 	c.metrics.storeOps.WithLabelValues("write", "ok").Inc()
-	st.cm, st.written, st.observed = out, snap.GroupVersions, snap.Observed
-	logger.V(2).Info("Discovery memory written", "configMap", st.name, "groupVersions", len(snap.GroupVersions), "observed", snap.Observed)
+	st.written, st.observed = snap.GroupVersions, snap.Observed
+	logger.V(2).Info("Discovery memory written", "configMap", name, "groupVersions", len(snap.GroupVersions), "observed", snap.Observed)
 	return true
 }
 
@@ -297,7 +286,7 @@ func sameMemory(a, b map[string]storedGV) bool {
 // (woken by storeWake), retrying failures after storeRetry, until ctx ends.
 func (c *Controller) keepStore(ctx context.Context) {
 	for {
-		ok := c.store.loaded || c.loadStore(ctx)
+		ok := c.store.kept.Loaded() || c.loadStore(ctx)
 		if ok {
 			ok = c.saveStore(ctx)
 		}

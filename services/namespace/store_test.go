@@ -307,7 +307,7 @@ func TestStoreWritesOnChangeOrHeartbeatAndRereadsOnConflict(t *testing.T) {
 	})
 	clock.advance(storeHeartbeat)
 	f.discoverNow()
-	if f.c.saveStore(ctx) || f.c.store.loaded {
+	if f.c.saveStore(ctx) || f.c.store.kept.Loaded() {
 		t.Fatal("a conflicting write must leave the store to be read again")
 	}
 }

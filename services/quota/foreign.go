@@ -30,6 +30,10 @@ func foreignWriters(ctx context.Context, rt *app.Runtime) (cache.TransformFunc, 
 		Fields:     [][]string{{"status", "hard"}, {"status", "used"}},
 		Recorder:   rt.EventRecorder(ctx, Name),
 	})
+	// Episodes in progress outlive the term: the next Lease holder continues them.
+	if err := d.KeepBesideLease(ctx, rt.Client.CoreV1().ConfigMaps(rt.LeaseNamespace), rt.LeaseName, ControllerID); err != nil {
+		klog.FromContext(ctx).Error(err, "Foreign-writer episodes are not kept for the next Lease holder")
+	}
 	transform := func(obj any) (any, error) {
 		if rq, ok := obj.(*v1.ResourceQuota); ok {
 			d.Observe(t, rq)

@@ -22,6 +22,7 @@ import (
 	"github.com/kcm-split/kcm-split/shared/app"
 	"github.com/kcm-split/kcm-split/shared/features"
 	"github.com/kcm-split/kcm-split/shared/foreign"
+	"github.com/kcm-split/kcm-split/shared/leasestate"
 )
 
 // Spec describes the quota-controller binary to app.Main.
@@ -87,5 +88,12 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 		opts,
 		rt.Registry,
 	)
+	// The staleness clocks of quotas not counted in full outlive the term (store.go).
+	clocks, err := leasestate.New(rt.Client.CoreV1().ConfigMaps(rt.LeaseNamespace), leasestate.Name(rt.LeaseName, StalenessStoreSuffix),
+		leasestate.Options{Key: StalenessStoreKey, ManagedBy: ControllerID})
+	if err != nil {
+		return fmt.Errorf("staleness store: %w", err)
+	}
+	c.keepClocksIn(ctx, clocks)
 	return rt.RunControllers(ctx, []app.Controller{{Name: Name, HasSynced: c.HasSynced, Run: c.Run}}, factory)
 }

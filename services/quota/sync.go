@@ -119,6 +119,8 @@ func (c *Controller) syncQuota(ctx context.Context, qkey string) error {
 		// Counted in full and published (written now, or already right): the clock is
 		// restarted from when the caches were read.
 		c.staleness.counted(qkey, now)
+	} else {
+		c.staleness.uncounted(qkey, rq.UID, now)
 	}
 	return c.finishSync(updated, u)
 }

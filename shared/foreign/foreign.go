@@ -119,8 +119,18 @@ type Detector struct {
 	// seen holds, per object, the time of each foreign entry already looked at, only for
 	// objects with a foreign entry newer than start: usually none.
 	seen map[types.UID]map[entryKey]time.Time
-	// episodes holds the last time each (controller, manager) was seen writing.
-	episodes map[episodeKey]time.Time
+	// episodes holds, per (controller, manager), when its episode began and when it was last
+	// seen writing.
+	episodes map[episodeKey]episode
+	// tracked are the controllers of the Targets tracked (Track): kept episodes of others are
+	// not taken over.
+	tracked map[string]bool
+	// changed is signalled when an episode begins or is taken over (keep.go writes it out).
+	changed chan struct{}
+}
+
+type episode struct {
+	start, last time.Time
 }
 
 type entryKey struct {
@@ -146,7 +156,9 @@ func New(o Options) *Detector {
 		log:         o.Logger,
 		now:         o.Now,
 		seen:        map[types.UID]map[entryKey]time.Time{},
-		episodes:    map[episodeKey]time.Time{},
+		episodes:    map[episodeKey]episode{},
+		tracked:     map[string]bool{},
+		changed:     make(chan struct{}, 1),
 		detected:    counter(o.Registerer),
 	}
 	if d.now == nil {
@@ -196,6 +208,9 @@ func orDefault[T comparable](v, def T) T {
 // then sees the first episode, and a dashboard tells "none" from "not running".
 func (d *Detector) Track(t *Target) *Target {
 	d.detected.WithLabelValues(t.Controller)
+	d.mu.Lock()
+	d.tracked[t.Controller] = true
+	d.mu.Unlock()
 	return t
 }
 
@@ -334,16 +349,21 @@ func (d *Detector) report(t *Target, m metav1.Object, ro runtime.Object, w Write
 	now := d.now()
 	k := episodeKey{t.Controller, w.Manager}
 	d.mu.Lock()
-	last, inEpisode := d.episodes[k]
-	inEpisode = inEpisode && now.Sub(last) < d.quiet
-	if !inEpisode && len(d.episodes) >= d.maxEpisodes {
-		d.evictEpisodeLocked(now)
+	e, inEpisode := d.episodes[k]
+	inEpisode = inEpisode && now.Sub(e.last) < d.quiet
+	if !inEpisode {
+		if len(d.episodes) >= d.maxEpisodes {
+			d.evictEpisodeLocked(now)
+		}
+		e.start = now
 	}
-	d.episodes[k] = now
+	e.last = now
+	d.episodes[k] = e
 	d.mu.Unlock()
 	if inEpisode {
 		return
 	}
+	d.signal()
 	d.detected.WithLabelValues(t.Controller).Inc()
 	d.log.Info("Foreign writer detected: another field manager wrote fields this controller owns; not fighting it",
 		"controller", t.Controller, "manager", w.Manager, "operation", w.Operation, "subresource", w.Subresource,
@@ -367,7 +387,8 @@ func (d *Detector) evictEpisodeLocked(now time.Time) {
 	var oldest episodeKey
 	var oldestAt time.Time
 	first := true
-	for k, at := range d.episodes {
+	for k, e := range d.episodes {
+		at := e.last
 		if now.Sub(at) >= d.quiet {
 			delete(d.episodes, k)
 			continue
