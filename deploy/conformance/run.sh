@@ -128,7 +128,7 @@ done
 # glibc-dns-testing 2.0.0 (the DNS specs' second prober, upstream's a Debian with dnsutils, given
 # a `sh -c` of dig and getent probes): agnhost, whose userland is Debian's, dig and getent too.
 # Tagged on the node only, where the kubelet finds them (IfNotPresent). The busybox image (Debian's
-# busybox-static, every applet in /bin, `sh` by default), the Update Demo specs' nautilus and
+# busybox-static rebuilt to keep env names like data-1, every applet in /bin, `sh` by default), the Update Demo specs' nautilus and
 # kitten stand-ins and the nonewprivs one are built under their own names (checked here).
 if [ "${STANDINS:-}" != 0 ]; then
   have=$(nctr images ls -q)

@@ -24,12 +24,13 @@ var busyboxCommands = []string{
 }
 
 // BusyboxUserland is the busybox image's layer from debs (Debian's busybox-static): its
-// files (less the dropped ones), a symbolic link /bin/<applet> -> busybox for every applet
+// files (less the dropped ones; the binary rebuilt, rebuiltBusybox), a symbolic link /bin/<applet> -> busybox for every applet
 // `busybox --list` names, as upstream's image has them all in /bin (/bin/sysctl: Debian
 // would put it in /sbin), /etc/passwd and /etc/group with root and nobody, and /root. The
-// applets are asked from the binary, so p must be the build machine's platform. The files come
-// sorted by path, each parent directory before its entries.
-func BusyboxUserland(ctx context.Context, debs []string, p v1.Platform) ([]File, error) {
+// applets are asked from the binary, so p must be the build machine's platform. A non-nil
+// binary replaces the package's /bin/busybox (rebuiltBusybox's). The files come sorted by path,
+// each parent directory before its entries.
+func BusyboxUserland(ctx context.Context, debs []string, p v1.Platform, binary []byte) ([]File, error) {
 	if p.Architecture != runtime.GOARCH {
 		return nil, fmt.Errorf("the busybox image is built for the build machine's architecture (%s), not %s: its applets are asked from the binary", runtime.GOARCH, p.Architecture)
 	}
@@ -40,6 +41,9 @@ func BusyboxUserland(ctx context.Context, debs []string, p v1.Platform) ([]File,
 	bb, ok := files["bin/busybox"]
 	if !ok || bb.Type != tar.TypeReg {
 		return nil, errors.New("no /bin/busybox in the packages: the list must name busybox-static")
+	}
+	if binary != nil {
+		bb.Data = binary
 	}
 	applets, err := busyboxApplets(ctx, bb.Data, p, "--list")
 	if err != nil {

@@ -419,9 +419,16 @@ func userland(ctx context.Context, root string, o options, t target) ([]File, st
 		if dir == "" {
 			dir = filepath.Join(filepath.Dir(o.agnhost), "agnhost-debs")
 		}
-		return debUserland(ctx, list, dir, t.platforms[0], func(debs []string) ([]File, error) {
-			return BusyboxUserland(ctx, debs, t.platforms[0])
+		var note string
+		files, pkgs, err := debUserland(ctx, list, dir, t.platforms[0], func(debs []string) ([]File, error) {
+			bin, n, err := busyboxBinary(ctx, debs, t.platforms[0], filepath.Join(filepath.Dir(dir), "busybox-build"))
+			if err != nil {
+				return nil, err
+			}
+			note = n
+			return BusyboxUserland(ctx, debs, t.platforms[0], bin)
 		})
+		return files, pkgs + " " + note, err
 	case userlandIptables:
 		list, dir := o.proxyDebList, o.proxyDebsDir
 		if list == "" {
