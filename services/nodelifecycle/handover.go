@@ -51,6 +51,18 @@ type keptState struct {
 	Zones map[string]time.Time `json:"zones,omitempty"`
 	// Partition: the guard's episode, with --partition-unknown-fraction.
 	Partition *keptPartition `json:"partition,omitempty"`
+	// Silent: the last sign of life of each Node silent for a while, with
+	// --keep-signs-of-life.
+	Silent map[string]keptSign `json:"silent,omitempty"`
+}
+
+// keptSign is one silent Node's last sign of life (the writer's clock), with the Lease
+// renewal and Ready heartbeat it had then: believed only while the reader sees the same.
+type keptSign struct {
+	UID       types.UID  `json:"uid,omitempty"`
+	Last      time.Time  `json:"last"`
+	Renew     *time.Time `json:"renew,omitempty"`
+	Heartbeat *time.Time `json:"heartbeat,omitempty"`
 }
 
 type keptPartition struct {
@@ -89,7 +101,7 @@ type stateKeeper struct {
 // of cms, and start from what it holds. It does nothing unless a kept item is on. Call
 // before Run.
 func (c *Controller) keepStateIn(cms corev1client.ConfigMapInterface, name string) error {
-	if !c.opts.KeepEvictionPace && !c.partition.enabled() {
+	if !c.opts.KeepEvictionPace && !c.opts.KeepSignsOfLife && !c.partition.enabled() {
 		return nil
 	}
 	store, err := leasestate.New(cms, name, leasestate.Options{Key: StateStoreKey, MaxBytes: stateMaxBytes, ManagedBy: ControllerID})
@@ -144,11 +156,20 @@ func (c *Controller) loadState(ctx context.Context) {
 	if c.opts.KeepEvictionPace {
 		c.inheritPace(kept.Zones, now)
 	}
-	if kept.Partition == nil || !c.partition.enabled() {
+	if age := now.Sub(kept.Observed); kept.Observed.IsZero() || age > stateStaleAfter || -age > stateMaxSkew {
+		logger.Info("State kept by the previous leader is stale; nodes are judged afresh", "observed", kept.Observed)
 		return
 	}
-	if age := now.Sub(kept.Observed); kept.Observed.IsZero() || age > stateStaleAfter || -age > stateMaxSkew {
-		logger.Info("Partition episode kept by the previous leader is stale; Unknown nodes are judged afresh", "observed", kept.Observed)
+	if c.opts.KeepSignsOfLife {
+		n := 0
+		for name, k := range kept.Silent {
+			if node, err := c.nodes.Get(name); err == nil && node.UID == k.UID && c.health.inherit(name, k.Last, k.Renew, k.Heartbeat) {
+				n++
+			}
+		}
+		logger.Info("Last signs of life of silent nodes taken over from the previous leader", "kept", len(kept.Silent), "believed", n)
+	}
+	if kept.Partition == nil || !c.partition.enabled() {
 		return
 	}
 	holds, returnedAt := c.believeHolds(kept.Partition, now)
@@ -281,7 +302,26 @@ func (c *Controller) snapshotState() keptState {
 		}
 		kept.Partition = p
 	}
+	if c.opts.KeepSignsOfLife {
+		for name, h := range c.health.silentSince(c.now().Add(-c.signsMinSilence())) {
+			node, err := c.nodes.Get(name)
+			if err != nil {
+				continue
+			}
+			if kept.Silent == nil {
+				kept.Silent = map[string]keptSign{}
+			}
+			kept.Silent[name] = keptSign{UID: node.UID, Last: h.lastSignOfLife, Renew: timePtr(h.renew), Heartbeat: timePtr(h.heartbeat.Time)}
+		}
+	}
 	return kept
+}
+
+// signsMinSilence is how long a Node must have been silent for its last sign of life to be
+// kept: the partition guard's window (a quarter of the grace period, at least one monitor
+// period), longer than a kubelet's renewal interval, so healthy Nodes are not written.
+func (c *Controller) signsMinSilence() time.Duration {
+	return max(c.opts.MonitorPeriod, c.opts.MonitorGracePeriod/4)
 }
 
 // bound drops entries over the bounds: first those that change nothing when missing (held
@@ -299,8 +339,13 @@ func (s *keptState) bound() ([]byte, int, error) {
 		if s.Partition != nil {
 			nodes = len(s.Partition.Nodes)
 		}
-		if err != nil || (len(b) <= stateMaxBytes-64 && nodes <= stateMaxNodes && len(s.Zones) <= stateMaxZones) {
+		if err != nil || (len(b) <= stateMaxBytes-64 && nodes <= stateMaxNodes && len(s.Zones) <= stateMaxZones && len(s.Silent) <= stateMaxNodes) {
 			return b, dropped, err
+		}
+		// A silent Node dropped gets a full grace period from the next leader, as upstream.
+		if len(s.Silent) > 0 && (len(s.Silent) > stateMaxNodes || len(b) > stateMaxBytes-64) {
+			dropped += cutTenth(s.Silent, true)
+			continue
 		}
 		if step == 0 && s.Partition != nil {
 			for name, k := range s.Partition.Nodes {

@@ -114,7 +114,7 @@ func TestHandoverKeepsReleasedNodesReleased(t *testing.T) {
 				cm = keptConfigMap(t, s)
 				if s.Partition == nil || s.Partition.Nodes["b"].State != keptReleased || s.Partition.Nodes["c"].State != keptReleased {
 					st, ra := a.c.partition.standing()
-				t.Fatalf("kept %+v; standing %v %s", s.Partition, st, ra)
+					t.Fatalf("kept %+v; standing %v %s", s.Partition, st, ra)
 				}
 			}
 			b := successor(t, a, cm, l)
@@ -337,5 +337,64 @@ func TestKeptStateIsBounded(t *testing.T) {
 	}
 	if _, ok := s.Partition.Nodes["rel-00000"]; !ok {
 		t.Error("dropped from the start, want from the end")
+	}
+}
+
+// TestSignsOfLifeSurviveHandover: with --keep-signs-of-life the last sign of life of a Node
+// silent for a while reaches the next leader, whose deadline for it is then the previous
+// leader's; it is not taken from a record in the reader's future, for a Node seen renewed
+// since, or for another Node of the same name; a healthy Node is not written.
+func TestSignsOfLifeSurviveHandover(t *testing.T) {
+	ctx := context.Background()
+	o := fastOptions() // grace 10 s: kept once silent 2.5 s
+	o.KeepSignsOfLife = true
+	a := newFixture(t, o, readyNode("dead", "z"), readyNode("alive", "z"))
+	a.c.health.observeLease(lease("dead", t0))
+	a.c.checkAllNodes(ctx)
+	a.clock.step(3 * time.Second)
+	a.c.health.observeLease(lease("alive", a.clock.now()))
+	s := a.c.snapshotState()
+	s.Observed = a.clock.now()
+	if _, ok := s.Silent["alive"]; ok || !s.Silent["dead"].Last.Equal(t0) {
+		t.Fatalf("kept %+v", s.Silent)
+	}
+	for _, c := range []struct {
+		name   string
+		edit   func(*keptState)
+		renew  time.Time
+		shared bool
+	}{
+		{name: "believed", renew: t0, shared: true},
+		{name: "renewed since", renew: t0.Add(time.Second)},
+		{name: "another node", renew: t0, edit: func(s *keptState) { k := s.Silent["dead"]; k.UID = "uid-old"; s.Silent["dead"] = k }},
+		{name: "in the future", renew: t0, edit: func(s *keptState) { k := s.Silent["dead"]; k.Last = t0.Add(time.Minute); s.Silent["dead"] = k }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			kept := s
+			kept.Silent = map[string]keptSign{"dead": s.Silent["dead"]}
+			if c.edit != nil {
+				c.edit(&kept)
+			}
+			b := successor(t, a, keptConfigMap(t, kept), lease("dead", c.renew))
+			b.c.loadState(ctx)
+			h, _ := b.c.health.get("dead")
+			want := b.clock.now()
+			if c.shared {
+				want = t0
+			}
+			if c.name == "renewed since" {
+				want = h.lastSignOfLife // its own sighting: the renewal
+			}
+			if !h.lastSignOfLife.Equal(want) || (c.shared != h.lastSignOfLife.Equal(t0)) {
+				t.Fatalf("last sign of life %s, want %s", h.lastSignOfLife, want)
+			}
+			// The deadline is the previous leader's: 10 s after t0, i.e. 4 s after b starts.
+			b.clock.step(4*time.Second + time.Millisecond)
+			b.c.checkAllNodes(ctx)
+			unknown := nodeReadyCondition(&b.stored("dead").Status).Status == v1.ConditionUnknown
+			if unknown != c.shared {
+				t.Fatalf("Unknown 4 s into b's term: %v, want %v", unknown, c.shared)
+			}
+		})
 	}
 }

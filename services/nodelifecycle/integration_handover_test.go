@@ -60,7 +60,7 @@ func setPodReady(t *testing.T, ns, name string) {
 	}
 }
 
-// TestPartitionReleaseSurvivesHandover: with --partition-unknown-fraction=0.5, four Nodes
+// TestPartitionReleaseHandoverDrill: with --partition-unknown-fraction=0.5, four Nodes
 // fall silent together and are held; one returns, and a grace period later the three still
 // silent are released (their Pods marked not Ready, as upstream). a is killed. b marks a
 // released Node's Pod not Ready again at once (it was set Ready meanwhile), records no new
@@ -68,7 +68,7 @@ func setPodReady(t *testing.T, ns, name string) {
 // silent together at its first round: a new episode held them, and with none of them ever
 // returning, for good.
 // Over 80 lines: one drill read top to bottom; each step depends on the state the last left.
-func TestPartitionReleaseSurvivesHandover(t *testing.T) {
+func TestPartitionReleaseHandoverDrill(t *testing.T) {
 	requireEnv(t)
 	client := env.Client(t)
 	clearZoneEvents(t, client)
@@ -147,13 +147,13 @@ func TestPartitionReleaseSurvivesHandover(t *testing.T) {
 	}
 }
 
-// TestEvictionPaceSurvivesHandover: with --keep-eviction-pace and a rate of one Node per 25 s,
+// TestEvictionPaceHandoverDrill: with --keep-eviction-pace and a rate of one Node per 25 s,
 // two Nodes of a zone of three stop. a taints the first NoExecute; the second waits for the
 // rate. a is killed; b taints the second no sooner than 25 s after the first, as a would
 // have. Before issue 49 (and without the flag, upstream's behaviour), b started the zone with
 // a token and tainted the second as soon as its own grace period had passed, about 10 s after
 // the first.
-func TestEvictionPaceSurvivesHandover(t *testing.T) {
+func TestEvictionPaceHandoverDrill(t *testing.T) {
 	requireEnv(t)
 	client := env.Client(t)
 	const (
@@ -209,5 +209,46 @@ func TestEvictionPaceSurvivesHandover(t *testing.T) {
 	// timeAdded has a resolution of one second.
 	if gap < interval-time.Second {
 		t.Errorf("second node tainted %s after the first, sooner than the zone's interval %s", gap, interval)
+	}
+}
+
+// TestSignsOfLifeHandoverDrill: with --keep-signs-of-life and a grace period of 10 s, a
+// Node stops renewing its Lease; 3 s later a is killed. b marks the Node Unknown about 10 s
+// after its last renewal, as a would have, not a full grace period after b's own start
+// (upstream's new leader, and this one before issue 49: about 17 s).
+func TestSignsOfLifeHandoverDrill(t *testing.T) {
+	requireEnv(t)
+	client := env.Client(t)
+	const (
+		lease      = "nodelifecycle-handover-signs"
+		longGrace  = 10 * time.Second
+		killedLate = 3 * time.Second
+	)
+	args := append(handoverArgs(t, lease, "--keep-signs-of-life"), "--node-monitor-grace-period="+longGrace.String())
+	k := newKubelets(t)
+	names := []string{"signs-1", "signs-2", "signs-3"}
+	for _, n := range names {
+		k.addNode(n, "zone-signs")
+	}
+	a := env.Start(t, controller, "a", args...)
+	a.WaitLeadingAndSynced(lease, testenv.LeadTimeout)
+	waitNodes(t, client, slack, "the nodes Ready and clean", isReadyClean, names...)
+
+	k.stop(names[0])
+	stopped := time.Now()
+	time.Sleep(killedLate)
+	takeOver(t, a, lease, args)
+	waitNodes(t, client, longGrace+slack, "the silent node Unknown", isUnknown, names[0])
+	took := time.Since(stopped)
+	t.Logf("silent node Unknown %s after its last renewal (grace %s, a killed %s after it)", took.Round(time.Millisecond), longGrace, killedLate)
+	// Its last renewal is up to one renewal interval before stopped; b's rounds run every
+	// second.
+	if took > longGrace+3*time.Second {
+		t.Errorf("marked Unknown %s after its last renewal: a full grace period from b's start, not from the node's silence", took)
+	}
+	for _, n := range names[1:] {
+		if !isReady(getNode(t, client, n)) {
+			t.Errorf("healthy node %s not Ready", n)
+		}
 	}
 }
