@@ -67,7 +67,6 @@ func setPodReady(t *testing.T, ns, name string) {
 // PartitionSuspected and holds nothing. Before issue 49, b found the three Unknown Nodes
 // silent together at its first round: a new episode held them, and with none of them ever
 // returning, for good.
-// Over 80 lines: one drill read top to bottom; each step depends on the state the last left.
 func TestPartitionReleaseHandoverDrill(t *testing.T) {
 	requireEnv(t)
 	client := env.Client(t)
