@@ -103,9 +103,16 @@ type Controller struct {
 	checkRequested chan struct{}
 	tainterWake    chan struct{}
 
-	mu      sync.Mutex // guards zones and allDown
+	mu      sync.Mutex // guards zones, allDown, inherited and inheritAll
 	zones   map[string]*zone
 	allDown bool
+	// inherited is each zone's last NoExecute taint by the previous leader, and inheritAll
+	// this term's start if that could not be read (handover.go): a zone's first taint of
+	// the term waits for the rate after it. Only with --keep-eviction-pace.
+	inherited  map[string]time.Time
+	inheritAll time.Time
+	// state, if set, keeps what a handover must not forget (handover.go).
+	state *stateKeeper
 
 	// Only the monitor goroutine touches these.
 	known map[string]bool
@@ -193,6 +200,11 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer c.podQueue.ShutDown()
 	return c.handlers.RunWhenSynced(ctx, "node lifecycle controller", func(ctx context.Context) error {
 		var wg sync.WaitGroup
+		if c.state != nil {
+			// Before the first round: what the previous leader kept decides how it starts.
+			c.loadState(ctx)
+			wg.Go(func() { c.keepState(ctx) })
+		}
 		wg.Go(func() { c.nodeQueue.Run(ctx, nodeWorkers, c.syncNode) })
 		wg.Go(func() { c.podQueue.Run(ctx, podWorkers, c.syncPod) })
 		wg.Go(func() { c.runTainter(ctx) })

@@ -154,3 +154,35 @@ func (o Options) deadline(h health) time.Time {
 	}
 	return h.lastSignOfLife.Add(o.MonitorGracePeriod)
 }
+
+// inherit makes the Node's last sign of life at, as a previous leader kept it, when this
+// process has seen no other since: the Node has reported, and its Lease renewal and Ready
+// heartbeat are still renew and heartbeat. at is taken only if it is earlier than this
+// process's own last sign of life (never later, never in its future). It reports whether it
+// was taken.
+func (t *healthTracker) inherit(name string, at time.Time, renew, heartbeat *time.Time) bool {
+	now := t.now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	h := t.nodes[name]
+	if h == nil || !h.hasReady || at.After(now) || !at.Before(h.lastSignOfLife) ||
+		!sameTime(renew, h.renew) || !sameTime(heartbeat, h.heartbeat.Time) {
+		return false
+	}
+	h.lastSignOfLife = at
+	return true
+}
+
+// silentSince returns the last sign of life of every reported Node heard from no later than
+// before, with its Lease renewal and Ready heartbeat as last observed.
+func (t *healthTracker) silentSince(before time.Time) map[string]health {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := map[string]health{}
+	for name, h := range t.nodes {
+		if h.hasReady && !h.lastSignOfLife.After(before) {
+			out[name] = *h
+		}
+	}
+	return out
+}

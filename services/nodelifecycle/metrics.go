@@ -24,6 +24,9 @@ type controllerMetrics struct {
 	zoneRate      *prometheus.GaugeVec
 	paused        *prometheus.GaugeVec
 	partition     prometheus.Gauge
+	// stateOps counts reads and writes of the state kept for the next leader (handover.go),
+	// by op (read, write) and result (ok, conflict, error).
+	stateOps *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *controllerMetrics {
@@ -67,6 +70,10 @@ func newMetrics(reg prometheus.Registerer) *controllerMetrics {
 			Name: "kcm_split_nodelifecycle_partition_suspected",
 			Help: "1 while Nodes that fell silent together are held as this controller's suspected partition from them (--partition-unknown-fraction): no Pod marked not Ready, no taint.",
 		}),
+		stateOps: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "kcm_split_nodelifecycle_state_operations_total",
+			Help: "Reads and writes of the state kept for the next leader (the partition episode, each zone's last NoExecute taint) in the ConfigMap beside the Lease, by op and result (ok, conflict, error).",
+		}, []string{"op", "result"}),
 	}
 	return m
 }

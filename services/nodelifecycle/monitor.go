@@ -102,6 +102,7 @@ func (c *Controller) checkAllNodes(ctx context.Context) time.Time {
 	next = c.queueNoExecute(nodes, results, next)
 	// Always: the rates may have changed too.
 	c.wakeTainter()
+	c.wakeState()
 	return next
 }
 
@@ -217,7 +218,13 @@ func (c *Controller) ensureZone(ctx context.Context, key string) {
 		// A zone appearing while every zone is down must not taint either.
 		r = 0
 	}
-	c.zones[key] = &zone{state: StateInitial, tainter: newZoneTainter(r, c.opts.MonitorPeriod)}
+	t := newZoneTainter(r, c.opts.MonitorPeriod)
+	if at, ok := c.inherited[key]; ok {
+		t.inherit(at)
+	} else if !c.inheritAll.IsZero() {
+		t.inherit(c.inheritAll)
+	}
+	c.zones[key] = &zone{state: StateInitial, tainter: t}
 	c.metrics.evictions.WithLabelValues(key).Add(0)
 	c.metrics.zoneRate.WithLabelValues(key).Set(r)
 	klog.FromContext(ctx).Info("Initializing zone", "zone", zoneName(key))

@@ -129,5 +129,6 @@ func (c *Controller) applyNoExecute(ctx context.Context, zoneKey string, t *zone
 	if written != nil {
 		c.metrics.evictions.WithLabelValues(zoneKey).Inc()
 		logger.Info("Node tainted NoExecute", "taints", len(written.Spec.Taints))
+		c.wakeState()
 	}
 }

@@ -47,6 +47,8 @@ const (
 	// kcm-split's, beyond upstream; their defaults are upstream's behaviour.
 	FlagPartitionUnknownFraction       = "partition-unknown-fraction"
 	FlagZoneFullDisruptionEvictionRate = "zone-full-disruption-eviction-rate"
+	FlagKeepEvictionPace               = "keep-eviction-pace"
+	FlagKeepSignsOfLife                = "keep-signs-of-life"
 )
 
 // RateUnset is the value of --zone-full-disruption-eviction-rate that means "not set": a
@@ -113,6 +115,17 @@ type Options struct {
 	// fraction of all Nodes falling silent together as its own partition from the Nodes
 	// rather than that many dead Nodes (see partition.go). 0 is upstream's behaviour.
 	PartitionUnknownFraction float64
+	// KeepEvictionPace makes the Lease holder keep each zone's last NoExecute taint in the
+	// cluster (handover.go), so that a new leader's first taint in a zone waits for the
+	// zone's rate after it instead of coming at once (upstream's new leader starts every
+	// zone with a token). false is upstream's behaviour.
+	KeepEvictionPace bool
+	// KeepSignsOfLife makes the Lease holder keep the last sign of life of each Node silent
+	// for a while in the cluster (handover.go), so that a new leader counts such a Node's
+	// grace period from it instead of from its own start: it marks a Node that died before
+	// the handover Unknown (and taints it) as the previous leader would have, sooner than
+	// upstream's new leader. false is upstream's behaviour.
+	KeepSignsOfLife bool
 	// TaintEviction is --enable-taint-eviction, deprecated: false keeps the taint-eviction
 	// controller (the deletion of Pods that do not tolerate a NoExecute taint) off, whatever
 	// Controllers says, as --controllers=*,-taint-eviction-controller does.
@@ -224,6 +237,10 @@ func (o *Options) Flags() []cli.Flag {
 			fmt.Sprintf("Nodes per second given a NoExecute taint in a zone with no Ready Node while another zone has one; %d (the default) means --%s, as upstream", RateUnset, FlagEvictionRate)),
 		app.Bound(app.CategoryController, FlagPartitionUnknownFraction, &o.PartitionUnknownFraction,
 			"when more than this fraction (0..1) of all Nodes fall silent together, take it for this controller's own partition from them: mark no Pod not Ready and add no taint until each Node's Lease returns (or a grace period after the first returns); 0 (the default) is upstream's behaviour"),
+		app.Bound(app.CategoryController, FlagKeepEvictionPace, &o.KeepEvictionPace,
+			"keep each zone's last NoExecute taint in the ConfigMap <Lease name>"+StateStoreSuffix+" beside the Lease, so that a new leader taints no sooner than the zone's rate allows after the previous leader's last taint (if it cannot read it, no sooner than one interval after it starts); false (the default) is upstream's behaviour: a new leader may taint one Node per zone at once"),
+		app.Bound(app.CategoryController, FlagKeepSignsOfLife, &o.KeepSignsOfLife,
+			"keep the last sign of life of each Node silent for a quarter of --"+FlagMonitorGracePeriod+" or more in the ConfigMap <Lease name>"+StateStoreSuffix+" beside the Lease, so that a new leader counts its grace period from it (believed only if fresh, not in the new leader's future, and while the Node's Lease and heartbeat are still those the previous leader saw); false (the default) is upstream's behaviour: a new leader gives every Node a full grace period from its start"),
 		app.Bound(app.CategoryController, FlagEnableTaintEviction, &o.TaintEviction,
 			"deprecated, use --"+FlagControllers+"=*,-"+tainteviction.Name+" instead of false: false keeps "+tainteviction.Name+" (the deletion of Pods that do not tolerate a NoExecute taint of their Node) off whatever --"+FlagControllers+" says"),
 		app.Bound("Controller: node IPAM", ipam.FlagAllocateNodeCIDRs, &o.IPAM.Allocate,

@@ -253,3 +253,38 @@ func (g *partitionGuard) settle(now time.Time, v *partitionVerdict) {
 		g.suspected, g.returnedAt, v.ended = false, time.Time{}, true
 	}
 }
+
+// standing is every judged Node's state and when the episode's first held Node returned:
+// what the next leader starts from (handover.go).
+func (g *partitionGuard) standing() (map[string]holdState, time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make(map[string]holdState, len(g.nodes))
+	for name, h := range g.nodes {
+		out[name] = h.state
+	}
+	return out, g.returnedAt
+}
+
+// seed starts a term from the standing a previous leader kept, as believed (handover.go),
+// before the first round: an episode is under way if a Node is held. It returns how many are
+// held and the Nodes released.
+func (g *partitionGuard) seed(holds map[string]*nodeHold, returnedAt time.Time) (int, []string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	held := 0
+	var released []string
+	for name, h := range holds {
+		g.nodes[name] = h
+		switch h.state {
+		case holdHeld:
+			held++
+		case holdReleased:
+			released = append(released, name)
+		}
+	}
+	if held > 0 {
+		g.suspected, g.returnedAt = true, returnedAt
+	}
+	return held, released
+}

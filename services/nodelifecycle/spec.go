@@ -18,6 +18,7 @@ import (
 	"github.com/kcm-split/kcm-split/shared/features"
 	"github.com/kcm-split/kcm-split/shared/foreign"
 	"github.com/kcm-split/kcm-split/shared/informer"
+	"github.com/kcm-split/kcm-split/shared/leasestate"
 )
 
 // Spec describes the nodelifecycle-controller binary to app.Main.
@@ -75,6 +76,11 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 			opts,
 			rt.Registry,
 		)
+		// The partition episode and each zone's pace outlive this term when they are on:
+		// kept beside the Lease, written only by its holder (rt.Client is fenced).
+		if err := c.keepStateIn(client.CoreV1().ConfigMaps(rt.LeaseNamespace), leasestate.Name(rt.LeaseName, StateStoreSuffix)); err != nil {
+			return err
+		}
 		// Read by the transform, which runs once the informers start.
 		fw.nodes = factory.Core().V1().Nodes().Informer().GetStore()
 		controllers = append(controllers, app.Controller{Name: Name, HasSynced: c.HasSynced, Run: c.Run})

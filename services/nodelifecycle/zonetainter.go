@@ -25,6 +25,13 @@ type zoneTainter struct {
 	limiter *rate.Limiter
 	order   []queuedNode
 	queued  map[string]bool
+	// inherited is the last NoExecute taint of the zone before this term (the previous
+	// holder's, kept in the cluster: handover.go), or this term's start when that is not
+	// known; zero if none. The first taint of the term waits until the rate allows one after
+	// it; from then on the limiter alone paces the zone.
+	inherited time.Time
+	// last is when this term last took a Node off the queue to taint (zero: never).
+	last time.Time
 }
 
 type queuedNode struct {
@@ -107,9 +114,16 @@ func (z *zoneTainter) pending() int {
 func (z *zoneTainter) next(now time.Time) (string, bool) {
 	z.mu.Lock()
 	defer z.mu.Unlock()
-	if len(z.order) == 0 || z.rate <= 0 || now.Before(z.order[0].at) || !z.limiter.AllowN(now, 1) {
+	if len(z.order) == 0 || z.rate <= 0 || now.Before(z.order[0].at) {
 		return "", false
 	}
+	if !z.inherited.IsZero() && now.Sub(z.inherited).Seconds()*z.rate < 1 {
+		return "", false
+	}
+	if !z.limiter.AllowN(now, 1) {
+		return "", false
+	}
+	z.inherited, z.last = time.Time{}, now
 	node := z.order[0].name
 	z.order = z.order[1:]
 	delete(z.queued, node)
@@ -119,3 +133,23 @@ func (z *zoneTainter) next(now time.Time) (string, bool) {
 // retry puts a Node whose tainting failed back at the end of the queue, ready at once,
 // unless it was queued again meanwhile.
 func (z *zoneTainter) retry(node string, now time.Time) { z.push(node, now) }
+
+// inherit makes the zone's first taint of this term wait until the rate allows one after
+// at: the previous holder's last taint of the zone, or now when it is not known.
+func (z *zoneTainter) inherit(at time.Time) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.last.IsZero() {
+		z.inherited = at
+	}
+}
+
+// lastTaint is when this term last took a Node to taint, or else what it inherited.
+func (z *zoneTainter) lastTaint() time.Time {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if !z.last.IsZero() {
+		return z.last
+	}
+	return z.inherited
+}

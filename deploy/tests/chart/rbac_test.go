@@ -142,13 +142,18 @@ var scenarios = map[string]scenario{
 			{Verb: "create", Resource: "pods", Subresource: "eviction", Namespace: "default"},
 			{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-node-lease", Name: "node-1"},
 			{Verb: "list", Group: "coordination.k8s.io", Resource: "leases", Namespace: "default"},
+			// What it keeps for the next Lease holder is its own ConfigMap beside its Lease.
+			{Verb: "update", Resource: "configmaps", Namespace: "kube-system", Name: "namespace-controller-discovery"},
+			{Verb: "get", Resource: "configmaps", Namespace: "default", Name: "nodelifecycle-controller-state"},
 		},
 		unused: with(eventsOnFailure, map[string]string{
 			"get /nodes":                           "a Node is read again only after a write conflict",
 			"get networking.k8s.io/ipaddresses":    "a range claim is read back only when another process created it first",
 			"delete networking.k8s.io/ipaddresses": "a range claim is deleted only when its Node is verified gone",
 		}),
+		// The two keep flags make it keep its state in the ConfigMap the Role grants.
 		args: []string{"--node-monitor-period=1s", "--node-monitor-grace-period=4s", "--node-startup-grace-period=4s", "--node-eviction-rate=10",
+			"--keep-eviction-pace", "--keep-signs-of-life",
 			"--allocate-node-cidrs", "--cluster-cidr=" + ipamClusterCIDR, "--node-cidr-mask-size=24"},
 	},
 	"pvbinder": {
