@@ -45,10 +45,15 @@ func newForeignWriters(ctx context.Context, rt *app.Runtime) *foreignWriters {
 		Registerer: rt.ProcessRegistry, // where Spec's ProcessMetrics made the series
 		Logger:     klog.FromContext(ctx),
 	})
-	return &foreignWriters{d: d, t: d.Track(&foreign.Target{
+	t := d.Track(&foreign.Target{
 		Controller: Name,
 		Recorder:   rt.EventRecorder(ctx, ComponentName),
-	})}
+	})
+	// Episodes in progress outlive the term: the next Lease holder continues them.
+	if err := d.KeepBesideLease(ctx, rt.Client.CoreV1().ConfigMaps(rt.LeaseNamespace), rt.LeaseName, ControllerID); err != nil {
+		klog.FromContext(ctx).Error(err, "Foreign-writer episodes are not kept for the next Lease holder")
+	}
+	return &foreignWriters{d: d, t: t}
 }
 
 // transform shows each Node to the detector, then projects it as cacheTransform does
