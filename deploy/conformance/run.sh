@@ -79,7 +79,9 @@ bash deploy/tools/build.sh "$BIN" >/dev/null
 TOOLS_ONLY="e2e.test ginkgo" bash deploy/tools/build.sh "$BIN"
 make -s kubeadm-images >/dev/null
 tag=$(git describe --tags --always --dirty 2>/dev/null || echo dev)
-make -s images VERSION="$tag" IMAGES_FLAGS="-platforms linux/$(go env GOARCH)" >/dev/null
+# -busybox-from-source: the busybox image's sh keeps env names like data-1 (the envFrom specs);
+# the rebuilt binary is kept in bin/busybox-build/ and reused (no source fetch then).
+make -s images VERSION="$tag" IMAGES_FLAGS="-platforms linux/$(go env GOARCH) -busybox-from-source" >/dev/null
 make -s plan
 csay "built in $((SECONDS - start))s (controllers' images tagged $tag)"
 
@@ -128,8 +130,9 @@ done
 # glibc-dns-testing 2.0.0 (the DNS specs' second prober, upstream's a Debian with dnsutils, given
 # a `sh -c` of dig and getent probes): agnhost, whose userland is Debian's, dig and getent too.
 # Tagged on the node only, where the kubelet finds them (IfNotPresent). The busybox image (Debian's
-# busybox-static rebuilt to keep env names like data-1, every applet in /bin, `sh` by default), the Update Demo specs' nautilus and
-# kitten stand-ins and the nonewprivs one are built under their own names (checked here).
+# busybox-static rebuilt to keep env names like data-1, every applet in /bin, `sh` by default),
+# the Update Demo specs' nautilus and kitten stand-ins and the nonewprivs one are built under
+# their own names (checked here).
 if [ "${STANDINS:-}" != 0 ]; then
   have=$(nctr images ls -q)
   standin() { # image-on-the-node name-e2e.test-asks-for

@@ -24,12 +24,12 @@ var busyboxCommands = []string{
 }
 
 // BusyboxUserland is the busybox image's layer from debs (Debian's busybox-static): its
-// files (less the dropped ones; the binary rebuilt, rebuiltBusybox), a symbolic link /bin/<applet> -> busybox for every applet
+// files (less the dropped ones), a symbolic link /bin/<applet> -> busybox for every applet
 // `busybox --list` names, as upstream's image has them all in /bin (/bin/sysctl: Debian
 // would put it in /sbin), /etc/passwd and /etc/group with root and nobody, and /root. The
 // applets are asked from the binary, so p must be the build machine's platform. A non-nil
-// binary replaces the package's /bin/busybox (rebuiltBusybox's). The files come sorted by path,
-// each parent directory before its entries.
+// binary (rebuiltBusybox's, with -busybox-from-source) replaces the package's /bin/busybox.
+// The files come sorted by path, each parent directory before its entries.
 func BusyboxUserland(ctx context.Context, debs []string, p v1.Platform, binary []byte) ([]File, error) {
 	if p.Architecture != runtime.GOARCH {
 		return nil, fmt.Errorf("the busybox image is built for the build machine's architecture (%s), not %s: its applets are asked from the binary", runtime.GOARCH, p.Architecture)

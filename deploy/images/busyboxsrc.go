@@ -18,9 +18,10 @@ import (
 // its sh starts: Debian reverts upstream's change that keeps them (for the installer's
 // preseeding) and puts it back behind its own option, FEATURE_DI_ENV_HACK, which only its
 // installer build sets. Upstream's e2e busybox image keeps them, and four Conformance specs
-// read them (`sh -c env` with envFrom prefixes). The busybox image's binary is therefore
-// Debian's own source package of the busybox-static in the list, built with Debian's static
-// configuration and that one option set.
+// read them (`sh -c env` with envFrom prefixes). With -busybox-from-source (the conformance
+// rig asks for it) the busybox image's binary is therefore Debian's own source package of the
+// busybox-static in the list, built with Debian's static configuration and that one option
+// set; by default it is the package's binary (no source fetch, no compiler).
 
 // The line the rebuild changes in Debian's static configuration, and what it becomes.
 const (
@@ -34,12 +35,45 @@ func busyboxBinary(ctx context.Context, debs []string, p v1.Platform, cacheDir s
 	if err != nil {
 		return nil, "", err
 	}
+	deb, err := busyboxDeb(debs)
+	if err != nil {
+		return nil, "", err
+	}
+	return rebuiltBusybox(ctx, deb, arch, cacheDir)
+}
+
+// keptBusybox is the file in cacheDir where rebuiltBusybox keeps the binary it builds from the
+// source of the busybox-static package among debs, for p; it may not exist yet.
+func keptBusybox(ctx context.Context, debs []string, p v1.Platform, cacheDir string) (string, error) {
+	arch, err := debArch(p)
+	if err != nil {
+		return "", err
+	}
+	deb, err := busyboxDeb(debs)
+	if err != nil {
+		return "", err
+	}
+	src, version, err := debSource(ctx, deb)
+	if err != nil {
+		return "", err
+	}
+	return keptName(cacheDir, src, version, arch), nil
+}
+
+// busyboxDeb is the busybox-static package among debs.
+func busyboxDeb(debs []string) (string, error) {
 	for _, d := range debs {
 		if strings.HasPrefix(filepath.Base(d), "busybox-static_") {
-			return rebuiltBusybox(ctx, d, arch, cacheDir)
+			return d, nil
 		}
 	}
-	return nil, "", errors.New("no busybox-static among the busybox image's packages")
+	return "", errors.New("no busybox-static among the busybox image's packages")
+}
+
+// keptName is the file in cacheDir that keeps the binary rebuilt from source src=version for
+// arch.
+func keptName(cacheDir, src, version, arch string) string {
+	return filepath.Join(cacheDir, src+"_"+url.PathEscape(version)+"_"+arch+"_di-env")
 }
 
 // debSource is the source package name and version of a binary .deb (dpkg-deb's Source
@@ -82,7 +116,7 @@ func rebuiltBusybox(ctx context.Context, deb, arch, cacheDir string) ([]byte, st
 		return nil, "", err
 	}
 	note := fmt.Sprintf("(binary rebuilt from source %s=%s with %s)", src, version, diEnvOn)
-	cached := filepath.Join(cacheDir, src+"_"+url.PathEscape(version)+"_"+arch+"_di-env")
+	cached := keptName(cacheDir, src, version, arch)
 	if b, err := os.ReadFile(cached); err == nil {
 		return b, note, nil
 	}

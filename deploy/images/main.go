@@ -53,6 +53,8 @@ type options struct {
 	root, out, version, revision, source, registry string
 	platforms, nodePlatform, only, agnhost, tags   string
 	debList, debsDir, busyboxDebList               string
+	busyboxBuildDir                                string
+	busyboxFromSource                              bool
 	metallb                                        string
 	kubeadm, proxyDebList, proxyDebsDir, iptables  string
 	epoch                                          int64
@@ -74,6 +76,8 @@ func main() {
 	flag.StringVar(&o.debList, "agnhost-debs", "", "the list of Debian packages that make the agnhost image's userland (default <root>/deploy/images/agnhost-debs.txt)")
 	flag.StringVar(&o.debsDir, "agnhost-debs-dir", "", "where those packages are kept, fetched by apt-get download when missing (default agnhost-debs/ beside -agnhost)")
 	flag.StringVar(&o.busyboxDebList, "busybox-debs", "", "the list of Debian packages the busybox image ("+BusyboxRef+") is made of, kept with the agnhost image's (default <root>/deploy/images/busybox-debs.txt)")
+	flag.BoolVar(&o.busyboxFromSource, "busybox-from-source", false, "the busybox image's binary rebuilt from the busybox-static package's Debian source with FEATURE_DI_ENV_HACK, so sh keeps environment variables named like data-1 as upstream's does (apt-get source, make and a C compiler; kept in -busybox-build-dir and reused); default: the package's own binary, which drops them")
+	flag.StringVar(&o.busyboxBuildDir, "busybox-build-dir", "", "where -busybox-from-source keeps the rebuilt binary (default busybox-build/ beside the agnhost image's packages)")
 	flag.StringVar(&o.metallb, "metallb", "", "a directory holding MetalLB's metallb-controller and metallb-speaker (node platform) to make "+MetalLBControllerRef+" and "+MetalLBSpeakerRef+" of")
 	flag.StringVar(&o.kubeadm, "kubeadm", "", "a directory holding kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy and etcd of Kubernetes "+KubeadmVersion+" and CoreDNS (node platform): build only the images kubeadm "+KubeadmVersion+" runs, under its names, and pause")
 	flag.StringVar(&o.proxyDebList, "kube-proxy-debs", "", "the list of Debian packages that make the kube-proxy image's userland (default <root>/deploy/images/kube-proxy-debs.txt)")
@@ -419,16 +423,25 @@ func userland(ctx context.Context, root string, o options, t target) ([]File, st
 		if dir == "" {
 			dir = filepath.Join(filepath.Dir(o.agnhost), "agnhost-debs")
 		}
+		build := o.busyboxBuildDir
+		if build == "" {
+			build = filepath.Join(filepath.Dir(dir), "busybox-build")
+		}
 		var note string
 		files, pkgs, err := debUserland(ctx, list, dir, t.platforms[0], func(debs []string) ([]File, error) {
-			bin, n, err := busyboxBinary(ctx, debs, t.platforms[0], filepath.Join(filepath.Dir(dir), "busybox-build"))
-			if err != nil {
-				return nil, err
+			var bin []byte
+			if o.busyboxFromSource {
+				var err error
+				if bin, note, err = busyboxBinary(ctx, debs, t.platforms[0], build); err != nil {
+					return nil, err
+				}
 			}
-			note = n
 			return BusyboxUserland(ctx, debs, t.platforms[0], bin)
 		})
-		return files, pkgs + " " + note, err
+		if note != "" {
+			pkgs += " " + note
+		}
+		return files, pkgs, err
 	case userlandIptables:
 		list, dir := o.proxyDebList, o.proxyDebsDir
 		if list == "" {

@@ -235,15 +235,19 @@ func TestAgnhostSecondEntrypoint(t *testing.T) {
 
 // buildStandins runs make images for the stand-ins only names (-only), with the real agnhost,
 // for this machine's platform, and returns the folder their archives are in.
-func buildStandins(t *testing.T, only string) string {
+func buildStandins(t *testing.T, only string, with ...func(*options)) string {
 	t.Helper()
 	bin := realAgnhost(t)
 	out := t.TempDir()
-	err := run(context.Background(), options{
+	o := options{
 		root: filepath.Join("..", ".."), out: out, version: "v0.0.0-test", registry: "ghcr.io/x", source: "https://example.com/src",
 		platforms: "linux/" + runtime.GOARCH, nodePlatform: "linux/" + runtime.GOARCH, only: only,
 		agnhost: bin, epoch: testEpoch,
-	})
+	}
+	for _, f := range with {
+		f(&o)
+	}
+	err := run(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
