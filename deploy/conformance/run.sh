@@ -76,12 +76,13 @@ csay "side $side, part $part, focus '${FOCUS:-every [Conformance] spec}', skip '
 
 csay "building the tools, e2e.test, ginkgo, kubeadm's images, the controllers' images, kcm-split-plan"
 bash deploy/tools/build.sh "$BIN" >/dev/null
-TOOLS_ONLY="e2e.test ginkgo" bash deploy/tools/build.sh "$BIN"
+TOOLS_ONLY="e2e.test ginkgo sample-apiserver" bash deploy/tools/build.sh "$BIN"
 make -s kubeadm-images >/dev/null
 tag=$(git describe --tags --always --dirty 2>/dev/null || echo dev)
 # -busybox-from-source: the busybox image's sh keeps env names like data-1 (the envFrom specs);
-# the rebuilt binary is kept in bin/busybox-build/ and reused (no source fetch then).
-make -s images VERSION="$tag" IMAGES_FLAGS="-platforms linux/$(go env GOARCH) -busybox-from-source" >/dev/null
+# the rebuilt binary is kept in bin/busybox-build/ and reused (no source fetch then). The
+# Aggregator spec's sample-apiserver image only here: make images builds it when asked.
+make -s images VERSION="$tag" IMAGES_FLAGS="-platforms linux/$(go env GOARCH) -busybox-from-source -sample-apiserver $BIN/sample-apiserver" >/dev/null
 make -s plan
 csay "built in $((SECONDS - start))s (controllers' images tagged $tag)"
 
@@ -116,10 +117,10 @@ else
 fi
 export KUBECONFIG=$KA_ADMIN PATH=$BIN:$PATH
 # The images just built: the controllers' and the e2e images and stand-ins of make images
-# (agnhost, busybox, nginx, nonewprivs, nautilus, kitten). make kubeadm-up imported them when it
-# started the cluster; a reused cluster has older ones (the chart and the kubelet pull
-# nothing), and a rig fix in them must reach the next part.
-for img in "$BIN"/images/*-controller.tar "$BIN"/images/{agnhost,busybox,nginx,nonewprivs,nautilus,kitten}.tar; do
+# (agnhost, busybox, nginx, nonewprivs, nautilus, kitten; sample-apiserver, asked for above).
+# make kubeadm-up imported them when it started the cluster; a reused cluster has older ones (the
+# chart and the kubelet pull nothing), and a rig fix in them must reach the next part.
+for img in "$BIN"/images/*-controller.tar "$BIN"/images/{agnhost,busybox,nginx,nonewprivs,nautilus,kitten,sample-apiserver}.tar; do
   [ -f "$img" ] || cdie "no $img (make images)"
   nctr images import --no-unpack=false "$img" >/dev/null || cdie "importing $img failed"
 done
@@ -131,8 +132,9 @@ done
 # a `sh -c` of dig and getent probes): agnhost, whose userland is Debian's, dig and getent too.
 # Tagged on the node only, where the kubelet finds them (IfNotPresent). The busybox image (Debian's
 # busybox-static rebuilt to keep env names like data-1, every applet in /bin, `sh` by default),
-# the Update Demo specs' nautilus and kitten stand-ins and the nonewprivs one are built under
-# their own names (checked here).
+# the Update Demo specs' nautilus and kitten stand-ins, the nonewprivs one and
+# k8s.io/sample-apiserver v0.36.3 (the Aggregator spec's 1.29.2) are built under their own names
+# (checked here).
 if [ "${STANDINS:-}" != 0 ]; then
   have=$(nctr images ls -q)
   standin() { # image-on-the-node name-e2e.test-asks-for
@@ -143,7 +145,7 @@ if [ "${STANDINS:-}" != 0 ]; then
   standin registry.k8s.io/e2e-test-images/agnhost:2.63.0 registry.k8s.io/e2e-test-images/agnhost:2.55
   standin registry.k8s.io/e2e-test-images/agnhost:2.63.0 registry.k8s.io/e2e-test-images/glibc-dns-testing:2.0.0
   standin registry.k8s.io/e2e-test-images/nginx:1.15-4 registry.k8s.io/e2e-test-images/nginx:1.27-0
-  for ref in registry.k8s.io/e2e-test-images/{busybox:1.37.0-1,nautilus:1.8,kitten:1.8,nonewprivs:1.4}; do
+  for ref in registry.k8s.io/e2e-test-images/{busybox:1.37.0-1,nautilus:1.8,kitten:1.8,nonewprivs:1.4,sample-apiserver:1.29.2}; do
     grep -qxF "$ref" <<<"$have" || cdie "no $ref on the node (make images)"
   done
 fi

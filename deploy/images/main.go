@@ -56,6 +56,7 @@ type options struct {
 	busyboxBuildDir                                string
 	busyboxFromSource                              bool
 	metallb                                        string
+	sampleAPIServer                                string
 	kubeadm, proxyDebList, proxyDebsDir, iptables  string
 	epoch                                          int64
 	push                                           bool
@@ -79,6 +80,7 @@ func main() {
 	flag.BoolVar(&o.busyboxFromSource, "busybox-from-source", false, "the busybox image's binary rebuilt from the busybox-static package's Debian source with FEATURE_DI_ENV_HACK, so sh keeps environment variables named like data-1 as upstream's does (apt-get source, make and a C compiler; kept in -busybox-build-dir and reused); default: the package's own binary, which drops them")
 	flag.StringVar(&o.busyboxBuildDir, "busybox-build-dir", "", "where -busybox-from-source keeps the rebuilt binary (default busybox-build/ beside the agnhost image's packages)")
 	flag.StringVar(&o.metallb, "metallb", "", "a directory holding MetalLB's metallb-controller and metallb-speaker (node platform) to make "+MetalLBControllerRef+" and "+MetalLBSpeakerRef+" of")
+	flag.StringVar(&o.sampleAPIServer, "sample-apiserver", "", "a built k8s.io/sample-apiserver (node platform) to make "+SampleAPIServerRef+" of (make conformance-full asks for it)")
 	flag.StringVar(&o.kubeadm, "kubeadm", "", "a directory holding kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy and etcd of Kubernetes "+KubeadmVersion+" and CoreDNS (node platform): build only the images kubeadm "+KubeadmVersion+" runs, under its names, and pause")
 	flag.StringVar(&o.proxyDebList, "kube-proxy-debs", "", "the list of Debian packages that make the kube-proxy image's userland (default <root>/deploy/images/kube-proxy-debs.txt)")
 	flag.StringVar(&o.proxyDebsDir, "kube-proxy-debs-dir", "", "where those packages are kept, fetched by apt-get download when missing (default kube-proxy-debs/ in the -kubeadm directory)")
@@ -299,6 +301,7 @@ func targets(root string, o options) ([]target, error) {
 
 // projectTargets are kcm-split's controllers (platforms), pause and, when given, agnhost,
 // nginx and MetalLB (node).
+// Over 80 lines: one image after another, each with the reasons for its contents.
 func projectTargets(root string, o options, platforms, node []v1.Platform) ([]target, error) {
 	cmds, err := filepath.Glob(filepath.Join(root, "services", "*", "cmd", "*"))
 	if err != nil {
@@ -380,6 +383,13 @@ func projectTargets(root string, o options, platforms, node []v1.Platform) ([]ta
 			user: "0:0", args: []string{"sh"}, dirs: []string{"tmp"}, userland: userlandBusybox,
 			inUserland: true, noEntrypoint: true,
 		})
+	}
+	if o.sampleAPIServer != "" {
+		sa, err := sampleAPIServerTarget(o.sampleAPIServer, node)
+		if err != nil {
+			return nil, err
+		}
+		ts = append(ts, sa)
 	}
 	if o.metallb != "" {
 		ml, err := metallbTargets(o.metallb, node)

@@ -4,7 +4,7 @@
 # TOOLS_ONLY="name ..." builds only those (make images: agnhost; make lint: staticcheck actionlint;
 # make lb-e2e: metallb-controller metallb-speaker; make kubeadm-images: kubeadm etcd kube-apiserver
 # kube-controller-manager kube-scheduler kube-proxy coredns; make conformance and
-# conformance-full: e2e.test, and ginkgo).
+# conformance-full: e2e.test, and ginkgo; conformance-full: sample-apiserver).
 # Everything comes from the Go module proxy; nothing else is downloaded.
 set -euo pipefail
 
@@ -131,6 +131,10 @@ build_modmod() { # name package [ldflags]: `build` with go test -c for a .test n
   echo "tools: built $name in $((SECONDS - start))s"
 }
 build_modmod e2e.test k8s.io/kubernetes/test/e2e "-s -w -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=36"
+# k8s.io/sample-apiserver v0.36.3 (the tools module replaces it to that version), the aggregated
+# API server of the Aggregator spec, which make conformance-full wraps in an image: only when
+# asked for. Its main package's imports are outside the tools module's build list too.
+build_modmod sample-apiserver k8s.io/sample-apiserver "$ldflags"
 if [[ " ${TOOLS_ONLY:-} " == *" ginkgo "* ]] && [ ! -x "$bin/ginkgo" ]; then
   k8smod=$(cd "$here" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
   want=$(awk '$1 == "github.com/onsi/ginkgo/v2" {print $2; exit}' "$k8smod")
