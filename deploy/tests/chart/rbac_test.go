@@ -197,10 +197,14 @@ var scenarios = map[string]scenario{
 			{Verb: "create", Group: "lb.kcm-split.io", Resource: "ipaddresspools"},
 			{Verb: "update", Group: "lb.kcm-split.io", Resource: "ipaddresspools"},
 			{Verb: "list", Resource: "secrets"},
+			// What it keeps for its next Lease holder is its own ConfigMap beside its Lease.
+			{Verb: "update", Resource: "configmaps", Namespace: "kube-system", Name: "service-lb-controller-overwrites"},
+			{Verb: "get", Resource: "configmaps", Namespace: "default", Name: "service-lb-controller-overwrites"},
+			{Verb: "update", Resource: "configmaps", Namespace: "kube-system", Name: "service-lb-controller-foreign-writers"},
 		},
 		// MetalLB's pools are granted only with --pool-api=metallb (metallb_rbac_test.go; make
 		// lb-e2e runs service-lb so, under the chart's RBAC).
-		unused: eventsOnFailure,
+		unused: with(eventsOnFailure, leaseStateUnused),
 	},
 }
 
