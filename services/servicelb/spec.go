@@ -66,6 +66,11 @@ func run(ctx context.Context, rt *app.Runtime, opts Options) error {
 		rt.Registry,
 		sources...,
 	)
+	// Overwrite episodes in progress outlive the term: the next Lease holder goes on with
+	// their backoff. Read here, before the informers start.
+	if err := c.keepOverwritesBesideLease(ctx, rt.Client.CoreV1().ConfigMaps(rt.LeaseNamespace), rt.LeaseName); err != nil {
+		rt.Logger.Error(err, "Status overwrite episodes are not kept for the next Lease holder")
+	}
 	factories := []informer.Factory{factory, claimFactory}
 	var watches []*poolWatch
 	for _, src := range sources {

@@ -18,7 +18,7 @@ import (
 // what this controller last wrote although it still wants the same: someone else changed
 // it. It returns how long to wait (0: write now) and whether a new episode began.
 func (c *Controller) overwriteBackoff(key string, svc *v1.Service, desired []v1.LoadBalancerIngress) (time.Duration, bool) {
-	wait, newEpisode, rewrite := c.state.OverwriteBackoff(key, svc.Status.LoadBalancer.Ingress, desired, c.now())
+	wait, newEpisode, rewrite := c.state.OverwriteBackoff(key, svc.UID, svc.Status.LoadBalancer.Ingress, desired, c.now())
 	if rewrite {
 		c.metrics.conflicts.WithLabelValues(conflictOverwritten).Inc()
 	}

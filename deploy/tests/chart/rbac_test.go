@@ -122,12 +122,15 @@ var scenarios = map[string]scenario{
 			// Its discovery memory is its own ConfigMap beside its Lease, nothing else.
 			{Verb: "update", Resource: "configmaps", Namespace: "kube-system", Name: "namespace-controller-discovery"},
 			{Verb: "get", Resource: "configmaps", Namespace: "default", Name: "namespace-controller-discovery"},
+			{Verb: "get", Resource: "configmaps", Namespace: "default", Name: "namespace-controller-foreign-writers"},
+			{Verb: "update", Resource: "configmaps", Namespace: "kube-system", Name: "namespace-controller-foreign-writers"},
 		},
 		unused: with(eventsOnFailure, map[string]string{
 			"get /namespaces": "a namespace is read again only after a write conflict",
 			"delete */*":      "objects are deleted one by one only where a resource has no deletecollection",
 			"update /configmaps": "the discovery memory is written again only when discovery changes or every 2 minutes; " +
-				"the scenario's discovery does not change (created at the first discovery, read at start)",
+				"the scenario's discovery does not change (created at the first discovery, read at start); " +
+				"the foreign-writer episodes are written only while there is something to keep for the next Lease holder",
 		}),
 		// The flag makes it keep its discovery memory in the ConfigMap the Role grants.
 		args: []string{"--namespace-sync-period=5s", "--allow-deletion-with-unavailable-groups=1h"},
@@ -165,10 +168,13 @@ var scenarios = map[string]scenario{
 			{Verb: "get", Resource: "pods", Namespace: "default"},
 			{Verb: "update", Resource: "pods", Namespace: "default"},
 			{Verb: "update", Group: "storage.k8s.io", Resource: "storageclasses"},
+			// What it keeps for its next Lease holder is its own ConfigMap beside its Lease.
+			{Verb: "update", Resource: "configmaps", Namespace: "kube-system", Name: "pv-binder-controller-foreign-writers"},
+			{Verb: "get", Resource: "configmaps", Namespace: "default", Name: "pv-binder-controller-foreign-writers"},
 		},
 		unused: with(eventsOnFailure, map[string]string{
 			"get /persistentvolumeclaims": "a claim missing from the cache is read live before its volume is released",
-		}),
+		}, leaseStateUnused),
 		// The scenario provisions and deletes a host-path volume (create and delete PVs).
 		args: []string{"--enable-hostpath-provisioner"},
 	},
@@ -196,10 +202,14 @@ var scenarios = map[string]scenario{
 			{Verb: "create", Group: "lb.kcm-split.io", Resource: "ipaddresspools"},
 			{Verb: "update", Group: "lb.kcm-split.io", Resource: "ipaddresspools"},
 			{Verb: "list", Resource: "secrets"},
+			// What it keeps for its next Lease holder is its own ConfigMap beside its Lease.
+			{Verb: "update", Resource: "configmaps", Namespace: "kube-system", Name: "service-lb-controller-overwrites"},
+			{Verb: "get", Resource: "configmaps", Namespace: "default", Name: "service-lb-controller-overwrites"},
+			{Verb: "update", Resource: "configmaps", Namespace: "kube-system", Name: "service-lb-controller-foreign-writers"},
 		},
 		// MetalLB's pools are granted only with --pool-api=metallb (metallb_rbac_test.go; make
 		// lb-e2e runs service-lb so, under the chart's RBAC).
-		unused: eventsOnFailure,
+		unused: with(eventsOnFailure, leaseStateUnused),
 	},
 }
 

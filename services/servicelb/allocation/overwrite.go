@@ -6,6 +6,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Overwrite backoff: when the status the controller wrote is changed by someone else, it
@@ -21,31 +22,42 @@ const (
 
 // overwriteEpisode is one Service's run of overwrites by another writer.
 type overwriteEpisode struct {
+	uid      types.UID // the Service's, for the next Lease holder (overwritekeep.go)
 	attempts int
+	start    time.Time // the first overwrite seen
 	seen     time.Time // last time an overwrite was seen
 	next     time.Time // no write before
 }
 
-// OverwriteBackoff decides whether desired may be written for key at now, when status (the
-// Service's current ingress) is not what the controller last wrote although it still wants
-// the same: someone else changed it. It returns how long to wait (0: write now), whether a
-// new episode began, and whether this is a write against an overwrite (to be counted).
-// Reading the episode and moving it on are one step under mu.
-func (s *State) OverwriteBackoff(key string, status, desired []v1.LoadBalancerIngress, now time.Time) (wait time.Duration, newEpisode, rewrite bool) {
+// OverwriteBackoff decides whether desired may be written for key (the Service of UID uid)
+// at now, when status (the Service's current ingress) is not what the controller last wrote
+// although it still wants the same: someone else changed it. It returns how long to wait (0:
+// write now), whether a new episode began, and whether this is a write against an overwrite
+// (to be counted). Reading the episode and moving it on are one step under mu. With nothing
+// written for key yet in this term, an episode kept by the previous Lease holder
+// (ResumeOverwrites) stands for what was written, if it matches the Service now.
+func (s *State) OverwriteBackoff(key string, uid types.UID, status, desired []v1.LoadBalancerIngress, now time.Time) (wait time.Duration, newEpisode, rewrite bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	last, ok := s.lastWritten[key]
+	if !ok {
+		last, ok = s.takeKept(key, uid, status, desired, now)
+	}
 	if !ok || !IngressEqual(last, desired) || IngressEqual(status, last) {
 		return 0, false, false
 	}
 	e := s.overwrites[key]
 	if e == nil || now.Sub(e.seen) > overwriteQuiet {
-		e = &overwriteEpisode{}
+		e = &overwriteEpisode{start: now}
 		s.overwrites[key] = e
 		newEpisode = true
 	}
+	e.uid = uid
 	e.seen = now
 	if now.Before(e.next) {
+		if newEpisode {
+			s.signalOverwrites()
+		}
 		return e.next.Sub(now), newEpisode, false
 	}
 	e.attempts++
@@ -54,5 +66,6 @@ func (s *State) OverwriteBackoff(key string, status, desired []v1.LoadBalancerIn
 		delay = overwriteBase << (e.attempts - 1)
 	}
 	e.next = now.Add(delay)
+	s.signalOverwrites()
 	return 0, newEpisode, true
 }

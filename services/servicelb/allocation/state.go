@@ -52,6 +52,11 @@ type State struct {
 	// the Services whose status someone else keeps changing away from it.
 	lastWritten map[string][]v1.LoadBalancerIngress
 	overwrites  map[string]*overwriteEpisode
+	// kept are the overwrite episodes the previous Lease holder kept, taken by
+	// ResumeOverwrites and not yet matched against their Service (overwritekeep.go);
+	// overwritesChanged is signalled when what is to be kept changes.
+	kept              map[string]KeptOverwrite
+	overwritesChanged chan struct{}
 }
 
 // New is an empty state reading the pool APIs apis, in that order (the project's own when
@@ -71,6 +76,9 @@ func New(apis ...poolsource.API) *State {
 		unverified:  map[string]map[netip.Addr]string{},
 		lastWritten: map[string][]v1.LoadBalancerIngress{},
 		overwrites:  map[string]*overwriteEpisode{},
+		kept:        map[string]KeptOverwrite{},
+		// One pending signal is enough: the keeper reads the whole state.
+		overwritesChanged: make(chan struct{}, 1),
 	}
 }
 
@@ -351,6 +359,10 @@ func (s *State) Wrote(key string, ingress []v1.LoadBalancerIngress) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.lastWritten[key] = slices.Clone(ingress)
+	if _, ok := s.kept[key]; ok {
+		delete(s.kept, key) // this term's own write says what was last written
+		s.signalOverwrites()
+	}
 }
 
 // ---- Helpers: the methods below expect mu held ----
@@ -369,7 +381,13 @@ func (s *State) forgetService(key string) (wasPending bool) {
 	delete(s.badInput, key)
 	delete(s.unverified, key)
 	delete(s.lastWritten, key)
+	_, episode := s.overwrites[key]
+	_, kept := s.kept[key]
 	delete(s.overwrites, key)
+	delete(s.kept, key)
+	if episode || kept {
+		s.signalOverwrites()
+	}
 	return wasPending
 }
 
