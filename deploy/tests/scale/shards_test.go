@@ -913,6 +913,10 @@ func shardsReport(sz size, gate string, hashes []sharding.Hash, spread string, p
 		}
 		fmt.Fprintf(&b, "| %d | %s | %s |\n", r.Shards, cmp.Or(r.Hash, "-"), strings.Join(steps, "; "))
 	}
+	if !slices.ContainsFunc(rs, func(r *layoutResult) bool { return len(r.Ramp) > 0 }) {
+		b.WriteString("\nCapacity and takeover (endpoints): not measured in this run (`CAPACITY=off`, or no endpoints layout).\n")
+		return b.String()
+	}
 	b.WriteString("\nCapacity (endpoints; each shard at the default budget): flips/s until p99 > 2 s, each step 6 s of flips of distinct Pods sent by up to 64 requests in flight; and takeover (a hot standby of the hot namespace's shard, its leader SIGKILLed, a flip in its range sent at once):\n\n")
 	b.WriteString("| N | hash | QPS per shard | steps: asked -> sent /s, p99 ms | capacity (flips/s) | x N x N=1 | takeover (s) |\n|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
