@@ -134,10 +134,12 @@ scale: tools ## Scale run (not part of test): each controller vs upstream KCM at
 	@cd deploy/tests/scale && SCALE_SIZE=$(SIZE) SCALE_OUT=$(ROOT)/deploy/tests/scale SCALE_CONTROLLERS=$(CONTROLLERS) SCALE_OURS_ONLY=$(OURS_ONLY) go test -count=1 -v -run '^TestScale$$' -timeout 120m .
 
 .PHONY: scale-shards
-SHARDS ?= 1,2,4
-GATE   ?= on
-scale-shards: tools ## Sharded scale run (not part of test): endpoints and quota as N=SHARDS shards (1,2,4) at SIZE, apiserver gate ShardedListAndWatch GATE=on|off; deploy/tests/scale/results-<SIZE>-shards-gate-<GATE>.md
-	@cd deploy/tests/scale && SCALE_SIZE=$(SIZE) SCALE_OUT=$(ROOT)/deploy/tests/scale SCALE_SHARDS=$(SHARDS) SCALE_GATE=$(GATE) SCALE_CONTROLLERS=$(CONTROLLERS) go test -count=1 -v -run '^TestShards$$' -timeout 150m .
+SHARDS   ?= 1,2,4
+GATE     ?= on
+HASH     ?= mixed
+CAPACITY ?= on
+scale-shards: tools ## Sharded scale run (not part of test): endpoints and quota as N=SHARDS shards (1,2,4) at SIZE with --shard-hash HASH=mixed|fnv|fnv,mixed, apiserver gate ShardedListAndWatch GATE=on|off, CAPACITY=off skips the capacity ramp; deploy/tests/scale/results-<SIZE>-shards-gate-<GATE>-hash-<HASH>.md
+	@cd deploy/tests/scale && SCALE_SIZE=$(SIZE) SCALE_OUT=$(ROOT)/deploy/tests/scale SCALE_SHARDS=$(SHARDS) SCALE_GATE=$(GATE) SCALE_SHARD_HASH=$(HASH) SCALE_CAPACITY=$(CAPACITY) SCALE_CONTROLLERS=$(CONTROLLERS) go test -count=1 -v -run '^TestShards$$' -timeout 150m .
 
 .PHONY: scale-floor
 scale-floor: tools ## Memory of each process on an empty cluster (the floor before any cache): smallest client-go program, with and without the clientset, namespace-controller, upstream; deploy/tests/scale/results-floor.md

@@ -18,64 +18,6 @@ import (
 //
 // Every set and every size is drawn from a fixed seed, so the table is the same on every run.
 
-// spreadSet is a set of namespace names, as a cluster might have them.
-type spreadSet struct {
-	name  string
-	names []string
-}
-
-// spreadSets are the name sets measured. Each is typical of one way of naming namespaces;
-// "platform" is all of them in one cluster.
-func spreadSets() []spreadSet {
-	rng := rand.New(rand.NewPCG(48, 1))
-	var tenants, teamEnv, system, previews, random []string
-	for i := range 400 {
-		tenants = append(tenants, fmt.Sprintf("tenant-%04d", i))
-	}
-	var teams []string
-	for c := 'a'; c <= 'z'; c++ {
-		teams = append(teams, "team-"+string(c))
-	}
-	teams = append(teams, "payments", "checkout", "search", "catalog", "billing", "identity", "orders",
-		"shipping", "inventory", "pricing", "ledger", "notifications", "reporting", "gateway")
-	for _, team := range teams {
-		for _, env := range []string{"dev", "qa", "staging", "prod"} {
-			teamEnv = append(teamEnv, team+"-"+env)
-		}
-	}
-	system = []string{"default", "kube-system", "kube-public", "kube-node-lease", "cert-manager", "ingress-nginx",
-		"monitoring", "logging", "argocd", "istio-system", "gatekeeper-system", "flux-system", "velero",
-		"external-dns", "cattle-system", "kyverno", "metallb-system", "local-path-storage", "tigera-operator",
-		"calico-system", "keda", "vault", "external-secrets", "opentelemetry", "sealed-secrets", "kubernetes-dashboard",
-		"linkerd", "knative-serving", "tekton-pipelines", "crossplane-system", "prometheus", "loki"}
-	seen := map[int]bool{}
-	for len(previews) < 300 {
-		if pr := 1000 + rng.IntN(9000); !seen[pr] {
-			seen[pr] = true
-			previews = append(previews, fmt.Sprintf("pr-%d", pr))
-		}
-	}
-	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
-	for range 300 {
-		b := make([]byte, 5+rng.IntN(16))
-		for i := range b {
-			b[i] = alphabet[rng.IntN(26)] // a letter first
-			if i > 0 {
-				b[i] = alphabet[rng.IntN(len(alphabet))]
-			}
-		}
-		random = append(random, string(b))
-	}
-	return []spreadSet{
-		{"`tenant-0000`..`tenant-0399`", tenants},
-		{"team x env (`team-a-dev`, `payments-prod`)", teamEnv},
-		{"system (`kube-system`, `cert-manager`, ...)", system},
-		{"previews `pr-<4 digits>`", previews},
-		{"random names", random},
-		{"platform: all of the above", slices.Concat(tenants, teamEnv, system, previews, random)},
-	}
-}
-
 // podSizes gives each namespace a Pod count drawn from a log-normal distribution (median 8,
 // sigma 1.2: most namespaces small, a few with hundreds of Pods), in a fixed pseudo-random
 // order unrelated to the names.
@@ -127,16 +69,16 @@ func TestSpreadTable(t *testing.T) {
 		b.WriteString("---|---|")
 	}
 	b.WriteString("\n")
-	for _, set := range spreadSets() {
-		pods := podSizes(set.names)
+	for _, set := range NameSets() {
+		pods := podSizes(set.Names)
 		total := 0
 		for _, p := range pods {
 			total += p
 		}
 		for _, h := range Hashes {
-			fmt.Fprintf(&b, "| %s (%d, %d Pods) | %s |", set.name, len(set.names), total, h)
+			fmt.Fprintf(&b, "| %s (%d, %d Pods) | %s |", set.Name, len(set.Names), total, h)
 			for _, n := range spreadCounts {
-				nsR, podR, floor := spread(set.names, pods, h, n)
+				nsR, podR, floor := spread(set.Names, pods, h, n)
 				cell := fmt.Sprintf("%.2f", podR)
 				if floor > 1.005 {
 					cell += fmt.Sprintf(" (>= %.2f)", floor)
@@ -144,10 +86,10 @@ func TestSpreadTable(t *testing.T) {
 				fmt.Fprintf(&b, " %.2f | %s |", nsR, cell)
 				switch {
 				case n != 4:
-				case h == HashMixed && strings.HasPrefix(set.name, "platform") && nsR > 1.2:
-					t.Errorf("%s: the mixed hash's namespaces max/mean at 4 shards is %.2f, over 1.2", set.name, nsR)
-				case h == HashFNV && strings.HasPrefix(set.name, "`tenant") && nsR < 2:
-					t.Errorf("%s: the KEP's hash spreads it (%.2f): the README's account of its skew is stale", set.name, nsR)
+				case h == HashMixed && strings.HasPrefix(set.Name, "platform") && nsR > 1.2:
+					t.Errorf("%s: the mixed hash's namespaces max/mean at 4 shards is %.2f, over 1.2", set.Name, nsR)
+				case h == HashFNV && strings.HasPrefix(set.Name, "`tenant") && nsR < 2:
+					t.Errorf("%s: the KEP's hash spreads it (%.2f): the README's account of its skew is stale", set.Name, nsR)
 				}
 			}
 			b.WriteString("\n")

@@ -25,40 +25,53 @@ import (
 	"github.com/kcm-split/kcm-split/shared/sharding"
 )
 
-// shardOf is the shard (of count) owning namespace, computed here from the apiserver's hash
-// (k8s.io/apimachinery/pkg/sharding.HashField) rather than with the binaries' own range code,
-// so that the drill checks the binaries instead of repeating them: the I-th of count equal
-// ranges of the 64-bit space is the top 64 bits of hash*count.
-func shardOf(namespace string, count int) int {
-	h, err := strconv.ParseUint(apisharding.HashField(namespace), 16, 64)
+// shardOf is the shard (of count, hash h) owning namespace, computed here from the
+// apiserver's hash (k8s.io/apimachinery/pkg/sharding.HashField) rather than with the
+// binaries' own range code, so that the drill checks the binaries instead of repeating them:
+// the I-th of count equal ranges of the 64-bit space is the top 64 bits of hash*count. The
+// mixed hash is the apiserver's followed by a finalizer no apiserver computes: its value comes
+// from shared/sharding, once its FNV part is checked against the apiserver's.
+func shardOf(namespace string, count int, h sharding.Hash) int {
+	v, err := strconv.ParseUint(apisharding.HashField(namespace), 16, 64)
 	if err != nil {
 		panic(err) // 16 hex digits by HashField's contract
 	}
-	hi, _ := bits.Mul64(h, uint64(count))
+	if h.Name() == sharding.HashMixed {
+		if sharding.HashFNV.Sum(namespace) != v {
+			panic("shared/sharding's FNV-1a of " + namespace + " is not the apiserver's")
+		}
+		v = sharding.HashMixed.Sum(namespace)
+	}
+	hi, _ := bits.Mul64(v, uint64(count))
 	return int(hi)
 }
 
-// drillNamespaces are the workload's namespaces: a counter first, as FNV-1a keeps the high
-// bits of names that differ only at the end (team-000.. all land in one half). 28 of them
-// split 7/5/9/7 over 4 shards and 12/16 over 2; the test checks each shard gets several.
+// shardHashes is each binary's --shard-hash in the drill: endpoints-controller the KEP's
+// (the apiserver filters for it when the gate is on), quota-controller the mixed one (it
+// filters on the client side, gate or not), so one run drills both.
+var shardHashes = map[string]sharding.Hash{"endpoints-controller": sharding.HashFNV, "quota-controller": sharding.HashMixed}
+
+// drillNamespaces are the workload's namespaces: the first 28 of the names clusters use
+// (sharding.RealisticNamespaces). They split 16/12 over 2 shards and 11/5/4/8 over 4 with
+// the KEP's hash, 15/13 and 7/8/6/7 with the mixed one; the test checks each shard gets
+// several.
 func drillNamespaces(t *testing.T) []string {
 	t.Helper()
-	var out []string
-	for i := range 28 {
-		out = append(out, fmt.Sprintf("%d-shop", i))
-	}
-	for _, n := range []int{2, 4} {
-		spread := make([]int, n)
-		for _, ns := range out {
-			k := shardOf(ns, n)
-			if !(sharding.Shard{Index: k, Count: n}).Owns(ns) {
-				t.Fatalf("the drill's hash and the binaries' disagree on %s (shard %d of %d)", ns, k, n)
+	out := sharding.RealisticNamespaces(28)
+	for _, h := range sharding.Hashes {
+		for _, n := range []int{2, 4} {
+			spread := make([]int, n)
+			for _, ns := range out {
+				k := shardOf(ns, n, h)
+				if !(sharding.Shard{Index: k, Count: n, Hash: h}).Owns(ns) {
+					t.Fatalf("the drill's hash and the binaries' disagree on %s (shard %d of %d, %s)", ns, k, n, h)
+				}
+				spread[k]++
 			}
-			spread[k]++
-		}
-		t.Logf("namespaces per shard of %d: %v", n, spread)
-		if slices.Min(spread) < 4 {
-			t.Fatalf("test is broken: a shard of %d gets fewer than 4 of the namespaces (%v)", n, spread)
+			t.Logf("namespaces per shard of %d (%s): %v", n, h, spread)
+			if slices.Min(spread) < 4 {
+				t.Fatalf("test is broken: a shard of %d (%s) gets fewer than 4 of the namespaces (%v)", n, h, spread)
+			}
 		}
 	}
 	return out

@@ -28,11 +28,12 @@ const ShardDrillClientEnv = "KCM_SPLIT_SHARD_DRILL_CLIENT"
 // for this long.
 const shardLeaseDuration = 4 * time.Second
 
-// TestShardingDrill changes the shard count of endpoints-controller and quota-controller
-// from 2 to 4 and back to 2, then rolls each of the 2 shards over to a new process, all under
-// a steady churn of readiness flips, Pods and Services created and deleted in 28 namespaces
-// with a ResourceQuota each; it then asserts from the audit log that no Endpoints or
-// EndpointSlice of a live Service was deleted, that no write of one process landed outside
+// TestShardingDrill changes the shard count of endpoints-controller (--shard-hash=fnv) and
+// quota-controller (--shard-hash=mixed) from 2 to 4 and back to 2, then rolls each of the 2
+// shards over to a new process, all under a steady churn of readiness flips, Pods and
+// Services created and deleted in 28 namespaces named as clusters name them, with a
+// ResourceQuota each; it then asserts from the audit log that no Endpoints or EndpointSlice
+// of a live Service was deleted, that no write of one process landed outside
 // its own term, in another shard's namespace or during a term of another layout, and that
 // every old process released its Lease only after its last write; and from the live objects
 // that every Service's Endpoints and slices match its Pods and every quota counts what is
@@ -112,7 +113,7 @@ func shardingDrill(t *testing.T, mode string) {
 	var two []*shardProc
 	for _, b := range shardBins {
 		for i := range 2 {
-			two = append(two, d.start(b, sharding.Shard{Index: i, Count: 2}, "a"))
+			two = append(two, d.start(b, sharding.Shard{Index: i, Count: 2, Hash: shardHashes[b.ID]}, "a"))
 		}
 	}
 	d.waitLeading(two)
@@ -270,7 +271,7 @@ func (d *shardDrill) changeLayout(old []*shardProc, count, oldCount int) []*shar
 	var news []*shardProc
 	for _, b := range shardBins {
 		for i := range count {
-			news = append(news, d.start(b, sharding.Shard{Index: i, Count: count}, fmt.Sprint(len(d.phases))))
+			news = append(news, d.start(b, sharding.Shard{Index: i, Count: count, Hash: shardHashes[b.ID]}, fmt.Sprint(len(d.phases))))
 		}
 	}
 	for _, p := range news {
@@ -282,8 +283,12 @@ func (d *shardDrill) changeLayout(old []*shardProc, count, oldCount int) []*shar
 	return news
 }
 
-// checkMode asserts the filtering mode the drill runs in, as the process reports it.
+// checkMode asserts the filtering mode the drill runs in, as the process reports it: a
+// shard of the mixed hash filters on the client side whatever the gate.
 func (d *shardDrill) checkMode(p *shardProc, mode string) {
+	if !p.shard.Hash.ServerSide() {
+		mode = sharding.ModeClient
+	}
 	resources := map[string][]string{"endpoints-controller": {"pods", "services"}, "quota-controller": {"pods", "resourcequotas"}}[p.bin.ID]
 	for _, r := range resources {
 		series := fmt.Sprintf(`kcm_split_shard_info{binary=%q,mode=%q,resource=%q,shard="%d",shards="%d"}`, p.bin.ID, mode, r, p.shard.Index, p.shard.Count)
@@ -364,7 +369,7 @@ func (d *shardDrill) verify(takeovers map[string][]*shardProc) {
 		ns := ev.ObjectRef.Namespace
 		if ns == "" {
 			fail("cluster-scoped write", "%s", what)
-		} else if k := shardOf(ns, p.shard.Count); k != p.shard.Index {
+		} else if k := shardOf(ns, p.shard.Count, p.shard.Hash); k != p.shard.Index {
 			fail("write in another shard's namespace", "%s: %s belongs to shard %d of %d", what, ns, k, p.shard.Count)
 		}
 		for _, q := range d.procs {

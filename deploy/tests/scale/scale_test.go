@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kcm-split/kcm-split/shared/benchkit"
+	"github.com/kcm-split/kcm-split/shared/sharding"
 	"github.com/kcm-split/kcm-split/shared/testenv"
 )
 
@@ -136,11 +137,22 @@ type cluster struct {
 
 type podRef struct{ ns, name, svc, ip string }
 
-// appNS names application namespaces counter first: KEP-5866 shards hash the namespace with
-// FNV-1a, which keeps the high bits of names differing only at the end, so "app-NNNN" put 300
-// of M's 400 namespaces in one of 4 shards and none in two; "NNNN-app" spreads them 96 / 107 /
-// 94 / 103 (TestShards prints the spread of each run). Unsharded runs are unaffected.
-func appNS(i int) string   { return fmt.Sprintf("%04d-app", i) }
+// appNames are the application namespaces' names, as clusters name them (teams and
+// environments, tenants, add-ons, previews, random; sharding.RealisticNamespaces): the sharded
+// runs measure the spread the hashes give on them (TestShards prints it). L has 1,000.
+// Unsharded runs read no namespace name.
+var appNames = sharding.RealisticNamespaces(1000)
+
+// appNameSet holds appNames and hotNS: the namespaces whose Endpoints a cold start waits for.
+var appNameSet = func() map[string]bool {
+	m := map[string]bool{hotNS: true}
+	for _, ns := range appNames {
+		m[ns] = true
+	}
+	return m
+}()
+
+func appNS(i int) string   { return appNames[i] }
 func otherNS(i int) string { return fmt.Sprintf("team-%04d", i) }
 
 // hotNS is the sharded runs' hot namespace (hotServices Services of podsPerService Pods).
@@ -149,7 +161,7 @@ const hotNS = "hot-app"
 // isAppKey reports whether an informer key ("namespace/name") is in an application namespace.
 func isAppKey(k string) bool {
 	ns, _, _ := strings.Cut(k, "/")
-	return strings.HasSuffix(ns, "-app")
+	return appNameSet[ns]
 }
 
 // appNamespaces lists every namespace holding Services, Pods and a quota: the size's and, in

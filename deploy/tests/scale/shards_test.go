@@ -29,9 +29,13 @@ import (
 )
 
 // Sharded runs (issue 35 item 5): endpoints-controller and quota-controller as N static shards
-// (--shards=N --shard-index=I, each one replica, leader election on), N from SCALE_SHARDS, on an
-// apiserver with the ShardedListAndWatch gate on or off (SCALE_GATE), against the same fixtures
-// as TestScale plus a hot namespace. Figures are printed, never asserted.
+// (--shards=N --shard-index=I, each one replica, leader election on), N from SCALE_SHARDS, with
+// each hash of SCALE_SHARD_HASH (--shard-hash; fnv, mixed or both, comma-separated; N=1 runs
+// once, as one shard owns everything whatever its hash), on an apiserver with the
+// ShardedListAndWatch gate on or off (SCALE_GATE), against the same fixtures as TestScale
+// (their namespaces named as clusters name them, appNames) plus a hot namespace.
+// SCALE_CAPACITY=off skips endpoints' capacity ramp and takeover. Figures are printed, never
+// asserted.
 
 // hotPodsTotal is the hot namespace's Pod count: 3,000 Pods in one namespace, so one shard
 // holds a namespace far larger than the others.
@@ -65,6 +69,8 @@ type layoutResult struct {
 	Controller string `json:"controller"`
 	Shards     int    `json:"shards"`
 	Gate       string `json:"gate"`
+	// Hash is --shard-hash ("" at N=1: one shard owns every namespace whatever its hash).
+	Hash string `json:"hash,omitempty"`
 	// Mean client rate-limiter and workqueue waits per shard during the churn (ms): whether a
 	// churn tail is the budget or the processing.
 	RateLimiterWaitMs []float64 `json:"churnRateLimiterWaitMs,omitempty"`
@@ -148,6 +154,18 @@ func TestShards(t *testing.T) {
 	if gate != "on" && gate != "off" {
 		t.Fatalf("SCALE_GATE=%q: want on or off", gate)
 	}
+	var hashes []sharding.Hash
+	for _, f := range strings.Split(cmp.Or(os.Getenv("SCALE_SHARD_HASH"), string(sharding.HashMixed)), ",") {
+		h, err := sharding.ParseHash(f)
+		if err != nil || f == "" {
+			t.Fatalf("SCALE_SHARD_HASH: %q is not a hash; want fnv, mixed or both, comma-separated", f)
+		}
+		hashes = append(hashes, h)
+	}
+	capacity := os.Getenv("SCALE_CAPACITY") != "off"
+	if sz.appNamespaces() > len(appNames) {
+		t.Fatalf("size %s has %d application namespaces, the realistic names %d", sz.name, sz.appNamespaces(), len(appNames))
+	}
 	ctls := strings.Split(cmp.Or(os.Getenv("SCALE_CONTROLLERS"), "endpoints,quota"), ",")
 	for _, a := range ctls {
 		if _, ok := defaultBudget[a]; !ok {
@@ -181,7 +199,8 @@ func TestShards(t *testing.T) {
 	c.quotas = benchkit.NewObserver[*corev1.ResourceQuota](ctx, t, watch, "", func(f informers.SharedInformerFactory) cache.SharedIndexInformer {
 		return f.Core().V1().ResourceQuotas().Informer()
 	})
-	spread := c.spread(ns)
+	layouts := shardLayouts(ns, hashes)
+	spread := c.spread(layouts)
 	fmt.Fprint(os.Stderr, spread)
 
 	c.notReady, c.bins = map[int]bool{}, map[string]string{}
@@ -189,7 +208,7 @@ func TestShards(t *testing.T) {
 	logf("Pod watch events per Pod status write with no controller running: %.2f (kwok's watch)", base)
 	var results []*layoutResult
 	write := func(final bool) {
-		out := shardsReport(sz, gate, spread, base, results, final)
+		out := shardsReport(sz, gate, hashes, spread, base, results, final)
 		if final {
 			fmt.Println(out)
 		}
@@ -197,23 +216,23 @@ func TestShards(t *testing.T) {
 		if dir == "" {
 			return
 		}
-		base := filepath.Join(dir, fmt.Sprintf("results-%s-shards-gate-%s", sz.name, gate))
+		base := filepath.Join(dir, fmt.Sprintf("results-%s-shards-gate-%s-hash-%s", sz.name, gate, hashNames(hashes, "-")))
 		if err := os.WriteFile(base+".md", []byte(out), 0o644); err != nil {
 			t.Error(err)
 		}
-		raw, _ := json.MarshalIndent(map[string]any{"size": sz.name, "gate": gate, "partial": !final, "layouts": results}, "", " ")
+		raw, _ := json.MarshalIndent(map[string]any{"size": sz.name, "gate": gate, "hashes": hashes, "partial": !final, "layouts": results}, "", " ")
 		_ = os.WriteFile(base+".json", raw, 0o644)
 	}
 	for _, alias := range ctls {
 		ctl := controllers[slices.IndexFunc(controllers, func(x controller) bool { return x.alias == alias })]
-		for _, n := range ns {
+		for _, l := range layouts {
 			// A layout takes up to about 8 minutes at M: skip rather than be cut off by the
 			// timeout, which would leave the processes running (no cleanup runs then).
 			if deadline, ok := t.Deadline(); ok && time.Until(deadline) < layoutBudget {
-				t.Logf("skipping %s at N=%d: under %s left before the test's timeout", alias, n, layoutBudget)
+				t.Logf("skipping %s at N=%d: under %s left before the test's timeout", alias, l.n, layoutBudget)
 				continue
 			}
-			results = append(results, c.runLayout(ctx, t, ctl, n, gate))
+			results = append(results, c.runLayout(ctx, t, ctl, l.n, l.hash, gate, capacity))
 			write(false)
 		}
 	}
@@ -305,47 +324,115 @@ func (c *cluster) createHot(ctx context.Context, t *testing.T, step func(string,
 
 func hotSvc(i int) string { return fmt.Sprintf("hot-%04d", i) }
 
-// spread says, for each layout, how many application namespaces and Pods each shard owns
-// (k8s.io/apimachinery/pkg/sharding's hash through shared/sharding, as the binaries use it),
-// and which shard holds the hot namespace.
-func (c *cluster) spread(counts []int) string {
-	var b strings.Builder
-	b.WriteString("| shards | application namespaces per shard | Pods per shard (hot namespace included) | hot namespace in shard |\n|---|---|---|---|\n")
-	perNS := servicesPerNS * c.sz.podsPerService
+// layout is a shard count and, past one shard, a hash.
+type layout struct {
+	n    int
+	hash sharding.Hash // "" at n=1
+}
+
+// shardLayouts are the layouts of a run, in order: each count with each hash, one shard once.
+func shardLayouts(counts []int, hashes []sharding.Hash) []layout {
+	var out []layout
 	for _, n := range counts {
-		nss, pods := make([]string, n), make([]string, n)
-		hot := -1
-		for i := range n {
-			s := sharding.Shard{Index: i, Count: n}
-			var k, p int
-			for j := range c.sz.appNamespaces() {
-				if s.Owns(appNS(j)) {
-					k++
-					p += perNS
-				}
-			}
-			if s.Owns(hotNS) {
-				hot = i
-				p += len(c.hotPods)
-			}
-			nss[i], pods[i] = strconv.Itoa(k), strconv.Itoa(p)
+		if n == 1 {
+			out = append(out, layout{n: 1})
+			continue
 		}
-		fmt.Fprintf(&b, "| %d | %s | %s | %d |\n", n, strings.Join(nss, " / "), strings.Join(pods, " / "), hot)
+		for _, h := range hashes {
+			out = append(out, layout{n: n, hash: h})
+		}
+	}
+	return out
+}
+
+func (l layout) String() string {
+	if l.n == 1 {
+		return "1"
+	}
+	return fmt.Sprintf("%d %s", l.n, l.hash)
+}
+
+func hashNames(hs []sharding.Hash, sep string) string {
+	var out []string
+	for _, h := range hs {
+		out = append(out, string(h))
+	}
+	return strings.Join(out, sep)
+}
+
+// spread says, for each layout, how many application namespaces and Pods each shard owns and
+// their max/mean over the shards (the Pods' with the hot namespace), and which shard holds
+// the hot namespace, with shared/sharding's hash as the binaries use it.
+func (c *cluster) spread(layouts []layout) string {
+	var b strings.Builder
+	b.WriteString("| shards | hash | application namespaces per shard | max/mean | Pods per shard (hot namespace included) | max/mean | hot namespace in shard |\n|---|---|---|---|---|---|---|\n")
+	perNS := servicesPerNS * c.sz.podsPerService
+	for _, l := range layouts {
+		nsc, podc := c.perShard(l, perNS)
+		fmt.Fprintf(&b, "| %d | %s | %s | %.2f | %s | %.2f | %d |\n", l.n, cmp.Or(string(l.hash), "-"), joinInts(nsc), maxMean(nsc), joinInts(podc), maxMean(podc), hotShard(l))
 	}
 	return b.String()
 }
 
+// perShard counts the application namespaces and the Pods (hot namespace included) each shard
+// of l owns.
+func (c *cluster) perShard(l layout, perNS int) (nss, pods []int) {
+	nss, pods = make([]int, l.n), make([]int, l.n)
+	for j := range c.sz.appNamespaces() {
+		k := shardOf(l, appNS(j))
+		nss[k]++
+		pods[k] += perNS
+	}
+	pods[shardOf(l, hotNS)] += len(c.hotPods)
+	return nss, pods
+}
+
+// shardOf is the shard of l owning namespace.
+func shardOf(l layout, namespace string) int {
+	for i := range l.n {
+		if (sharding.Shard{Index: i, Count: l.n, Hash: l.hash}).Owns(namespace) {
+			return i
+		}
+	}
+	panic("no shard owns " + namespace)
+}
+
+func hotShard(l layout) int { return shardOf(l, hotNS) }
+
+func joinInts(v []int) string {
+	var out []string
+	for _, x := range v {
+		out = append(out, strconv.Itoa(x))
+	}
+	return strings.Join(out, " / ")
+}
+
+// maxMean is the largest of v over their mean (0 for none).
+func maxMean(v []int) float64 {
+	sum := 0
+	for _, x := range v {
+		sum += x
+	}
+	if sum == 0 {
+		return 0
+	}
+	return float64(slices.Max(v)) * float64(len(v)) / float64(sum)
+}
+
 // startShards starts the N shard processes of ctl together, each with budget qps/burst.
-func (c *cluster) startShards(t *testing.T, bin string, ctl controller, n int, qps float64, burst int, only int) []*shardProc {
+func (c *cluster) startShards(t *testing.T, bin string, ctl controller, l layout, qps float64, burst int, only int) []*shardProc {
+	n := l.n
 	var out []*shardProc
 	for i := range n {
 		if only >= 0 && i != only {
 			continue
 		}
-		// --shard-hash=fnv: the layouts this harness computes (sharding.Shard's zero Hash) and
-		// the gate-on runs' server-side filtering are of the KEP's hash.
-		args, url, err := benchkit.OursArgs(c.env.Kubeconfig, "--leader-elect=true", fmt.Sprintf("--shards=%d", n), fmt.Sprintf("--shard-index=%d", i), "--shard-hash=fnv",
+		// At one shard the binary's default hash: one shard owns everything whatever its hash.
+		args, url, err := benchkit.OursArgs(c.env.Kubeconfig, "--leader-elect=true", fmt.Sprintf("--shards=%d", n), fmt.Sprintf("--shard-index=%d", i),
 			fmt.Sprintf("--kube-api-qps=%g", qps), fmt.Sprintf("--kube-api-burst=%d", burst))
+		if l.hash != "" {
+			args = append(args, "--shard-hash="+string(l.hash))
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -359,23 +446,20 @@ func (c *cluster) startShards(t *testing.T, bin string, ctl controller, n int, q
 // start, idle, churn), then for endpoints a capacity phase with each shard at the full default
 // budget (ramp, takeover).
 // Over 80 lines: one layout's phases (cold start, idle, churn, then endpoints' ramp and takeover) on the same shard processes, filling one result.
-func (c *cluster) runLayout(ctx context.Context, t *testing.T, ctl controller, n int, gate string) *layoutResult {
+func (c *cluster) runLayout(ctx context.Context, t *testing.T, ctl controller, n int, hash sharding.Hash, gate string, capacity bool) *layoutResult {
 	id := c.runID.Add(1)
 	budget := defaultBudget[ctl.alias]
-	r := &layoutResult{Controller: ctl.alias, Shards: n, Gate: gate, QPS: float64(budget[0]) / float64(n), Burst: max(1, int(math.Ceil(float64(budget[1])/float64(n)))), LoadStart: loadavg()}
-	for i := range n {
-		if (sharding.Shard{Index: i, Count: n}).Owns(hotNS) {
-			r.HotShard = i
-		}
-	}
-	logf := benchkit.Progress(fmt.Sprintf("%s x%d", ctl.alias, n))
+	l := layout{n: n, hash: hash}
+	r := &layoutResult{Controller: ctl.alias, Shards: n, Gate: gate, Hash: string(hash), QPS: float64(budget[0]) / float64(n), Burst: max(1, int(math.Ceil(float64(budget[1])/float64(n)))), LoadStart: loadavg()}
+	r.HotShard = hotShard(l)
+	logf := benchkit.Progress(fmt.Sprintf("%s x%s", ctl.alias, l))
 	bin := c.bins[ctl.alias]
 	if bin == "" {
 		bin = benchkit.BuildShipped(t, "github.com/kcm-split/kcm-split/services/"+ctl.pkg)
 		c.bins[ctl.alias] = bin
 	}
 	converged := c.prepare(ctx, t, []controller{ctl})
-	procs := c.startShards(t, bin, ctl, n, r.QPS, r.Burst, -1)
+	procs := c.startShards(t, bin, ctl, l, r.QPS, r.Burst, -1)
 	at := procs[0].Await(converged, settleTimeoutFor(c.sz), "the cold start's expected state")
 	r.ColdSeconds = at.Sub(procs[0].Started).Seconds()
 	var settled time.Duration
@@ -435,12 +519,14 @@ func (c *cluster) runLayout(ctx context.Context, t *testing.T, ctl controller, n
 
 	if ctl.alias == "endpoints" {
 		r.Paced, _ = c.ramp(ctx, t, pacedRates, func(f string, a ...any) { logf("paced churn: "+f, a...) })
+	}
+	if ctl.alias == "endpoints" && capacity {
 		r.CapQPS = float64(budget[0])
 		if n > 1 {
 			for _, p := range procs {
 				p.Shutdown()
 			}
-			procs = c.startShards(t, bin, ctl, n, float64(budget[0]), budget[1], -1)
+			procs = c.startShards(t, bin, ctl, l, float64(budget[0]), budget[1], -1)
 			for _, p := range procs {
 				p.WaitUntil(settleTimeoutFor(c.sz), "ready (leading, caches synced)", func() bool { code, _ := benchkit.Get(p.url + "/readyz"); return code == 200 })
 			}
@@ -450,7 +536,7 @@ func (c *cluster) runLayout(ctx context.Context, t *testing.T, ctl controller, n
 		}
 		r.Ramp, r.Capacity = c.ramp(ctx, t, rampRates, logf)
 		r.TakeoverOf = r.HotShard
-		r.TakeoverSec = c.takeover(ctx, t, bin, ctl, n, budget, procs[r.HotShard], logf)
+		r.TakeoverSec = c.takeover(ctx, t, bin, ctl, l, budget, procs[r.HotShard], logf)
 	}
 	for _, p := range procs {
 		if !p.Exited() {
@@ -728,11 +814,11 @@ func (c *cluster) ramp(ctx context.Context, t *testing.T, rates []float64, logf 
 // takeover starts a hot standby of shard `of`, waits until it is Ready, SIGKILLs the shard's
 // leader and at once flips a Pod of the shard's range: the time from the kill to the flip in
 // the Endpoints is the takeover.
-func (c *cluster) takeover(ctx context.Context, t *testing.T, bin string, ctl controller, n int, budget [2]int, leader *shardProc, logf func(string, ...any)) float64 {
-	standby := c.startShards(t, bin, ctl, n, float64(budget[0]), budget[1], leader.index)[0]
+func (c *cluster) takeover(ctx context.Context, t *testing.T, bin string, ctl controller, l layout, budget [2]int, leader *shardProc, logf func(string, ...any)) float64 {
+	standby := c.startShards(t, bin, ctl, l, float64(budget[0]), budget[1], leader.index)[0]
 	standby.WaitUntil(time.Minute, "ready (standby)", func() bool { code, _ := benchkit.Get(standby.url + "/readyz"); return code == 200 })
 	time.Sleep(5 * time.Second) // its informers listed (a standby syncs too, if it does)
-	ref := c.nextFlip(sharding.Shard{Index: leader.index, Count: n}.Owns)
+	ref := c.nextFlip(func(ns string) bool { return shardOf(l, ns) == leader.index })
 	killed := time.Now()
 	leader.Kill()
 	seen, _, err := c.flip(ctx, ref)
@@ -755,13 +841,14 @@ func (c *cluster) takeover(ctx context.Context, t *testing.T, bin string, ctl co
 // shardsReport writes the run's tables: per layout, per-shard idle and peak RSS (max, mean,
 // sum) with their ratios to N=1, cold start, churn, watch events, capacity and takeover.
 // Over 80 lines: four markdown tables in the order of the report, each a header and a row per layout.
-func shardsReport(sz size, gate, spread string, perWrite float64, rs []*layoutResult, final bool) string {
+func shardsReport(sz size, gate string, hashes []sharding.Hash, spread string, perWrite float64, rs []*layoutResult, final bool) string {
 	var b strings.Builder
 	if !final {
 		b.WriteString("**Partial**: written after each layout.\n\n")
 	}
-	fmt.Fprintf(&b, "# Sharded endpoints and quota, size %s, apiserver gate ShardedListAndWatch %s\n\n", sz.name, gate)
-	fmt.Fprintf(&b, "%d Nodes, %d Pods in %d application namespaces + %d Pods in %s; %s\n\nShard spread:\n\n%s\n", sz.nodes, sz.pods(), sz.appNamespaces(), hotPodsTotal, hotNS, time.Now().UTC().Format(time.RFC3339), spread)
+	fmt.Fprintf(&b, "# Sharded endpoints and quota, size %s, apiserver gate ShardedListAndWatch %s, --shard-hash %s\n\n", sz.name, gate, hashNames(hashes, " and "))
+	fmt.Fprintf(&b, "%d Nodes, %d Pods in %d application namespaces (realistic names: `%s`, ...) + %d Pods in %s; %s\n\n", sz.nodes, sz.pods(), sz.appNamespaces(), strings.Join(appNames[:min(4, sz.appNamespaces())], "`, `"), hotPodsTotal, hotNS, time.Now().UTC().Format(time.RFC3339))
+	b.WriteString("N=1 runs once: one shard owns every namespace whatever its hash (`--shards=1`, the binary's default hash). With the gate on, `fnv` shards ask the apiserver for their range (mode server); `mixed` shards filter on the client side, gate or not (mode client).\n\nShard spread:\n\n" + spread + "\n")
 	one := map[string]*layoutResult{}
 	for _, r := range rs {
 		if r.Shards == 1 {
@@ -774,7 +861,7 @@ func shardsReport(sz size, gate, spread string, perWrite float64, rs []*layoutRe
 		}
 		return fmt.Sprintf("%.2fx", v/get(base))
 	}
-	fmt.Fprintf(&b, "| binary | N | QPS/burst per shard | shard modes | load avg start / end | cold start -> expected state (s) | settled (s) | idle RSS per shard max / mean (MiB) | x N=1 (max) | idle sum (MiB) | x N=1 | peak RSS per shard max / mean (MiB) | x N=1 (max) | peak sum | x N=1 | hot shard: idle RSS / mean of the others |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| binary | N | hash | QPS/burst per shard | shard modes | load avg start / end | cold start -> expected state (s) | settled (s) | idle RSS per shard max / mean (MiB) | x N=1 (max) | idle sum (MiB) | x N=1 | peak RSS per shard max / mean (MiB) | x N=1 (max) | peak sum | x N=1 | hot shard: idle RSS / mean of the others |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
 		base := one[r.Controller]
 		imax, imean, isum := stats(r.IdleRSSMiB)
@@ -790,13 +877,13 @@ func shardsReport(sz size, gate, spread string, perWrite float64, rs []*layoutRe
 			_, om, _ := stats(others)
 			hot = fmt.Sprintf("%.1f / %.1f (%.2fx)", r.IdleRSSMiB[r.HotShard], om, r.IdleRSSMiB[r.HotShard]/om)
 		}
-		fmt.Fprintf(&b, "| %s | %d | %g / %d | %s | %s / %s | %.1f | %.1f | %.1f / %.1f | %s | %.1f | %s | %.1f / %.1f | %s | %.1f | %s | %s |\n",
-			r.Controller, r.Shards, r.QPS, r.Burst, strings.Join(r.Modes, "; "), r.LoadStart, r.LoadEnd, r.ColdSeconds, r.SettledSecs,
+		fmt.Fprintf(&b, "| %s | %d | %s | %g / %d | %s | %s / %s | %.1f | %.1f | %.1f / %.1f | %s | %.1f | %s | %.1f / %.1f | %s | %.1f | %s | %s |\n",
+			r.Controller, r.Shards, cmp.Or(r.Hash, "-"), r.QPS, r.Burst, strings.Join(r.Modes, "; "), r.LoadStart, r.LoadEnd, r.ColdSeconds, r.SettledSecs,
 			imax, imean, ratio(imax, base, func(x *layoutResult) float64 { m, _, _ := stats(x.IdleRSSMiB); return m }), isum, ratio(isum, base, func(x *layoutResult) float64 { _, _, s := stats(x.IdleRSSMiB); return s }),
 			pmax, pmean, ratio(pmax, base, func(x *layoutResult) float64 { m, _, _ := stats(x.PeakRSSMiB); return m }), psum, ratio(psum, base, func(x *layoutResult) float64 { _, _, s := stats(x.PeakRSSMiB); return s }), hot)
 	}
 	fmt.Fprintf(&b, "\nChurn (the shards together get one replica's budget: QPS per shard = default / N) and the apiserver's watch events sent during it (`apiserver_watch_events_total` / `apiserver_watch_events_sizes_sum`, read before and after; the harness's informers watch Endpoints, EndpointSlices and ResourceQuotas, so the Pods' row is the controllers' and kwok's: with no controller running, each Pod status write made %.2f Pod watch events, kwok's; the column \"controllers'\" takes those off):\n\n", perWrite)
-	b.WriteString("| binary | N | total QPS | churn sent (/s) | samples | p50 (ms) | p99 (ms) | p99 x N=1 | EndpointSlices p99 (ms) | Pod watch events | controllers' Pod watch events | x N=1 | Pod watch MiB | other watch events | machine CPU busy |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| binary | N | hash | total QPS | churn sent (/s) | samples | p50 (ms) | p99 (ms) | p99 x N=1 | EndpointSlices p99 (ms) | Pod watch events | controllers' Pod watch events | x N=1 | Pod watch MiB | other watch events | machine CPU busy |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
 		one1 := one[r.Controller]
 		var other []string
@@ -807,11 +894,11 @@ func shardsReport(sz size, gate, spread string, perWrite float64, rs []*layoutRe
 		}
 		slices.Sort(other)
 		own := func(x *layoutResult) float64 { return x.WatchEvents["pods"] - perWrite*float64(x.PodWrites) }
-		fmt.Fprintf(&b, "| %s | %d | %g | %.1f | %d | %.0f | %.0f | %s | %.0f | %.0f | %.0f | %s | %.1f | %s | %.0f%% |\n", r.Controller, r.Shards, r.QPS*float64(r.Shards), r.ChurnRate, r.ChurnSamples, r.ChurnP50ms, r.ChurnP99ms,
+		fmt.Fprintf(&b, "| %s | %d | %s | %g | %.1f | %d | %.0f | %.0f | %s | %.0f | %.0f | %.0f | %s | %.1f | %s | %.0f%% |\n", r.Controller, r.Shards, cmp.Or(r.Hash, "-"), r.QPS*float64(r.Shards), r.ChurnRate, r.ChurnSamples, r.ChurnP50ms, r.ChurnP99ms,
 			ratio(r.ChurnP99ms, one1, func(x *layoutResult) float64 { return x.ChurnP99ms }), r.SliceP99ms, r.WatchEvents["pods"], own(r), ratio(own(r), one1, own),
 			r.WatchBytes["pods"]/(1<<20), strings.Join(other, ", "), 100*r.ChurnHostBusy)
 	}
-	b.WriteString("\nPaced churn (endpoints; the shards together at one replica's budget, as the churn above): each step 6 s of flips sent at the asked rate by up to 64 requests in flight, so every layout gets the same offered load; p99 ms (x N=1 at the same step):\n\n| N | steps: asked -> sent /s, p99 ms (x N=1) |\n|---|---|\n")
+	b.WriteString("\nPaced churn (endpoints; the shards together at one replica's budget, as the churn above): each step 6 s of flips sent at the asked rate by up to 64 requests in flight, so every layout gets the same offered load; p99 ms (x N=1 at the same step):\n\n| N | hash | steps: asked -> sent /s, p99 ms (x N=1) |\n|---|---|---|\n")
 	for _, r := range rs {
 		if r.Controller != "endpoints" || len(r.Paced) == 0 {
 			continue
@@ -824,12 +911,16 @@ func shardsReport(sz size, gate, spread string, perWrite float64, rs []*layoutRe
 			}
 			steps = append(steps, fmt.Sprintf("%g -> %.1f, %.0f (%s)", st.Asked, st.Sent, st.P99ms, rel))
 		}
-		fmt.Fprintf(&b, "| %d | %s |\n", r.Shards, strings.Join(steps, "; "))
+		fmt.Fprintf(&b, "| %d | %s | %s |\n", r.Shards, cmp.Or(r.Hash, "-"), strings.Join(steps, "; "))
+	}
+	if !slices.ContainsFunc(rs, func(r *layoutResult) bool { return len(r.Ramp) > 0 }) {
+		b.WriteString("\nCapacity and takeover (endpoints): not measured in this run (`CAPACITY=off`, or no endpoints layout).\n")
+		return b.String()
 	}
 	b.WriteString("\nCapacity (endpoints; each shard at the default budget): flips/s until p99 > 2 s, each step 6 s of flips of distinct Pods sent by up to 64 requests in flight; and takeover (a hot standby of the hot namespace's shard, its leader SIGKILLed, a flip in its range sent at once):\n\n")
-	b.WriteString("| N | QPS per shard | steps: asked -> sent /s, p99 ms | capacity (flips/s) | x N x N=1 | takeover (s) |\n|---|---|---|---|---|---|\n")
+	b.WriteString("| N | hash | QPS per shard | steps: asked -> sent /s, p99 ms | capacity (flips/s) | x N x N=1 | takeover (s) |\n|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
-		if r.Controller != "endpoints" {
+		if r.Controller != "endpoints" || len(r.Ramp) == 0 {
 			continue
 		}
 		var steps []string
@@ -841,7 +932,7 @@ func shardsReport(sz size, gate, spread string, perWrite float64, rs []*layoutRe
 		if base != nil && base.Capacity > 0 {
 			rel = fmt.Sprintf("%.2fx", r.Capacity/(float64(r.Shards)*base.Capacity))
 		}
-		fmt.Fprintf(&b, "| %d | %g | %s | %.1f | %s | %.1f (shard %d) |\n", r.Shards, r.CapQPS, strings.Join(steps, "; "), r.Capacity, rel, r.TakeoverSec, r.TakeoverOf)
+		fmt.Fprintf(&b, "| %d | %s | %g | %s | %.1f | %s | %.1f (shard %d) |\n", r.Shards, cmp.Or(r.Hash, "-"), r.CapQPS, strings.Join(steps, "; "), r.Capacity, rel, r.TakeoverSec, r.TakeoverOf)
 	}
 	return b.String()
 }
