@@ -137,7 +137,8 @@ func (e *Elector) runLead(t *termState, leaseCtx context.Context, cancelAttempt 
 	// ctx had ended before this check and lead never starts.
 	t.leadRunning.Store(true)
 	t.started.Store(true)
-	context.AfterFunc(t.ctx, func() { t.shutdown.Store(time.Now().UnixNano()) })
+	stopClock := context.AfterFunc(t.ctx, func() { t.shutdown.Store(time.Now().UnixNano()) })
+	defer stopClock()
 	if t.ctx.Err() != nil { // shutting down already: do not start work
 		t.leadRunning.Store(false)
 		t.deliberate.Store(true)
