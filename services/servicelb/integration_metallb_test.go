@@ -158,13 +158,19 @@ func TestMetalLBCRDMissing(t *testing.T) {
 	// A class of its own: Services other tests leave behind (finalizer, address, namespace
 	// going away) are none of this controller's business, so the unverified count is ours.
 	const cls = "kcm-split.io/metallb-test"
-	f := setup(t, "--pool-api=metallb", "--load-balancer-class="+cls)
-	// A Service that MetalLB's controller served before the switch.
+	args := []string{"--pool-api=metallb", "--load-balancer-class=" + cls}
+	f := setup(t, args...)
+	// A Service that MetalLB's controller served before the switch: it has its address before
+	// this controller first sees it (a running controller would write the Service first).
+	if !f.ctrl.Stop(30 * time.Second) {
+		t.Fatal("the controller did not stop on SIGTERM")
+	}
 	s := f.service("old", class(cls))
 	s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: f.v4(7)}}
 	if _, err := f.c.CoreV1().Services(f.ns).UpdateStatus(context.Background(), s, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	f.ctrl = env.StartLeading(t, controller, "ctrl2", args...)
 	f.waitEvent("old", servicelb.ReasonAddressUnverified)
 	f.service("new", class(cls))
 	f.waitEvent("new", servicelb.ReasonAllocationFailed)

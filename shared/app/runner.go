@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/kcm-split/kcm-split/shared/app/internal/cmdline"
 	"github.com/kcm-split/kcm-split/shared/informer"
+	"github.com/kcm-split/kcm-split/shared/leader"
 )
 
 // Controller is one controller of a binary, as the runner sees it.
@@ -44,15 +46,35 @@ func (rt *Runtime) RunControllers(ctx context.Context, controllers []Controller,
 }
 
 func (rt *Runtime) runControllers(ctx context.Context, controllers []Controller, factories []informer.Factory) error {
-	rt.SetSynced(func() bool {
+	synced := func() bool {
 		for _, c := range controllers {
 			if !c.HasSynced() {
 				return false
 			}
 		}
 		return true
-	})
+	}
+	rt.SetSynced(synced)
+	go rt.logSynced(ctx, synced)
 	return informer.Run(ctx, func(ctx context.Context) error { return runAll(ctx, controllers) }, factories...)
+}
+
+// logSynced logs leader.MsgSynced once synced() holds, asking every 5 ms for the first 2 s (what a
+// handover's timing needs) and every 100 ms after that, until ctx ends.
+func (rt *Runtime) logSynced(ctx context.Context, synced func() bool) {
+	start := time.Now()
+	for !synced() {
+		period := 5 * time.Millisecond
+		if time.Since(start) > 2*time.Second {
+			period = 100 * time.Millisecond
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(period):
+		}
+	}
+	rt.Logger.Info(leader.MsgSynced, "lease", rt.LeaseNamespace+"/"+rt.LeaseName, "afterStart", time.Since(start).Round(time.Millisecond))
 }
 
 // controllerNames are the controllers' names, in order.

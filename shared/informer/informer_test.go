@@ -146,3 +146,56 @@ func TestRunWhenSynced(t *testing.T) {
 		t.Fatalf("RunWhenSynced after a failed registration = %v; want the registration's error", err)
 	}
 }
+
+// WaitSynced returns once the registrations have been given every listed object and the
+// tracked steps pass, without waiting for a 100 ms poll; it returns false when ctx ends first.
+func TestWaitSynced(t *testing.T) {
+	client := fake.NewClientset(pod("a"), pod("b"))
+	factory := informers.NewSharedInformerFactory(client, 0)
+	pods := factory.Core().V1().Pods().Informer()
+	var seen atomic.Int32
+	var hs Handlers
+	hs.Add(pods, cache.ResourceEventHandlerFuncs{AddFunc: func(any) { seen.Add(1) }})
+	var step atomic.Bool
+	hs.Track(step.Load, nil)
+
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if hs.WaitSynced(short) {
+		t.Fatal("WaitSynced = true before the informer started")
+	}
+
+	ctx, stop := context.WithCancel(context.Background())
+	factory.Start(ctx.Done())
+	defer func() { stop(); factory.Shutdown() }()
+	// The registration syncs; the tracked step still holds the wait.
+	if !cache.WaitForCacheSync(ctx.Done(), pods.HasSynced) {
+		t.Fatal("the informer never synced")
+	}
+	done := make(chan time.Time, 1)
+	go func() {
+		if hs.WaitSynced(ctx) {
+			done <- time.Now()
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+		t.Fatal("WaitSynced returned while a tracked step had not passed")
+	case <-time.After(10 * time.Millisecond):
+	}
+	passed := time.Now()
+	step.Store(true)
+	at, ok := <-done
+	if !ok {
+		t.Fatal("WaitSynced = false once everything synced")
+	}
+	if seen.Load() != 2 {
+		t.Errorf("the handler saw %d Pods when WaitSynced returned, want 2", seen.Load())
+	}
+	// The tracked step is polled every 5 ms; client-go's wait polls every 100 ms, and would
+	// return about 90 ms after the step passed here.
+	if d := at.Sub(passed); d >= 60*time.Millisecond {
+		t.Errorf("WaitSynced returned %v after the last step passed, want well under client-go's 100 ms poll", d)
+	}
+}

@@ -29,6 +29,21 @@ import (
 // controller that stops after a loss is not an error: Run stands by again in-process.
 var ErrLeaseLost = errors.New("leader election lost")
 
+// Log messages of a handover, in the order a SIGTERM brings them: end-to-end tests read
+// their timestamps from the Pods' logs (see "Handover" in shared/README.md).
+const (
+	// MsgFenced: the controller has drained and returned; its writes are refused from now on,
+	// and the release follows. "drained" is the time since the shutdown began.
+	MsgFenced = "Writes fenced, releasing the Lease"
+	// MsgReleased: the release landed (logged once it did).
+	MsgReleased = "Released the Lease"
+	// MsgStartedLeading: this process holds the Lease; its controller starts building caches.
+	MsgStartedLeading = "Started leading"
+	// MsgSynced (logged by shared/app): the term's controllers have all synced and may write.
+	// After a handover, its time minus the old leader's MsgFenced is the time without a writer.
+	MsgSynced = "Controllers synced, writing"
+)
+
 // defaultWatchdogTimeout is how long past a missed renewal /healthz keeps passing; upstream
 // uses 20s.
 const defaultWatchdogTimeout = 20 * time.Second

@@ -29,7 +29,16 @@ type termState struct {
 	deliberate   atomic.Bool // the election ended because lead returned while the Lease was ours
 	graceExpired atomic.Bool // shutdown gave up waiting for lead
 	leadDone     chan error
+	shutdown     atomic.Int64       // when ctx ended (Unix ns), once it has
 	lock         *interruptibleLock // of the last attempt: it knows whether the release landed
+}
+
+// shutdownAt is when the process's context ended (the drain began); now if it has not.
+func (t *termState) shutdownAt() time.Time {
+	if ns := t.shutdown.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Now()
 }
 
 // term runs acquisition attempts until this process has led once, and returns when that
@@ -128,6 +137,8 @@ func (e *Elector) runLead(t *termState, leaseCtx context.Context, cancelAttempt 
 	// ctx had ended before this check and lead never starts.
 	t.leadRunning.Store(true)
 	t.started.Store(true)
+	stopClock := context.AfterFunc(t.ctx, func() { t.shutdown.Store(time.Now().UnixNano()) })
+	defer stopClock()
 	if t.ctx.Err() != nil { // shutting down already: do not start work
 		t.leadRunning.Store(false)
 		t.deliberate.Store(true)
@@ -135,7 +146,7 @@ func (e *Elector) runLead(t *termState, leaseCtx context.Context, cancelAttempt 
 		cancelAttempt()
 		return
 	}
-	t.logger.Info("Started leading", "lease", t.lease, "identity", e.cfg.Identity)
+	t.logger.Info(MsgStartedLeading, "lease", t.lease, "identity", e.cfg.Identity)
 	e.beginTerm(cancelAttempt)
 	runCtx, cancel := context.WithCancel(t.ctx)
 	// The term is over for IsLeader and the fence before the controller hears of it.
@@ -149,6 +160,12 @@ func (e *Elector) runLead(t *termState, leaseCtx context.Context, cancelAttempt 
 	// deliberately; one that returned because leaseCtx ended was stopped by a loss.
 	if leaseCtx.Err() == nil {
 		t.deliberate.Store(true)
+		// The fence closes before the release is sent: a write a controller's stray goroutine
+		// makes from now on is refused, so none can land after the next holder starts.
+		e.endTerm()
+		if t.ctx.Err() != nil {
+			t.logger.Info(MsgFenced, "lease", t.lease, "drained", time.Since(t.shutdownAt()).Round(time.Millisecond))
+		}
 	}
 	t.leadRunning.Store(false)
 	t.leadDone <- err
@@ -187,7 +204,7 @@ func (e *Elector) finishTerm(t *termState) (done bool, err error) {
 		err := <-t.leadDone
 		if err == nil && t.ctx.Err() != nil {
 			if released, relErr := t.lock.releaseOutcome(); released {
-				t.logger.Info("Released the Lease", "lease", t.lease)
+				t.logger.Info(MsgReleased, "lease", t.lease)
 			} else {
 				// Refused (RBAC gone with an uninstall, say) or never reached: the Lease is not
 				// ours to write any more either way, and it expires by itself.

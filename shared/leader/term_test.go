@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
@@ -261,5 +262,59 @@ func TestGracefulShutdownReleasesAfterDrain(t *testing.T) {
 	}
 	if h := holder(t, client); h != "" {
 		t.Fatalf("Lease still held by %q after a graceful stop", h)
+	}
+}
+
+// On a graceful stop the fence closes once the controller has returned and before the release
+// is sent: a write made while the release is in flight (a stray goroutine's) is refused.
+func TestFenceClosesBeforeRelease(t *testing.T) {
+	client := fake.NewClientset()
+	var elector atomic.Pointer[Elector]
+	var atRelease atomic.Pointer[error]
+	client.PrependReactor("update", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		lease, ok := a.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease)
+		if ok && (lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "") {
+			if e := elector.Load(); e != nil {
+				err := e.AllowWrite()
+				atRelease.Store(&err)
+			}
+		}
+		return false, nil, nil
+	})
+	e, err := New(lossConfig(), client, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	elector.Store(e)
+	ctx, cancel := context.WithCancel(context.Background())
+	leading := make(chan struct{})
+	var inTerm error
+	result := make(chan error, 1)
+	go func() {
+		result <- e.Run(ctx, func(ctx context.Context) error {
+			close(leading)
+			<-ctx.Done()
+			inTerm = e.AllowWrite() // still draining: writes pass
+			return nil
+		})
+	}()
+	select {
+	case <-leading:
+	case <-time.After(10 * time.Second):
+		t.Fatal("never led")
+	}
+	cancel()
+	if err := <-result; err != nil {
+		t.Fatalf("Run = %v, want nil", err)
+	}
+	if inTerm != nil {
+		t.Errorf("a write during the drain was refused: %v", inTerm)
+	}
+	got := atRelease.Load()
+	if got == nil {
+		t.Fatal("no release was sent")
+	}
+	if !IsFenced(*got) {
+		t.Errorf("a write while the release was in flight: %v, want refused by the fence", *got)
 	}
 }

@@ -28,6 +28,7 @@ import (
 
 	"github.com/kcm-split/kcm-split/shared/testenv"
 	"github.com/kcm-split/kcm-split/shared/testenv/dataplane"
+	"github.com/kcm-split/kcm-split/shared/testenv/handover"
 )
 
 const (
@@ -583,6 +584,22 @@ func (s *suite) leaderDeleted(pod, ns, ip string) {
 		}
 	}()
 
+	// service-lb's Pods log json: follow the leader's and the standbys' logs across the
+	// deletion, for the handover's phases (a Pod's log goes with it).
+	var oldLog *handover.PodLog
+	var standbyLogs []*handover.PodLog
+	if ns == releaseNS {
+		oldLog = handover.Follow(s.ctx, s.cs, ns, pod)
+		pods, err := s.readyPods(ns, "app.kubernetes.io/instance="+release)
+		if err != nil {
+			t.Logf("listing the standbys: %v", err)
+		}
+		for _, p := range pods {
+			if p != pod {
+				standbyLogs = append(standbyLogs, handover.Follow(s.ctx, s.cs, ns, p))
+			}
+		}
+	}
 	time.Sleep(time.Second)
 	deleted := time.Now()
 	if err := s.cs.CoreV1().Pods(ns).Delete(s.ctx, pod, metav1.DeleteOptions{}); err != nil {
@@ -616,6 +633,13 @@ func (s *suite) leaderDeleted(pod, ns, ip string) {
 		t.Fatalf("the address of Service web changed from %s while the controller Pod was replaced: %v", ip, changed)
 	}
 	figure(t, fmt.Sprintf("controller Pod %s deleted -> Pod gone %v -> new Service addressed (%s) %v", pod, gone.Round(time.Millisecond), probeIP, served.Round(time.Millisecond)))
+	if oldLog != nil {
+		phases := handover.Collect(oldLog, standbyLogs, deleted, 10*time.Second)
+		if err := oldLog.Err(); err != nil {
+			t.Logf("following %s's log: %v", pod, err)
+		}
+		figure(t, fmt.Sprintf("controller Pod %s deleted: %s; Pod gone %.3fs", pod, phases.String(deleted, "delete call"), gone.Seconds()))
+	}
 	figure(t, fmt.Sprintf("requests every 100 ms to %s during the replacement: %d sent, %d failed (goal 0)%s", ip, sent.Load(), failed.Load(), firstNote(firstFail)))
 }
 

@@ -42,6 +42,7 @@ import (
 	"github.com/kcm-split/kcm-split/deploy/tests/chart"
 	"github.com/kcm-split/kcm-split/shared/testenv"
 	"github.com/kcm-split/kcm-split/shared/testenv/dataplane"
+	"github.com/kcm-split/kcm-split/shared/testenv/handover"
 )
 
 const (
@@ -185,6 +186,15 @@ func TestChartE2E(t *testing.T) {
 	leader = s.waitLeader("endpoints-controller")
 	lw = s.watchLease("endpoints-controller")
 	s.keepLogs("endpoints-controller")
+	// The Pods log json: their handover messages give the time without a writer.
+	oldLog := handover.Follow(s.ctx, s.cs, ns, leader)
+	var standbyLogs []*handover.PodLog
+	for _, p := range s.pods("endpoints-controller") {
+		if p.Name != leader {
+			standbyLogs = append(standbyLogs, handover.Follow(s.ctx, s.cs, ns, p.Name))
+		}
+	}
+	time.Sleep(time.Second) // the streams are open
 	start = time.Now()
 	if err := s.cs.CoreV1().Pods(ns).Delete(s.ctx, leader, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -193,6 +203,13 @@ func TestChartE2E(t *testing.T) {
 	t.Logf("Lease: %s -> %s", leader, next)
 	figure(t, "takeover after the leader Pod was deleted: delete call to the new holder seen", seenAt.Sub(start))
 	figure(t, "takeover after the leader Pod was deleted: time without a leader", gap)
+	phases := handover.Collect(oldLog, standbyLogs, start, 30*time.Second)
+	if d, ok := phases.WithoutWriter(); ok {
+		figure(t, "takeover after the leader Pod was deleted: time without a writer (old leader fenced -> new leader synced)", d)
+	}
+	line := "FIGURE takeover after the leader Pod was deleted, phases: " + phases.String(start, "delete call")
+	t.Log(line)
+	fmt.Println(line)
 	if l := s.waitLeader("endpoints-controller"); l == leader {
 		t.Fatalf("the deleted Pod %s still holds the Lease", leader)
 	}
