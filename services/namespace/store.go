@@ -285,20 +285,6 @@ func sameMemory(a, b map[string]storedGV) bool {
 // keepStore loads the store if not yet loaded and writes the memory after every discovery
 // (woken by storeWake), retrying failures after storeRetry, until ctx ends.
 func (c *Controller) keepStore(ctx context.Context) {
-	for {
-		ok := c.store.kept.Loaded() || c.loadStore(ctx)
-		if ok {
-			ok = c.saveStore(ctx)
-		}
-		var retry <-chan time.Time
-		if !ok {
-			retry = time.After(storeRetry)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-c.storeWake:
-		case <-retry:
-		}
-	}
+	leasestate.Keeper{Loaded: c.store.kept.Loaded, Load: c.loadStore, Save: c.saveStore, Wake: c.storeWake,
+		Retry: storeRetry}.Run(ctx)
 }

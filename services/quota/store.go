@@ -10,6 +10,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+
+	"github.com/kcm-split/kcm-split/shared/leasestate"
 )
 
 // The staleness clocks of quotas that cannot be counted in full outlive the process (issue
@@ -199,23 +201,6 @@ func (k *clockKeeper) save(ctx context.Context) bool {
 }
 
 func (k *clockKeeper) run(ctx context.Context) {
-	tick := time.NewTicker(stalenessHeartbeat)
-	defer tick.Stop()
-	for {
-		ok := k.store.Loaded() || k.load(ctx)
-		if ok {
-			ok = k.save(ctx)
-		}
-		var retry <-chan time.Time
-		if !ok {
-			retry = time.After(stalenessRetry)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-k.s.changed:
-		case <-tick.C:
-		case <-retry:
-		}
-	}
+	leasestate.Keeper{Loaded: k.store.Loaded, Load: k.load, Save: k.save, Wake: k.s.changed,
+		Heartbeat: stalenessHeartbeat, Retry: stalenessRetry}.Run(ctx)
 }

@@ -135,23 +135,6 @@ func signature(es []allocation.KeptOverwrite) []allocation.KeptOverwrite {
 }
 
 func (k *overwriteKeeper) run(ctx context.Context) {
-	tick := time.NewTicker(overwritesHeartbeat)
-	defer tick.Stop()
-	for {
-		ok := k.s.Loaded() || k.load(ctx)
-		if ok {
-			ok = k.save(ctx)
-		}
-		var retry <-chan time.Time
-		if !ok {
-			retry = time.After(overwritesRetry)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-k.state.OverwritesChanged():
-		case <-tick.C:
-		case <-retry:
-		}
-	}
+	leasestate.Keeper{Loaded: k.s.Loaded, Load: k.load, Save: k.save, Wake: k.state.OverwritesChanged(),
+		Heartbeat: overwritesHeartbeat, Retry: overwritesRetry}.Run(ctx)
 }

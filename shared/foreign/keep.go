@@ -234,25 +234,8 @@ func sameKeys(a, b []keptEpisode) bool {
 }
 
 func (k *keeper) run(ctx context.Context) {
-	tick := time.NewTicker(keepHeartbeat)
-	defer tick.Stop()
-	for {
-		ok := k.s.Loaded() || k.load(ctx)
-		if ok {
-			ok = k.save(ctx)
-		}
-		var retry <-chan time.Time
-		if !ok {
-			retry = time.After(keepRetry)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-k.d.changed:
-		case <-tick.C:
-		case <-retry:
-		}
-	}
+	leasestate.Keeper{Loaded: k.s.Loaded, Load: k.load, Save: k.save, Wake: k.d.changed,
+		Heartbeat: keepHeartbeat, Retry: keepRetry}.Run(ctx)
 }
 
 // EpisodesMaxBytes bounds the ConfigMap: DefaultMaxEpisodes episodes take about 10 KiB.
