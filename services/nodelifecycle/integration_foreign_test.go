@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -68,6 +69,16 @@ func foreignStart(t *testing.T, prefix string) (kubernetes.Interface, func(strin
 	for _, n := range nodes {
 		k.addNode(n, "zone-"+prefix)
 	}
+	// An episode a test before left beside the Lease would be taken over by this controller, as
+	// a new Lease holder should take it over (shared/foreign's keep): each test starts without.
+	episodes := func() {
+		err := client.CoreV1().ConfigMaps(metav1.NamespaceSystem).Delete(context.Background(), nodelifecycle.ControllerID+foreign.EpisodesSuffix, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+	}
+	episodes()
+	t.Cleanup(episodes)
 	ctl := env.StartLeading(t, controller, "ctl", shortTimings...)
 	if got := ctl.Metric(foreignCounter); got != 0 {
 		t.Fatalf("%s = %v at start, want 0", foreignCounter, got)
