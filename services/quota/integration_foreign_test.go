@@ -42,6 +42,7 @@ func TestForeignWriterOnQuotaStatus(t *testing.T) {
 		t.Errorf("the standby serves %s as %v (-1: absent), want 0", series, v)
 	}
 	createQuota(t, c, ns, "q", corev1.ResourceList{corev1.ResourcePods: q("10")})
+	deleteQuotaAtEnd(t, c, ns, "q")
 	waitUsed(t, c, ns, "q", map[corev1.ResourceName]string{corev1.ResourcePods: "0"})
 	// Quota admission charges status.used as the API server: not a second owner.
 	if _, err := c.CoreV1().Pods(ns).Create(ctx, computePod(ns, "p", "10m", "10Mi"), metav1.CreateOptions{}); err != nil {

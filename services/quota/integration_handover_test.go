@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
@@ -56,6 +57,18 @@ func deleteConfigMapAtEnd(t *testing.T, c kubernetes.Interface, name string) {
 	})
 }
 
+// deleteQuotaAtEnd deletes quota ns/name when the test ends: a quota whose status another
+// manager wrote last stays a foreign writer's in the cache of every later test's controller
+// (nothing deletes the test namespaces' contents here), which then reports it at its start.
+func deleteQuotaAtEnd(t *testing.T, c kubernetes.Interface, ns, name string) {
+	t.Cleanup(func() {
+		err := c.CoreV1().ResourceQuotas(ns).Delete(context.Background(), name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("deleting quota %s/%s: %v", ns, name, err)
+		}
+	})
+}
+
 // foreignEvents lists the foreign-writer Events of namespace ns by the manager they name.
 func foreignEvents(t *testing.T, c kubernetes.Interface, ns string) map[string][]corev1.Event {
 	t.Helper()
@@ -94,6 +107,7 @@ func TestForeignWriterEpisodeHandoverDrill(t *testing.T) {
 	a := env.Start(t, controller, "a", args...)
 	a.WaitLeadingAndSynced(lease, testenv.LeadTimeout)
 	createQuota(t, c, ns, "q", corev1.ResourceList{corev1.ResourcePods: q("10")})
+	deleteQuotaAtEnd(t, c, ns, "q")
 	waitUsed(t, c, ns, "q", map[corev1.ResourceName]string{corev1.ResourcePods: "0"})
 
 	rewrite := func(c kubernetes.Interface, used int) error {
