@@ -114,7 +114,7 @@ func shardSection() section {
 			q(`max by (shard, resource, exported_namespace, namespace) (kcm_split_shard_largest_namespace_objects{$SEL})`, "{{resource}} shard {{shard}}: {{exported_namespace}}"),
 			q(`sum by (resource) (kcm_split_shard_objects{$SEL}) / count by (resource) (kcm_split_shard_objects{$SEL})`, "mean of a shard, {{resource}}")),
 		{title: "Filtering mode by shard and resource", kind: "table", width: 12,
-			desc:    "Who applies each shard's namespace range, per resource: server (the apiserver, gate ShardedListAndWatch on and --shard-hash=fnv: caches and wire carry the shard's objects only), client (the shard itself: the wire carries every object; always so with the default mixed hash), unknown (no list answered yet).",
+			desc:    "Who applies each shard's namespace range, per resource: server (the apiserver, gate ShardedListAndWatch on and the fnv hash: caches and wire carry the shard's objects only), client (the shard itself: the wire carries every object; always so with the default mixed hash), unknown (no list answered yet).",
 			queries: []query{q(`max by (instance, shard, shards, resource, mode) (kcm_split_shard_info{$SEL}) == 1`, "")}},
 	}}
 }
