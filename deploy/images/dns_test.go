@@ -18,15 +18,28 @@ import (
 // It stops with the test.
 func serveDNS(t *testing.T, name string, addr net.IP) int {
 	t.Helper()
-	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := udp.LocalAddr().(*net.UDPAddr).Port
-	tcp, err := net.Listen("tcp", udp.LocalAddr().String())
-	if err != nil {
-		udp.Close()
-		t.Fatal(err)
+	// dig asks one port by UDP and by TCP. The kernel picks a free UDP port, and that port may
+	// be taken for TCP by any other process (CI saw "address already in use"): try a bounded
+	// number of ports.
+	var (
+		udp  net.PacketConn
+		tcp  net.Listener
+		port int
+	)
+	for attempt := 1; ; attempt++ {
+		u, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := net.Listen("tcp", u.LocalAddr().String())
+		if err == nil {
+			udp, tcp, port = u, l, u.LocalAddr().(*net.UDPAddr).Port
+			break
+		}
+		u.Close()
+		if attempt == 20 {
+			t.Fatalf("no loopback port free for both UDP and TCP after %d tries: %v", attempt, err)
+		}
 	}
 	t.Cleanup(func() { udp.Close(); tcp.Close() })
 	go func() {
