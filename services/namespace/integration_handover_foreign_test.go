@@ -26,11 +26,8 @@ func TestForeignWriterEpisodeHandover(t *testing.T) {
 	const lease = "namespace-handover-foreign"
 	const counter = `kcm_split_foreign_writer_detected_total{controller="namespace-controller"}`
 	store := lease + foreign.EpisodesSuffix
-	t.Cleanup(func() {
-		_ = client.CoreV1().ConfigMaps("kube-system").Delete(context.Background(), store, metav1.DeleteOptions{})
-	})
-	args := []string{"--leader-elect-resource-name=" + lease,
-		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=250ms"}
+	testenv.DeleteKeptOnCleanup(t, client, store)
+	args := append([]string{"--leader-elect-resource-name=" + lease}, testenv.ShortLeaseFlags()...)
 	writeConditions := func(prefix, manager string) string {
 		t.Helper()
 		ns := blockedNamespace(t, client, prefix)

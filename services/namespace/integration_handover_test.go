@@ -32,15 +32,12 @@ func TestUnavailableGroupHandoverDrill(t *testing.T) {
 		lease   = "namespace-handover"
 		allowed = 3 * time.Second
 	)
-	args := []string{
+	args := append([]string{
 		"--" + namespace.FlagAllowDeletionWithUnavailableGroups + "=" + allowed.String(),
 		"--leader-elect-resource-name=" + lease,
-		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=250ms",
-	}
+	}, testenv.ShortLeaseFlags()...)
 	store := lease + namespace.DiscoveryStoreSuffix
-	t.Cleanup(func() {
-		_ = client.CoreV1().ConfigMaps("kube-system").Delete(context.Background(), store, metav1.DeleteOptions{})
-	})
+	testenv.DeleteKeptOnCleanup(t, client, store)
 
 	createIdleAPIService(t, client, dynamicClient(t), serveIdleAPI(t))
 	setIdleService(t, client, true)

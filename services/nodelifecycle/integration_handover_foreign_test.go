@@ -36,9 +36,7 @@ func TestForeignWriterEpisodeHandover(t *testing.T) {
 		prefix = "hf"
 	)
 	store := lease + foreign.EpisodesSuffix
-	t.Cleanup(func() {
-		_ = client.CoreV1().ConfigMaps("kube-system").Delete(context.Background(), store, metav1.DeleteOptions{})
-	})
+	testenv.DeleteKeptOnCleanup(t, client, store)
 	args := handoverArgs(t, lease)
 	k := newKubelets(t)
 	nodes := []string{prefix + "-a", prefix + "-b", prefix + "-c"}

@@ -21,14 +21,9 @@ import (
 // handoverArgs are a short Lease of its own for the drill, and the drill's timings.
 func handoverArgs(t *testing.T, lease string, flags ...string) []string {
 	t.Helper()
-	client := env.Client(t)
-	t.Cleanup(func() {
-		_ = client.CoreV1().ConfigMaps("kube-system").Delete(context.Background(), lease+nodelifecycle.StateStoreSuffix, metav1.DeleteOptions{})
-	})
-	return append(append([]string{
-		"--leader-elect-resource-name=" + lease,
-		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=250ms",
-	}, shortTimings...), flags...)
+	testenv.DeleteKeptOnCleanup(t, env.Client(t), lease+nodelifecycle.StateStoreSuffix)
+	args := append([]string{"--leader-elect-resource-name=" + lease}, testenv.ShortLeaseFlags()...)
+	return append(append(args, shortTimings...), flags...)
 }
 
 // takeOver kills a and starts b with args, returning once b leads with synced caches.

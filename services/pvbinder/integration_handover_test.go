@@ -32,11 +32,8 @@ func TestForeignBinderEpisodeHandover(t *testing.T) {
 	const counter = `kcm_split_foreign_writer_detected_total{controller="` + pvbinder.Name + `"}`
 	const kcm = "kube-controller-manager"
 	store := lease + foreign.EpisodesSuffix
-	t.Cleanup(func() {
-		_ = c.CoreV1().ConfigMaps("kube-system").Delete(context.Background(), store, metav1.DeleteOptions{})
-	})
-	args := []string{"--leader-elect-resource-name=" + lease,
-		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=250ms"}
+	testenv.DeleteKeptOnCleanup(t, c, store)
+	args := append([]string{"--leader-elect-resource-name=" + lease}, testenv.ShortLeaseFlags()...)
 	markBound := func(name, manager string) {
 		t.Helper()
 		createClaim(t, c, claim(ns, name, ns, "100Gi"))

@@ -24,14 +24,11 @@ import (
 // handoverArgs make a binary of its own Lease that a standby takes over within seconds of the
 // holder's SIGKILL.
 func handoverArgs(lease string, more ...string) []string {
-	return append([]string{
-		"--leader-elect-resource-name=" + lease,
-		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=250ms",
-	}, more...)
+	args := append([]string{"--leader-elect-resource-name=" + lease}, testenv.ShortLeaseFlags()...)
+	return append(args, more...)
 }
 
-// keptConfigMap waits for the ConfigMap name in kube-system to hold want under key, and
-// deletes it when the test ends.
+// keptConfigMap waits for the ConfigMap name in kube-system to hold want under key.
 func keptConfigMap(t *testing.T, c kubernetes.Interface, name, key, want string) {
 	t.Helper()
 	var last string
@@ -48,12 +45,6 @@ func keptConfigMap(t *testing.T, c kubernetes.Interface, name, key, want string)
 		}
 		last = cm.Data[key]
 		return strings.Contains(last, want), nil
-	})
-}
-
-func deleteConfigMapAtEnd(t *testing.T, c kubernetes.Interface, name string) {
-	t.Cleanup(func() {
-		_ = c.CoreV1().ConfigMaps("kube-system").Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
 }
 
@@ -100,7 +91,7 @@ func TestForeignWriterEpisodeHandoverDrill(t *testing.T) {
 	ctx := context.Background()
 	const lease = "quota-handover-foreign"
 	store := lease + foreign.EpisodesSuffix
-	deleteConfigMapAtEnd(t, c, store)
+	testenv.DeleteKeptOnCleanup(t, c, store)
 	args := handoverArgs(lease)
 	series := `kcm_split_foreign_writer_detected_total{controller="` + quota.Name + `"}`
 
@@ -193,7 +184,7 @@ func TestStalenessClockHandoverDrill(t *testing.T) {
 	ns := env.Namespace(t)
 	const lease = "quota-handover-staleness"
 	store := lease + quota.StalenessStoreSuffix
-	deleteConfigMapAtEnd(t, c, store)
+	testenv.DeleteKeptOnCleanup(t, c, store)
 	args := handoverArgs(lease, "--"+quota.FlagInformerSyncTimeout+"=2s")
 	// The broken group TestBrokenConversionWebhookIsolated makes (and nothing repairs).
 	gadgetsV1 := schema.GroupVersionResource{Group: "broken.kcm-split.example.com", Version: "v1", Resource: "gadgets"}

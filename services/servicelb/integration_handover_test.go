@@ -54,11 +54,8 @@ func TestOverwriteEpisodeHandoverDrill(t *testing.T) {
 	ctx := context.Background()
 	const lease = "servicelb-handover-overwrites"
 	store := lease + servicelb.OverwritesStoreSuffix
-	t.Cleanup(func() {
-		_ = f.c.CoreV1().ConfigMaps("kube-system").Delete(context.Background(), store, metav1.DeleteOptions{})
-	})
-	args := []string{"--leader-elect-resource-name=" + lease,
-		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=250ms"}
+	testenv.DeleteKeptOnCleanup(t, f.c, store)
+	args := append([]string{"--leader-elect-resource-name=" + lease}, testenv.ShortLeaseFlags()...)
 	f.pool("main", []string{f.v4(1) + "-" + f.v4(10)})
 	a := env.Start(t, controller, "a", args...)
 	a.WaitLeadingAndSynced(lease, testenv.LeadTimeout)
