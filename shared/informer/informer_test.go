@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -157,7 +158,15 @@ func TestWaitSynced(t *testing.T) {
 	var hs Handlers
 	hs.Add(pods, cache.ResourceEventHandlerFuncs{AddFunc: func(any) { seen.Add(1) }})
 	var step atomic.Bool
-	hs.Track(step.Load, nil)
+	// lastUnpassed is when the step was last asked and had not passed (Unix nanoseconds).
+	var lastUnpassed atomic.Int64
+	hs.Track(func() bool {
+		if step.Load() {
+			return true
+		}
+		lastUnpassed.Store(time.Now().UnixNano())
+		return false
+	}, nil)
 
 	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
@@ -172,30 +181,44 @@ func TestWaitSynced(t *testing.T) {
 	if !cache.WaitForCacheSync(ctx.Done(), pods.HasSynced) {
 		t.Fatal("the informer never synced")
 	}
-	done := make(chan time.Time, 1)
-	go func() {
-		if hs.WaitSynced(ctx) {
-			done <- time.Now()
+	// measure waits once with the step unpassed, passes it and returns how long after the last
+	// ask that found it unpassed WaitSynced returned, and how long after it passed.
+	measure := func() (lag, sincePass time.Duration) {
+		step.Store(false)
+		done := make(chan time.Time, 1)
+		go func() {
+			if hs.WaitSynced(ctx) {
+				done <- time.Now()
+			}
+			close(done)
+		}()
+		select {
+		case <-done:
+			t.Fatal("WaitSynced returned while a tracked step had not passed")
+		case <-time.After(10 * time.Millisecond):
 		}
-		close(done)
-	}()
-	select {
-	case <-done:
-		t.Fatal("WaitSynced returned while a tracked step had not passed")
-	case <-time.After(10 * time.Millisecond):
-	}
-	passed := time.Now()
-	step.Store(true)
-	at, ok := <-done
-	if !ok {
-		t.Fatal("WaitSynced = false once everything synced")
-	}
-	if seen.Load() != 2 {
-		t.Errorf("the handler saw %d Pods when WaitSynced returned, want 2", seen.Load())
+		passed := time.Now()
+		step.Store(true)
+		at, ok := <-done
+		if !ok {
+			t.Fatal("WaitSynced = false once everything synced")
+		}
+		if seen.Load() != 2 {
+			t.Errorf("the handler saw %d Pods when WaitSynced returned, want 2", seen.Load())
+		}
+		return at.Sub(time.Unix(0, lastUnpassed.Load())), at.Sub(passed)
 	}
 	// The tracked step is polled every 5 ms; client-go's wait polls every 100 ms, and would
-	// return about 90 ms after the step passed here.
-	if d := at.Sub(passed); d >= 60*time.Millisecond {
-		t.Errorf("WaitSynced returned %v after the last step passed, want well under client-go's 100 ms poll", d)
+	// return about 90 ms after the step passed here. Measured from the last ask that found the
+	// step unpassed, a 100 ms poll is never under 100 ms, whatever the load; load only makes a
+	// right answer slower, so the fastest of up to five tries is asserted.
+	fastest := time.Duration(math.MaxInt64)
+	for try := 1; try <= 5 && fastest >= 60*time.Millisecond; try++ {
+		lag, sincePass := measure()
+		t.Logf("try %d: WaitSynced returned %v after the last ask that found the step unpassed, %v after it passed", try, lag, sincePass)
+		fastest = min(fastest, lag)
+	}
+	if fastest >= 60*time.Millisecond {
+		t.Errorf("WaitSynced returned at best %v after the last ask that found the step unpassed, want well under client-go's 100 ms poll", fastest)
 	}
 }
