@@ -159,9 +159,10 @@ func (k *kubelets) addNode(name, zone string) {
 	k.mu.Unlock()
 }
 
-func (k *kubelets) create(node *corev1.Node) {
+func (k *kubelets) create(node *corev1.Node) *corev1.Node {
 	k.t.Helper()
-	if _, err := k.client.CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{}); err != nil {
+	created, err := k.client.CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{})
+	if err != nil {
 		k.t.Fatalf("creating node %s: %v", node.Name, err)
 	}
 	k.mu.Lock()
@@ -169,6 +170,7 @@ func (k *kubelets) create(node *corev1.Node) {
 		k.stopped[node.Name] = time.Time{}
 	}
 	k.mu.Unlock()
+	return created
 }
 
 // stop ends the Lease renewals of the Nodes, as a kubelet that died or lost the network.
