@@ -11,6 +11,7 @@
 package testenv
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -130,10 +131,53 @@ func FreePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// Start launches etcd and kube-apiserver and waits until the apiserver is ready.
+// holdPorts listens on n loopback TCP ports at once, so that the ports are distinct; each
+// stays taken until its listener is closed. A variable for the test of Start's retry.
+var holdPorts = func(n int) ([]net.Listener, error) {
+	var held []net.Listener
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			closeAll(held)
+			return nil, err
+		}
+		held = append(held, l)
+	}
+	return held, nil
+}
+
+func closeAll(ls []net.Listener) {
+	for _, l := range ls {
+		_ = l.Close()
+	}
+}
+
+func portOf(l net.Listener) int { return l.Addr().(*net.TCPAddr).Port }
+
+// startAttempts bounds Start's tries: between closing a listener that held a port and etcd or
+// the apiserver binding it, another process on the machine may take it.
+const startAttempts = 3
+
+// errAddrInUse marks a start-up that failed because a port was taken meanwhile.
+var errAddrInUse = errors.New("address already in use")
+
+// Start launches etcd and kube-apiserver and waits until the apiserver is ready. When etcd or
+// the apiserver exits because a port was taken ("address already in use" in its log), it starts
+// again on new ports, up to 3 times in all, saying so on stderr.
+func Start(opts Options) (*Env, error) {
+	for attempt := 1; ; attempt++ {
+		env, err := start(opts)
+		if err == nil || !errors.Is(err, errAddrInUse) || attempt == startAttempts {
+			return env, err
+		}
+		fmt.Fprintf(os.Stderr, "testenv: start %d of %d failed on a taken port, starting again on new ports: %v\n", attempt, startAttempts, err)
+	}
+}
+
+// start is one try of Start.
 // Over 80 lines: one start sequence (files, etcd, apiserver, readiness) whose deferred cleanup
 // on failure must see every step.
-func Start(opts Options) (env *Env, err error) {
+func start(opts Options) (env *Env, err error) {
 	if opts.StartTimeout == 0 {
 		opts.StartTimeout = 90 * time.Second
 	}
@@ -168,15 +212,16 @@ func Start(opts Options) (env *Env, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), opts.StartTimeout)
 	defer cancel()
 
+	// etcd's client and peer ports and the apiserver's, held until their process starts.
+	held, err := holdPorts(3)
+	if err != nil {
+		return nil, err
+	}
+	defer closeAll(held) // the ones not closed yet, on an early return
+	clientPort, peerPort, port := portOf(held[0]), portOf(held[1]), portOf(held[2])
+
 	// etcd
-	clientPort, err := FreePort()
-	if err != nil {
-		return nil, err
-	}
-	peerPort, err := FreePort()
-	if err != nil {
-		return nil, err
-	}
+	closeAll(held[:2])
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", clientPort)
 	env.EtcdURL = etcdURL
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
@@ -218,10 +263,6 @@ func Start(opts Options) (env *Env, err error) {
 		return nil, err
 	}
 
-	port, err := FreePort()
-	if err != nil {
-		return nil, err
-	}
 	env.Host = fmt.Sprintf("https://127.0.0.1:%d", port)
 	args := []string{
 		"--etcd-servers=" + etcdURL,
@@ -245,6 +286,7 @@ func Start(opts Options) (env *Env, err error) {
 		"--v=0",
 	}
 	env.apiBin, env.apiArgs, env.apiToken = apiBin, append(args, opts.ExtraAPIServerArgs...), token
+	_ = held[2].Close()
 	if err := env.startAPIServer(ctx); err != nil {
 		return nil, err
 	}
@@ -332,6 +374,9 @@ func waitHTTP(ctx context.Context, p *Process, url string, token *string) error 
 		return resp.StatusCode == http.StatusOK
 	})
 	if p.Exited() {
+		if b, _ := os.ReadFile(p.Log); bytes.Contains(b, []byte(errAddrInUse.Error())) {
+			return fmt.Errorf("%s exited during start-up: %w; last log lines (%s):\n%s", p.Name, errAddrInUse, p.Log, p.Tail(20))
+		}
 		return fmt.Errorf("%s exited during start-up; last log lines (%s):\n%s", p.Name, p.Log, p.Tail(20))
 	}
 	if err != nil {

@@ -3,6 +3,8 @@ package testenv
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"strings"
 	"testing"
@@ -124,5 +126,64 @@ func TestSetupErrorStopsTheControlPlane(t *testing.T) {
 	}
 	if _, err := os.Stat(started.Dir); !os.IsNotExist(err) {
 		t.Errorf("%s still there: %v", started.Dir, err)
+	}
+}
+
+// keptOpen is a listener whose Close leaves the port taken, as another process that took
+// the port between Start's pick and etcd's bind would.
+type keptOpen struct{ net.Listener }
+
+func (keptOpen) Close() error { return nil }
+
+// When etcd cannot bind the port Start picked for it (another process took it), Start tries
+// again on new ports, and the control plane it returns is on those.
+func TestStartRetriesOnATakenPort(t *testing.T) {
+	Require(t, env)
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	hold := holdPorts
+	defer func() { holdPorts = hold }()
+	picks := 0
+	holdPorts = func(n int) ([]net.Listener, error) {
+		picks++
+		held, err := hold(n)
+		if err == nil && picks == 1 {
+			_ = held[0].Close()
+			held[0] = keptOpen{taken} // etcd's client port
+		}
+		return held, err
+	}
+	e, err := Start(Options{})
+	if err != nil {
+		t.Fatalf("Start with etcd's first port taken: %v", err)
+	}
+	defer e.Stop()
+	if picks != 2 {
+		t.Errorf("Start picked ports %d times, want 2 (one retry)", picks)
+	}
+	if strings.HasSuffix(e.EtcdURL, fmt.Sprintf(":%d", portOf(taken))) {
+		t.Errorf("etcd at %s, the taken port", e.EtcdURL)
+	}
+	if _, err := e.Client(t).CoreV1().Namespaces().Get(context.Background(), "default", metav1.GetOptions{}); err != nil {
+		t.Errorf("the control plane of the second try: %v", err)
+	}
+}
+
+// Without the taken port in its log, a process that exits during start-up is not retried.
+func TestStartDoesNotRetryOtherFailures(t *testing.T) {
+	Require(t, env)
+	picks := 0
+	hold := holdPorts
+	defer func() { holdPorts = hold }()
+	holdPorts = func(n int) ([]net.Listener, error) { picks++; return hold(n) }
+	_, err := Start(Options{ExtraAPIServerArgs: []string{"--no-such-flag"}})
+	if err == nil || errors.Is(err, errAddrInUse) {
+		t.Fatalf("Start with a bad apiserver flag = %v, want a failure other than a taken port", err)
+	}
+	if picks != 1 {
+		t.Errorf("Start picked ports %d times, want 1 (no retry)", picks)
 	}
 }
