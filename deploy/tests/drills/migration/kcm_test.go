@@ -52,7 +52,9 @@ const nodeGrace = 8 * time.Second
 // kcmReplica is one kube-controller-manager replica, as a static Pod is: one identity per
 // process, restarted with new flags by a roll.
 type kcmReplica struct {
-	name    string
+	name string
+	// port is the running process's --secure-port, picked afresh by each start: a port kept
+	// across a restart is free while the replica is down, for any process to take.
 	port    int
 	dir     string
 	starts  int
@@ -109,6 +111,11 @@ func (k *kcmReplica) start(t *testing.T, kcm string, extra ...string) {
 	t.Helper()
 	k.starts++
 	k.args = extra
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.port = port
 	args := k.flags(extra...)
 	if k.node != "" {
 		k.publishMirror(t, args)
@@ -172,16 +179,12 @@ type kcmSet struct {
 func newKCMSet(t *testing.T, bin string) *kcmSet {
 	s := &kcmSet{bin: bin}
 	for _, name := range []string{"kcm-a", "kcm-b"} {
-		port, err := testenv.FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
 		// Beside the apiserver's logs: kept with them by KCM_SPLIT_KEEP_TESTENV.
 		dir := filepath.Join(env.Dir, name)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		s.replicas = append(s.replicas, &kcmReplica{name: name, port: port, dir: dir})
+		s.replicas = append(s.replicas, &kcmReplica{name: name, dir: dir})
 	}
 	t.Cleanup(func() {
 		for _, k := range s.replicas {
