@@ -55,6 +55,15 @@ func fastConfig(name, identity string) Config {
 		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond}
 }
 
+// heldConfig is fastConfig with a Lease no stall of a busy machine lets lapse (renewals would
+// have to fail for 8 s): for tests in which nobody may take the Lease while its holder runs.
+// Their hand-overs are releases, which do not wait for the Lease to expire.
+func heldConfig(name, identity string) Config {
+	cfg := fastConfig(name, identity)
+	cfg.LeaseDuration, cfg.RenewDeadline = 10*time.Second, 8*time.Second
+	return cfg
+}
+
 type candidate struct {
 	e       *Elector
 	reg     *prometheus.Registry
@@ -97,9 +106,10 @@ func waitLeading(t *testing.T, c *candidate, within time.Duration) time.Duration
 
 func TestHandoverOnRelease(t *testing.T) {
 	testenv.Require(t, env)
-	a := startCandidate(t, fastConfig("handover", "a"))
+	cfg := heldConfig("handover", "a")
+	a := startCandidate(t, cfg)
 	waitLeading(t, a, 10*time.Second)
-	b := startCandidate(t, fastConfig("handover", "b"))
+	b := startCandidate(t, heldConfig("handover", "b"))
 	// b must stay standby while a holds the Lease.
 	select {
 	case <-b.leading:
@@ -113,18 +123,29 @@ func TestHandoverOnRelease(t *testing.T) {
 		t.Fatalf("leader leader_election_master_status = %v", got)
 	}
 
+	renewed := env.LeaseHolder(t, "kube-system", "handover")
+	if renewed.Holder != "a" {
+		t.Fatalf("holder = %q, want a", renewed.Holder)
+	}
 	a.cancel()
 	if err := <-a.result; err != nil {
 		t.Fatalf("graceful stop returned %v", err)
 	}
-	// Released, so b takes over within about one retry period, not a lease duration.
-	waitLeading(t, b, 3*time.Second)
-	lease, err := env.Client(t).CoordinationV1().Leases("kube-system").Get(context.Background(), "handover", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
+	// Long enough for b to wait the Lease out, so that a missing release fails below.
+	took := waitLeading(t, b, cfg.LeaseDuration+20*time.Second)
+	lease := env.LeaseHolder(t, "kube-system", "handover")
+	if lease.Holder != "b" {
+		t.Fatalf("holder = %q, want b", lease.Holder)
 	}
-	if *lease.Spec.HolderIdentity != "b" {
-		t.Fatalf("holder = %q, want b", *lease.Spec.HolderIdentity)
+	t.Logf("b led %s after a returned; acquired %s after a renewal of a's read before the stop",
+		took.Round(time.Millisecond), lease.AcquireTime.Sub(renewed.RenewTime).Round(time.Millisecond))
+	// Released, b needs no expiry. Unreleased, the Lease expires a lease duration after a's
+	// last renewal (that one or later), and b's acquireTime, stamped before the read that finds
+	// it expired, is earlier by that read at most (its timeout: half the renew deadline). Both
+	// are this process's clock.
+	if bound := cfg.LeaseDuration - cfg.RenewDeadline/2; !lease.AcquireTime.Before(renewed.RenewTime.Add(bound)) {
+		t.Errorf("b acquired the Lease %s after a's renewal at %s (a lease duration %s, less the read's timeout, is %s): it waited for expiry, not for the release",
+			lease.AcquireTime.Sub(renewed.RenewTime).Round(time.Millisecond), renewed.RenewTime.Format(time.RFC3339Nano), cfg.LeaseDuration, bound)
 	}
 }
 
@@ -138,6 +159,7 @@ func TestReleaseIsNoticedAtOnce(t *testing.T) {
 	}
 	a := startCandidate(t, slow("a"))
 	waitLeading(t, a, 10*time.Second)
+	started := time.Now()
 	b := startCandidate(t, slow("b"))
 	// Let b make its first attempt and settle into waiting.
 	time.Sleep(500 * time.Millisecond)
@@ -146,8 +168,16 @@ func TestReleaseIsNoticedAtOnce(t *testing.T) {
 	if err := <-a.result; err != nil {
 		t.Fatalf("graceful stop returned %v", err)
 	}
-	waitLeading(t, b, 2*time.Second)
+	// Long enough for b's retry tick (up to 2.2 retry periods), so that missing it fails below.
+	waitLeading(t, b, 30*time.Second)
 	t.Logf("handover after release took %s with a 10s retry period", time.Since(start).Round(time.Millisecond))
+	// b tried at once when started; on its retry tick alone it would try again a retry period
+	// later at the soonest. Before that, it noticed the release. Both are this process's clock.
+	acquired := env.LeaseHolder(t, "kube-system", "slow-retry").AcquireTime
+	if !acquired.Before(started.Add(slow("b").RetryPeriod)) {
+		t.Errorf("b acquired the released Lease %s after it started, not before its next retry (%s)",
+			acquired.Sub(started).Round(time.Millisecond), slow("b").RetryPeriod)
+	}
 	b.cancel()
 	if err := <-b.result; err != nil {
 		t.Fatalf("b: %v", err)
