@@ -33,6 +33,22 @@ const (
 	migRetryPeriod   = 500 * time.Millisecond
 )
 
+// Timings of a party that hands over by releasing, never by letting its Lease expire: a long
+// Lease costs no time, and renewals stalled for seconds on a busy machine (they run in this
+// process, under -race) do not let a waiting party take it in a window where none may.
+const (
+	migHoldDuration      = 8 * time.Second
+	migHoldRenewDeadline = 6 * time.Second
+	// migHoldWindow is how long the test checks such a Lease stays held: past its duration,
+	// so a party that did not see the renewals would have taken it.
+	migHoldWindow = migHoldDuration + 4*migRetryPeriod
+)
+
+// migHoldFlags are a member's flags for the hold timings (after the defaults, they win).
+func migHoldFlags() []string {
+	return []string{"--leader-elect-lease-duration=" + migHoldDuration.String(), "--leader-elect-renew-deadline=" + migHoldRenewDeadline.String()}
+}
+
 // fakeKCM plays kube-controller-manager with Leader Migration on: a client-go elector on the
 // migration Lease; it believes it owns the migrated controllers from OnStartedLeading until
 // it is stopped (it stops them before client-go releases the Lease).
@@ -50,17 +66,22 @@ func startKCM(t *testing.T, client kubernetes.Interface, ns string, release bool
 	return startElector(t, client, ns, migration.DefaultLeaderName, "kcm-host_"+string(uuid.NewUUID()), release)
 }
 
-// startElector runs a client-go elector on Lease ns/lease as identity.
+// startElector runs a client-go elector on Lease ns/lease as identity: with the hold timings
+// when it releases the Lease, the short ones when it leaves it to expire.
 func startElector(t *testing.T, client kubernetes.Interface, ns, lease, identity string, release bool) *fakeKCM {
 	t.Helper()
 	k := &fakeKCM{identity: identity, done: make(chan struct{})}
+	duration, renewDeadline := migLeaseDuration, migRenewDeadline
+	if release {
+		duration, renewDeadline = migHoldDuration, migHoldRenewDeadline
+	}
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock: &resourcelock.LeaseLock{
 			LeaseMeta:  metav1.ObjectMeta{Namespace: ns, Name: lease},
 			Client:     client.CoordinationV1(),
 			LockConfig: resourcelock.ResourceLockConfig{Identity: k.identity},
 		},
-		LeaseDuration: migLeaseDuration, RenewDeadline: migRenewDeadline, RetryPeriod: migRetryPeriod,
+		LeaseDuration: duration, RenewDeadline: renewDeadline, RetryPeriod: migRetryPeriod,
 		ReleaseOnCancel: release,
 		Name:            "fake-kcm",
 		Callbacks: leaderelection.LeaderCallbacks{
@@ -258,7 +279,8 @@ controllerLeaders:
 
 	mu.Lock()
 	for i, c := range []string{"a-controller", "b-controller", "c-controller", "d-controller"} {
-		m := startMember(t, ns, c, "--enable-leader-migration", "--leader-migration-config="+config)
+		// The group hands the migration Lease back by releasing it: the hold timings.
+		m := startMember(t, ns, c, append(migHoldFlags(), "--enable-leader-migration", "--leader-migration-config="+config)...)
 		members = append(members, m)
 		if i == 0 {
 			// The first one routes klog, a process-wide setting, once: the others start after.
@@ -270,8 +292,8 @@ controllerLeaders:
 	waitFor(t, "a, b and c waiting, d standby", 30*time.Second, func() bool {
 		return a.phase() == "waiting" && b.phase() == "waiting" && c.phase() == "waiting" && d.phase() == "standby"
 	})
-	// Several lease durations while KCM renews: nobody joins.
-	time.Sleep(2 * migLeaseDuration)
+	// Longer than KCM's Lease while KCM renews it: nobody joins.
+	time.Sleep(migHoldWindow)
 	for _, m := range []*groupMember{a, b, c} {
 		if p := m.phase(); p != "waiting" || m.starts.Load() != 0 {
 			t.Fatalf("%s: phase %s, started %d times while KCM holds the Lease", m.name, p, m.starts.Load())
@@ -300,15 +322,16 @@ controllerLeaders:
 		}
 	}
 	lease := env.LeaseHolder(t, ns, migration.DefaultLeaderName)
-	if lease.Holder != migration.Component {
-		t.Fatalf("migration Lease holder %q", lease.Holder)
+	if lease.Holder != migration.Component || lease.Duration != migHoldDuration {
+		t.Fatalf("migration Lease holder %q for %s, want %q for the members' %s", lease.Holder, lease.Duration, migration.Component, migHoldDuration)
 	}
 
-	// KCM comes back: it waits, the group keeps the Lease. (A member whose renewals stall on a
-	// busy machine goes stale and joins again: the group, not each member, keeps it.)
+	// KCM comes back: it waits, the group keeps the Lease (the members' hold timings). (A member
+	// whose renewals stall on a busy machine goes stale and joins again: the group, not each
+	// member, keeps it.) This KCM leaves its Lease to expire when stopped: short timings.
 	kcm2 := startKCM(t, client, ns, false)
 	setKCM(kcm2)
-	time.Sleep(2 * migLeaseDuration)
+	time.Sleep(migHoldWindow)
 	if kcm2.owns.Load() {
 		t.Fatal("KCM took the Lease while the group held it")
 	}
