@@ -23,6 +23,10 @@ func TestControllersRunsOnlyTheNamed(t *testing.T) {
 		t.Fatalf("node %s was created without the apiserver's not-ready NoSchedule taint: the test's sentinel is missing", node)
 	}
 	env.StartLeading(t, controller, "ctl", append([]string{"--controllers=taint-eviction-controller"}, shortTimings...)...)
+	// The Pod first, its status written while nothing evicts it yet: created after the
+	// NoExecute taint, the controller's DisruptionTarget condition could come between the
+	// create and the status write, which then conflicts (seen in CI).
+	createPod(t, client, makePod(ns, "intolerant", node))
 
 	err := retryConflict(func() error {
 		n := getNode(t, client, node)
@@ -33,7 +37,6 @@ func TestControllersRunsOnlyTheNamed(t *testing.T) {
 	if err != nil {
 		t.Fatalf("tainting node %s: %v", node, err)
 	}
-	createPod(t, client, makePod(ns, "intolerant", node))
 	waitFor(t, slack, "the Pod that does not tolerate the NoExecute taint evicted", func() bool { return evicted(client, ns, "intolerant") })
 
 	if n := getNode(t, client, node); !hasTaint(n, corev1.TaintNodeNotReady, corev1.TaintEffectNoSchedule) {
